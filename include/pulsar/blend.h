@@ -1,0 +1,79 @@
+// Depth-weighted soft blending (model.md sections 4-6): the exponent of one hit, the
+// online-softmax accumulation, and the early-termination depth; derivatives beside them.
+#pragma once
+
+#include <cmath>
+
+#include "pulsar/hd.h"
+
+namespace pulsar {
+
+// Per-image constants of the blend.
+template <typename T>
+struct BlendParams {
+  T gamma;        // softness in [1e-5, 1]
+  T min_depth;    // resolved near depth (world units)
+  T max_depth;    // far depth (world units)
+  T bg_exponent;  // s_bg = beta / gamma
+  T log_odds;     // ln(p / (1 - p)) of percent_allowed_difference p
+  bool early_stop;  // p > 0
+
+  PULSAR_HD T depth_range() const { return max_depth - min_depth; }
+};
+
+// s = o (1 - n) / gamma with n = (z - min_depth) / (max_depth - min_depth).
+template <typename T>
+PULSAR_HD T blend_exponent(const BlendParams<T>& p, T opacity, T depth) {
+  const T n = (depth - p.min_depth) / p.depth_range();
+  return opacity * (T(1) - n) / p.gamma;
+}
+
+// Twin of blend_exponent: given g = dL/ds, accumulates dL/do, dL/dz, dL/dmin, dL/dmax.
+template <typename T>
+PULSAR_HD void blend_exponent_backward(const BlendParams<T>& p, T opacity, T depth, T g,
+                                       T& grad_opacity, T& grad_depth, T& grad_min_depth,
+                                       T& grad_max_depth) {
+  const T range = p.depth_range();
+  const T n = (depth - p.min_depth) / range;
+  grad_opacity += g * (T(1) - n) / p.gamma;
+  const T grad_n = -g * opacity / p.gamma;
+  grad_depth += grad_n / range;
+  // dn/dmin = (z - max) / range^2, dn/dmax = -(z - min) / range^2.
+  grad_min_depth += grad_n * (depth - p.max_depth) / (range * range);
+  grad_max_depth -= grad_n * (depth - p.min_depth) / (range * range);
+}
+
+// Running normaliser of the online softmax: the total weight is D * exp(m).
+// Starts from the background: m = s_bg, D = 1 (its weight exp(s_bg)).
+template <typename T>
+struct OnlineSoftmax {
+  T m;  // running maximum exponent
+  T D;  // normaliser relative to exp(m), background included
+
+  PULSAR_HD static OnlineSoftmax start(const BlendParams<T>& p) { return {p.bg_exponent, T(1)}; }
+
+  // Adds a weight factor * exp(s). Returns that weight relative to the new exp(m) and sets
+  // rescale to the factor by which earlier accumulations (relative to the old m) shrink.
+  PULSAR_HD T add(T s, T factor, T& rescale) {
+    if (s > m) {
+      rescale = std::exp(m - s);
+      m = s;
+      D = D * rescale + factor;
+      return factor;
+    }
+    rescale = T(1);
+    const T w = factor * std::exp(s - m);
+    D += w;
+    return w;
+  }
+};
+
+// Early termination (model.md section 6): a sphere whose closest depth exceeds this
+// would contribute less than the share p; with its depth sorted list, traversal stops.
+template <typename T>
+PULSAR_HD T termination_depth(const BlendParams<T>& p, const OnlineSoftmax<T>& state) {
+  return p.min_depth +
+         p.depth_range() * (T(1) - p.gamma * (std::log(state.D) + p.log_odds + state.m));
+}
+
+}  // namespace pulsar

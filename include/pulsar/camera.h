@@ -1,0 +1,103 @@
+// The general camera of model.md section 2, as the native core reads it, and the
+// quantities derived from it once per image (optical axis, orthographic frame, pixel
+// size), with the derivative twin of that derivation.
+#pragma once
+
+#include "pulsar/hd.h"
+#include "pulsar/vec3.h"
+
+namespace pulsar {
+
+// Layout of one packed camera: CAMERA_PARAMS values of the scene's dtype.
+//   [0:3] eye, [3:6] pixel_0_0_center (p00), [6:9] pixel_vec_x (pdx),
+//   [9:12] pixel_vec_y (pdy), [12] focal length (0 if orthographic),
+//   [13] min_depth (already resolved: never 0 meaning "focal + 2e-6"), [14] max_depth.
+// All in world units. The gradient with respect to a camera has the same layout.
+constexpr int CAMERA_PARAMS = 15;
+enum CameraSlot : int { kEye = 0, kP00 = 3, kPdx = 6, kPdy = 9, kFocal = 12, kMinDepth = 13, kMaxDepth = 14 };
+
+// Perspective culling: the centre must be in front, c.z / |c| >= this (model.md sec. 3).
+constexpr double kMinForwardCosine = 1e-6;
+
+template <typename T>
+struct CameraFrame {
+  Vec3<T> eye, p00, pdx, pdy;
+  Vec3<T> z_axis;      // unit optical axis = +-normalize(pdy x pdx)
+  Vec3<T> x_unit;      // normalize(pdx): orthographic frame
+  Vec3<T> y_unit;      // normalize(pdy)
+  T pixel_width;       // |pdx|
+  T pixel_height;      // |pdy|
+  T pixel_size;        // sqrt(|pdx| |pdy|): the tiny-sphere rule's pixel size
+  T focal;             // 0 if orthographic
+  T min_depth, max_depth;
+  bool orthographic;
+  bool right_handed;
+
+  // World position of the sensor point of film pixel (column i, row j).
+  PULSAR_HD Vec3<T> sensor_point(T i, T j) const { return p00 + i * pdx + j * pdy; }
+};
+
+template <typename T>
+PULSAR_HD CameraFrame<T> load_camera(const T* packed, bool orthographic, bool right_handed) {
+  CameraFrame<T> cam;
+  cam.eye = load_vec3(packed + kEye);
+  cam.p00 = load_vec3(packed + kP00);
+  cam.pdx = load_vec3(packed + kPdx);
+  cam.pdy = load_vec3(packed + kPdy);
+  cam.focal = packed[kFocal];
+  cam.min_depth = packed[kMinDepth];
+  cam.max_depth = packed[kMaxDepth];
+  cam.orthographic = orthographic;
+  cam.right_handed = right_handed;
+  const Vec3<T> z = normalize(cross(cam.pdy, cam.pdx));
+  cam.z_axis = right_handed ? -z : z;
+  cam.pixel_width = norm(cam.pdx);
+  cam.pixel_height = norm(cam.pdy);
+  cam.x_unit = (T(1) / cam.pixel_width) * cam.pdx;
+  cam.y_unit = (T(1) / cam.pixel_height) * cam.pdy;
+  cam.pixel_size = std::sqrt(cam.pixel_width * cam.pixel_height);
+  return cam;
+}
+
+// Gradients with respect to the camera, accumulated in the derived frame and reduced to
+// the packed layout once per image by frame_backward.
+template <typename T>
+struct CameraGrad {
+  Vec3<T> eye{0, 0, 0}, p00{0, 0, 0}, pdx{0, 0, 0}, pdy{0, 0, 0};
+  Vec3<T> z_axis{0, 0, 0}, x_unit{0, 0, 0}, y_unit{0, 0, 0};
+  T min_depth = 0, max_depth = 0;
+
+  PULSAR_HD void add(const CameraGrad& o) {
+    eye += o.eye; p00 += o.p00; pdx += o.pdx; pdy += o.pdy;
+    z_axis += o.z_axis; x_unit += o.x_unit; y_unit += o.y_unit;
+    min_depth += o.min_depth; max_depth += o.max_depth;
+  }
+
+  // A gradient with respect to the sensor point of pixel (i, j) reaches p00, pdx, pdy.
+  PULSAR_HD void add_sensor_point(Vec3<T> g, T i, T j) {
+    p00 += g;
+    pdx += i * g;
+    pdy += j * g;
+  }
+};
+
+// Twin of load_camera's derivation: folds the gradients of z_axis, x_unit and y_unit
+// into pdx and pdy and writes the packed gradient (CAMERA_PARAMS values).
+template <typename T>
+PULSAR_HD void frame_backward(const CameraFrame<T>& cam, const CameraGrad<T>& g, T* packed_grad) {
+  Vec3<T> gpdx = g.pdx + normalize_backward(cam.pdx, g.x_unit);
+  Vec3<T> gpdy = g.pdy + normalize_backward(cam.pdy, g.y_unit);
+  // z = s * normalize(pdy x pdx), s = -1 if right-handed.
+  const Vec3<T> gz = cam.right_handed ? -g.z_axis : g.z_axis;
+  const Vec3<T> gcross = normalize_backward(cross(cam.pdy, cam.pdx), gz);
+  cross_backward(cam.pdy, cam.pdx, gcross, gpdy, gpdx);
+  store_vec3(packed_grad + kEye, g.eye);
+  store_vec3(packed_grad + kP00, g.p00);
+  store_vec3(packed_grad + kPdx, gpdx);
+  store_vec3(packed_grad + kPdy, gpdy);
+  packed_grad[kFocal] = T(0);  // focal length enters only the (discrete) tiny-sphere rule
+  packed_grad[kMinDepth] = g.min_depth;
+  packed_grad[kMaxDepth] = g.max_depth;
+}
+
+}  // namespace pulsar

@@ -1,0 +1,145 @@
+// Ray-sphere intersection of one pixel and one sphere (model.md section 4), for the
+// perspective and the orthographic projection, each with its derivative twin.
+//
+// Forward: closeness kappa in [0, 1] and intersection depth z (world units, along the
+// ray). Backward: given dL/dkappa and dL/dz, the gradients of the inputs. Points where
+// the function has a kink (a ray through the centre, a tangent ray, the tiny-sphere rule
+// switching) get the zero subgradient there, never NaN or Inf.
+#pragma once
+
+#include <cmath>
+
+#include "pulsar/hd.h"
+#include "pulsar/vec3.h"
+
+namespace pulsar {
+
+// The tiny-sphere rule: a sphere projecting to under one pixel hits its centre pixel,
+// perspective: the chord delta < this * pixel_size * t / focal (model.md section 4).
+constexpr double kTinyCentreRadiusPx = 0.75;
+
+template <typename T>
+struct PairHit {
+  bool hit = false;     // processed as a hit: inside, or the tiny-sphere rule
+  bool inside = false;  // delta <= r
+  bool tiny = false;    // the tiny-sphere rule fired: kappa = 1
+  T kappa = 0;          // closeness
+  T depth = 0;          // z = o1 - h
+  // Intermediates for the backward twin.
+  T delta = 0;          // chord (perspective) or in-plane distance (orthographic)
+  T o1 = 0;             // depth of the centre's foot point along the ray
+  T perp = 0;           // l: distance of the centre from the ray
+  T half_chord = 0;     // h
+  bool o1_is_dist = false;  // perspective: o1 = min(c.d, t) took t
+};
+
+// Shared tail: closeness and depth from delta, o1 and l.
+template <typename T>
+PULSAR_HD void finish_hit(PairHit<T>& h, T r) {
+  h.kappa = h.tiny ? T(1) : (T(1) - h.delta / r);
+  h.kappa = h.kappa < T(0) ? T(0) : (h.kappa > T(1) ? T(1) : h.kappa);
+  const T rest = r - h.perp;
+  h.half_chord = (h.inside && rest > T(0)) ? std::sqrt((r + h.perp) * rest) : T(0);
+  h.depth = h.o1 - h.half_chord;
+}
+
+// Twin of finish_hit: dL/dkappa, dL/dz -> dL/ddelta, dL/do1, dL/dl, dL/dr.
+template <typename T>
+PULSAR_HD void finish_hit_backward(const PairHit<T>& h, T r, T grad_kappa, T grad_depth,
+                                   T& grad_delta, T& grad_o1, T& grad_perp, T& grad_r) {
+  grad_delta = T(0);
+  grad_perp = T(0);
+  if (!h.tiny) {  // kappa = 1 - delta / r
+    grad_delta = -grad_kappa / r;
+    grad_r += grad_kappa * h.delta / (r * r);
+  }
+  grad_o1 = grad_depth;  // z = o1 - h
+  if (h.half_chord > T(0)) {  // h = sqrt(r^2 - l^2): dh/dr = r/h, dh/dl = -l/h
+    const T grad_h = -grad_depth;
+    grad_r += grad_h * r / h.half_chord;
+    grad_perp = -grad_h * h.perp / h.half_chord;
+  }
+}
+
+// Perspective. c = centre - eye, t = |c| (> 0), r the radius, d the pixel's unit ray.
+// is_tiny: the sphere projects to under one pixel; tiny_radius = 0.75 * ps * t / f.
+template <typename T>
+PULSAR_HD PairHit<T> intersect_perspective(Vec3<T> c, T t, T r, bool is_tiny, T tiny_radius,
+                                           Vec3<T> d) {
+  PairHit<T> h;
+  h.delta = norm(c - t * d);
+  h.inside = h.delta <= r;
+  h.tiny = is_tiny && h.delta < tiny_radius;
+  h.hit = h.inside || h.tiny;
+  if (!h.hit) return h;
+  const T cd = dot(c, d);
+  h.o1_is_dist = cd >= t;
+  h.o1 = h.o1_is_dist ? t : cd;
+  const T gap = t - h.o1;
+  h.perp = gap > T(0) ? std::sqrt((t + h.o1) * gap) : T(0);
+  finish_hit(h, r);
+  return h;
+}
+
+// Twin of intersect_perspective: accumulates dL/dc, dL/dr and dL/dd.
+template <typename T>
+PULSAR_HD void intersect_perspective_backward(const PairHit<T>& h, Vec3<T> c, T t, T r, Vec3<T> d,
+                                              T grad_kappa, T grad_depth, Vec3<T>& grad_c,
+                                              T& grad_r, Vec3<T>& grad_d) {
+  T grad_delta, grad_o1, grad_perp;
+  finish_hit_backward(h, r, grad_kappa, grad_depth, grad_delta, grad_o1, grad_perp, grad_r);
+  T grad_t = 0, grad_cd = 0;
+  // l = sqrt(t^2 - o1^2) while o1 < t.
+  if (h.perp > T(0)) {
+    grad_t += grad_perp * t / h.perp;
+    grad_cd -= grad_perp * h.o1 / h.perp;
+  }
+  // o1 = min(c.d, t).
+  if (h.o1_is_dist) grad_t += grad_o1; else grad_cd += grad_o1;
+  // delta = |u|, u = c - t d.
+  if (h.delta > T(0) && grad_delta != T(0)) {
+    const Vec3<T> u = c - t * d;
+    const Vec3<T> grad_u = (grad_delta / h.delta) * u;
+    grad_c += grad_u;
+    grad_t -= dot(grad_u, d);
+    grad_d -= t * grad_u;
+  }
+  grad_c += grad_cd * d;
+  grad_d += grad_cd * c;
+  grad_c += (grad_t / t) * c;  // t = |c|
+}
+
+// Orthographic. (a, b) = (centre - sensor point) in the unit pixel frame, cz = the
+// centre's depth along the optical axis from the eye. is_tiny: r < pixel size; the
+// centre pixel test is |a| < pixel_width / 2 and |b| < pixel_height / 2.
+template <typename T>
+PULSAR_HD PairHit<T> intersect_orthographic(T a, T b, T cz, T r, bool is_tiny, T pixel_width,
+                                            T pixel_height) {
+  PairHit<T> h;
+  h.delta = std::sqrt(a * a + b * b);
+  h.inside = h.delta <= r;
+  h.tiny = is_tiny && std::abs(a) < T(0.5) * pixel_width && std::abs(b) < T(0.5) * pixel_height;
+  h.hit = h.inside || h.tiny;
+  if (!h.hit) return h;
+  h.o1 = std::abs(cz);
+  h.perp = h.delta;
+  finish_hit(h, r);
+  return h;
+}
+
+// Twin of intersect_orthographic: accumulates dL/da, dL/db, dL/dcz, dL/dr.
+template <typename T>
+PULSAR_HD void intersect_orthographic_backward(const PairHit<T>& h, T a, T b, T cz, T r,
+                                               T grad_kappa, T grad_depth, T& grad_a, T& grad_b,
+                                               T& grad_cz, T& grad_r) {
+  T grad_delta, grad_o1, grad_perp;
+  finish_hit_backward(h, r, grad_kappa, grad_depth, grad_delta, grad_o1, grad_perp, grad_r);
+  grad_delta += grad_perp;  // l = delta
+  if (h.delta > T(0)) {
+    grad_a += grad_delta * a / h.delta;
+    grad_b += grad_delta * b / h.delta;
+  }
+  grad_cz += cz >= T(0) ? grad_o1 : -grad_o1;  // o1 = |cz|
+}
+
+}  // namespace pulsar

@@ -1,0 +1,45 @@
+// What one pixel contributes to every pair it is part of: its ray (perspective) or its
+// film coordinates (orthographic), and the pair evaluation on top of a prepared sphere.
+#pragma once
+
+#include "pulsar/camera.h"
+#include "pulsar/hd.h"
+#include "pulsar/intersection.h"
+#include "pulsar/vec3.h"
+
+namespace pulsar {
+
+template <typename T>
+struct PixelRay {
+  Vec3<T> dir;  // perspective: unit ray normalize(P - eye)
+  T sx, sy;     // orthographic: (P - eye) . (x_unit, y_unit)
+};
+
+template <typename T>
+PULSAR_HD PixelRay<T> pixel_ray(const CameraFrame<T>& cam, int x, int y) {
+  PixelRay<T> r;
+  const Vec3<T> s = cam.sensor_point(T(x), T(y)) - cam.eye;
+  if (cam.orthographic) {
+    r.sx = dot(s, cam.x_unit);
+    r.sy = dot(s, cam.y_unit);
+    r.dir = cam.z_axis;
+  } else {
+    r.dir = normalize(s);
+    r.sx = r.sy = T(0);
+  }
+  return r;
+}
+
+// Evaluates one pixel-sphere pair. c: perspective, centre - eye in world coordinates;
+// orthographic, the same vector in the camera frame (x_unit, y_unit, z_axis). dist = |c|.
+template <typename T>
+PULSAR_HD PairHit<T> evaluate_pair(const CameraFrame<T>& cam, Vec3<T> c, T dist, T radius,
+                                   bool is_tiny, const PixelRay<T>& ray) {
+  if (cam.orthographic)
+    return intersect_orthographic(c.x - ray.sx, c.y - ray.sy, c.z, radius, is_tiny,
+                                  cam.pixel_width, cam.pixel_height);
+  const T tiny_radius = T(kTinyCentreRadiusPx) * cam.pixel_size * dist / cam.focal;
+  return intersect_perspective(c, dist, radius, is_tiny, tiny_radius, ray.dir);
+}
+
+}  // namespace pulsar

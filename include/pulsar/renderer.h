@@ -1,0 +1,125 @@
+// The public C++ API of the native core: a Renderer constructed once for an image size
+// and a device, called per frame with plain pointers (the caller owns inputs and
+// outputs; the Renderer owns its scratch). No framework types appear here.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace pulsar {
+
+enum class DType : int { Float32 = 0, Float64 = 1 };
+enum class DeviceKind : int { CPU = 0, CUDA = 1 };
+
+// Fixed at construction.
+struct RendererConfig {
+  int width = 0;                  // image width in pixels (columns)
+  int height = 0;                 // image height in pixels (rows)
+  int n_channels = 3;             // C, feature channels per sphere
+  int n_track = 5;                // K, closest hits reported in forward info (1..128)
+  bool orthographic = false;      // projection
+  double background_normalized_depth = 1e-6;  // beta in (0, 1)
+  DeviceKind device = DeviceKind::CPU;
+  int device_index = 0;           // CUDA device ordinal
+  int num_threads = 0;            // CPU threads; 0: every core
+};
+
+// Limits enforced at construction and per call (documented in docs/design.md).
+constexpr int kMaxImageSide = 16384;
+constexpr int kMaxTrack = 128;
+
+// The spheres and cameras of one call. Pointers are to contiguous arrays of `dtype`
+// on the Renderer's device; B = batch_size cameras, N = n_spheres, C = n_channels.
+struct SceneArgs {
+  DType dtype = DType::Float32;
+  int batch_size = 1;             // B
+  std::int64_t n_spheres = 0;     // N
+  bool shared_spheres = true;     // one set of spheres for all B cameras (else one per camera)
+  const void* positions = nullptr;  // [B?, N, 3] centres, world units
+  const void* features = nullptr;   // [B?, N, C]
+  const void* radii = nullptr;      // [B?, N], > 0, world units
+  const void* opacities = nullptr;  // [B?, N] in [0, 1], or null (all 1)
+  const void* background = nullptr; // [C] background features
+  const void* cameras = nullptr;    // [B, 15], layout in camera.h (CAMERA_PARAMS)
+  bool right_handed = false;        // optical axis = -normalize(pdy x pdx)
+};
+
+struct RenderOptions {
+  double gamma = 0.1;                       // in [1e-5, 1]
+  double percent_allowed_difference = 0.0;  // p in [0, 1); 0 disables early termination
+  std::int64_t max_n_hits = -1;             // hard cap on processed hits per pixel; < 0: none
+  void* stream = nullptr;                   // CUDA stream (cudaStream_t); ignored on the CPU
+};
+
+// Caller-owned outputs of forward, [B, H, W, ...] row-major.
+struct ForwardOutputs {
+  void* image = nullptr;          // [B, H, W, C]
+  void* blend_state = nullptr;    // [B, H, W, 2]: (m, D), needed by backward
+  std::int32_t* hit_count = nullptr;  // [B, H, W]: processed hits, needed by backward
+  void* forward_info = nullptr;   // [B, H, W, 3 + 2K] (Pulsar layout) or null
+};
+
+// What backward reads besides the scene: the forward's outputs and dL/dimage.
+struct BackwardArgs {
+  const void* grad_image = nullptr;   // [B, H, W, C]
+  const void* image = nullptr;        // [B, H, W, C]
+  const void* blend_state = nullptr;  // [B, H, W, 2]
+  const std::int32_t* hit_count = nullptr;  // [B, H, W]
+};
+
+// Gradient outputs; a null pointer means "not requested" and costs nothing. Every
+// requested array is fully written (no need to zero it). Sphere gradients have the
+// sphere arrays' shapes (summed over cameras when shared_spheres).
+struct GradientOutputs {
+  void* positions = nullptr;   // [B?, N, 3]
+  void* features = nullptr;    // [B?, N, C]
+  void* radii = nullptr;       // [B?, N]
+  void* opacities = nullptr;   // [B?, N]
+  void* background = nullptr;  // [C], summed over the batch
+  void* cameras = nullptr;     // [B, 15]
+};
+
+class Backend;
+
+class Renderer {
+ public:
+  explicit Renderer(const RendererConfig& config);
+  ~Renderer();
+  Renderer(const Renderer&) = delete;
+  Renderer& operator=(const Renderer&) = delete;
+
+  // Renders B images. Returns a token naming the binning it built, which backward can
+  // reuse when no other call came in between.
+  std::uint64_t forward(const SceneArgs& scene, const RenderOptions& options,
+                        const ForwardOutputs& outputs);
+
+  // Exact gradients of the forward (model.md section 8) for the same scene and options.
+  void backward(const SceneArgs& scene, const RenderOptions& options, const BackwardArgs& args,
+                const GradientOutputs& grads, std::uint64_t forward_token);
+
+  const RendererConfig& config() const { return config_; }
+  // Bytes of scratch the Renderer currently owns (host or device).
+  std::size_t scratch_bytes() const;
+
+ private:
+  void check_call(const SceneArgs& scene, const RenderOptions& options) const;
+  void prepare(const SceneArgs& scene, const RenderOptions& options);
+
+  RendererConfig config_;
+  std::unique_ptr<Backend> backend_;
+  std::uint64_t binned_token_ = 0;  // token of the binning the backend holds; 0: none
+  std::uint64_t next_token_ = 1;
+};
+
+struct BuildInfo {
+  std::string version;
+  bool cpu = true;
+  bool cuda = false;
+  std::string cuda_version;       // of the toolkit compiled against
+  std::string cuda_architectures; // as configured
+  std::string compiler;
+};
+BuildInfo build_info();
+
+}  // namespace pulsar

@@ -1,0 +1,20 @@
+#include "bindings.h"
+#include "pulsar/renderer.h"
+
+namespace py = pybind11;
+
+namespace pulsar::bindings {
+
+void bind_renderer(py::module_& m) {
+  // The GIL is released while native work runs, so renderers on other threads proceed.
+  py::class_<Renderer>(m, "Renderer")
+      .def(py::init<const RendererConfig&>(), py::arg("config"))
+      .def("forward", &Renderer::forward, py::arg("scene"), py::arg("options"), py::arg("outputs"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("backward", &Renderer::backward, py::arg("scene"), py::arg("options"), py::arg("args"),
+           py::arg("grads"), py::arg("forward_token"), py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("config", &Renderer::config)
+      .def_property_readonly("scratch_bytes", &Renderer::scratch_bytes);
+}
+
+}  // namespace pulsar::bindings

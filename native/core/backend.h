@@ -1,0 +1,36 @@
+// The seam between the stage sequence (renderer.cpp, written once) and the devices.
+// A backend is chosen once, when the Renderer is constructed for a device, and owns
+// that device's scratch. Stages, in order:
+//   1. setup_and_bin: per-sphere culling, closest depth and screen bounds; binning of
+//      the visible spheres into per-tile lists ordered by (closest depth, index).
+//   2. render_forward: per-pixel traversal of its tile's list and blending.
+//   3. render_backward: per-pixel re-traversal of the processed hits; gradient partials
+//      per (tile, sphere) instance and per tile for the camera.
+//   4. reduce_gradients: partials -> caller's gradient arrays.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "pulsar/renderer.h"
+
+namespace pulsar {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual void setup_and_bin(const SceneArgs& scene, const RenderOptions& options) = 0;
+  virtual void render_forward(const SceneArgs& scene, const RenderOptions& options,
+                              const ForwardOutputs& outputs) = 0;
+  virtual void render_backward(const SceneArgs& scene, const RenderOptions& options,
+                               const BackwardArgs& args, const GradientOutputs& grads) = 0;
+  virtual void reduce_gradients(const SceneArgs& scene, const GradientOutputs& grads) = 0;
+  virtual std::size_t scratch_bytes() const = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend(const RendererConfig& config);
+#ifdef PULSAR_WITH_CUDA
+std::unique_ptr<Backend> make_cuda_backend(const RendererConfig& config);
+#endif
+
+}  // namespace pulsar

@@ -1,0 +1,83 @@
+// The stage sequence, written once for every backend (see backend.h).
+#include "pulsar/renderer.h"
+
+#include "backend.h"
+#include "errors.h"
+
+namespace pulsar {
+
+Renderer::Renderer(const RendererConfig& config) : config_(config) {
+  PULSAR_REQUIRE(config.width >= 1 && config.width <= kMaxImageSide, "width: expected 1..",
+                 kMaxImageSide, " pixels, got ", config.width);
+  PULSAR_REQUIRE(config.height >= 1 && config.height <= kMaxImageSide, "height: expected 1..",
+                 kMaxImageSide, " pixels, got ", config.height);
+  PULSAR_REQUIRE(config.n_channels >= 1, "n_channels: expected >= 1, got ", config.n_channels);
+  PULSAR_REQUIRE(config.n_track >= 1 && config.n_track <= kMaxTrack, "n_track: expected 1..",
+                 kMaxTrack, ", got ", config.n_track);
+  PULSAR_REQUIRE(config.background_normalized_depth > 0 && config.background_normalized_depth < 1,
+                 "background_normalized_depth: expected a value in (0, 1), got ",
+                 config.background_normalized_depth);
+  PULSAR_REQUIRE(config.num_threads >= 0, "num_threads: expected >= 0 (0: every core), got ",
+                 config.num_threads);
+  if (config.device == DeviceKind::CUDA) {
+#ifdef PULSAR_WITH_CUDA
+    backend_ = make_cuda_backend(config);
+#else
+    throw std::invalid_argument(
+        "device: CUDA requested, but this build of pulsar_py has no CUDA backend "
+        "(see pulsar_py.build_info())");
+#endif
+  } else {
+    backend_ = make_cpu_backend(config);
+  }
+}
+
+Renderer::~Renderer() = default;
+
+std::size_t Renderer::scratch_bytes() const { return backend_->scratch_bytes(); }
+
+void Renderer::check_call(const SceneArgs& scene, const RenderOptions& options) const {
+  PULSAR_REQUIRE(scene.batch_size >= 1, "batch_size: expected >= 1, got ", scene.batch_size);
+  PULSAR_REQUIRE(scene.n_spheres >= 0 && scene.n_spheres <= (std::int64_t(1) << 31) - 1,
+                 "n_spheres: expected 0..2^31-1, got ", scene.n_spheres);
+  PULSAR_REQUIRE(scene.n_spheres == 0 || (scene.positions && scene.features && scene.radii),
+                 "positions, features, radii: null pointer");
+  PULSAR_REQUIRE(scene.background && scene.cameras, "background, cameras: null pointer");
+  PULSAR_REQUIRE(options.gamma >= 1e-5 && options.gamma <= 1.0,
+                 "gamma: expected a value in [1e-5, 1], got ", options.gamma);
+  PULSAR_REQUIRE(options.percent_allowed_difference >= 0 && options.percent_allowed_difference < 1,
+                 "percent_allowed_difference: expected a value in [0, 1), got ",
+                 options.percent_allowed_difference);
+  PULSAR_REQUIRE(options.max_n_hits != 0, "max_n_hits: expected >= 1 (or negative: unlimited), got 0");
+}
+
+void Renderer::prepare(const SceneArgs& scene, const RenderOptions& options) {
+  binned_token_ = 0;  // a failure part-way leaves no binning to reuse
+  backend_->setup_and_bin(scene, options);
+  binned_token_ = next_token_++;
+}
+
+std::uint64_t Renderer::forward(const SceneArgs& scene, const RenderOptions& options,
+                                const ForwardOutputs& outputs) {
+  check_call(scene, options);
+  PULSAR_REQUIRE(outputs.image && outputs.blend_state && outputs.hit_count,
+                 "forward outputs: image, blend_state and hit_count are required");
+  prepare(scene, options);
+  backend_->render_forward(scene, options, outputs);
+  return binned_token_;
+}
+
+void Renderer::backward(const SceneArgs& scene, const RenderOptions& options,
+                        const BackwardArgs& args, const GradientOutputs& grads,
+                        std::uint64_t forward_token) {
+  check_call(scene, options);
+  PULSAR_REQUIRE(args.grad_image && args.image && args.blend_state && args.hit_count,
+                 "backward inputs: grad_image, image, blend_state and hit_count are required");
+  // The binning of the forward is reused when nothing was rendered in between;
+  // otherwise it is rebuilt from the same inputs (deterministic, so identical).
+  if (forward_token == 0 || forward_token != binned_token_) prepare(scene, options);
+  backend_->render_backward(scene, options, args, grads);
+  backend_->reduce_gradients(scene, grads);
+}
+
+}  // namespace pulsar

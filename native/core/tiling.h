@@ -1,0 +1,19 @@
+// Screen tiling shared by the backends: spheres are binned into square tiles of pixels.
+#pragma once
+
+#include <cstdint>
+
+namespace pulsar {
+
+constexpr int kTileSize = 16;  // pixels per tile side
+
+struct Tiling {
+  int width, height, tiles_x, tiles_y;
+  static Tiling of(int width, int height) {
+    return Tiling{width, height, (width + kTileSize - 1) / kTileSize,
+                  (height + kTileSize - 1) / kTileSize};
+  }
+  std::int64_t n_tiles() const { return std::int64_t(tiles_x) * tiles_y; }
+};
+
+}  // namespace pulsar

@@ -1,0 +1,60 @@
+// The CPU backend: owns the host scratch and runs the CPU stages with every core.
+#include "../core/backend.h"
+#include "cpu_scratch.h"
+#include "parallel_for.h"
+
+namespace pulsar {
+
+namespace {
+
+template <typename Fn>
+void dispatch(DType dtype, Fn&& fn) {
+  if (dtype == DType::Float64) fn(double{}); else fn(float{});
+}
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const RendererConfig& config) : config_(config) {
+    scratch_.threads = resolve_thread_count(config.num_threads);
+  }
+
+  void setup_and_bin(const SceneArgs& scene, const RenderOptions&) override {
+    dispatch(scene.dtype, [&](auto tag) {
+      cpu_setup_and_bin<decltype(tag)>(config_, scene, scratch_);
+    });
+  }
+
+  void render_forward(const SceneArgs& scene, const RenderOptions& options,
+                      const ForwardOutputs& outputs) override {
+    dispatch(scene.dtype, [&](auto tag) {
+      cpu_render_forward<decltype(tag)>(config_, scene, options, outputs, scratch_);
+    });
+  }
+
+  void render_backward(const SceneArgs& scene, const RenderOptions& options, const BackwardArgs& args,
+                       const GradientOutputs& grads) override {
+    dispatch(scene.dtype, [&](auto tag) {
+      cpu_render_backward<decltype(tag)>(config_, scene, options, args, grads, scratch_);
+    });
+  }
+
+  void reduce_gradients(const SceneArgs& scene, const GradientOutputs& grads) override {
+    dispatch(scene.dtype, [&](auto tag) {
+      cpu_reduce_gradients<decltype(tag)>(config_, scene, grads, scratch_);
+    });
+  }
+
+  std::size_t scratch_bytes() const override { return scratch_.bytes(); }
+
+ private:
+  RendererConfig config_;
+  CpuScratch scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(const RendererConfig& config) {
+  return std::make_unique<CpuBackend>(config);
+}
+
+}  // namespace pulsar

@@ -1,0 +1,110 @@
+// The CPU backend's persistent scratch and the typed views its stages share.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "../core/host_buffer.h"
+#include "../core/tiling.h"
+#include "pulsar/blend.h"
+#include "pulsar/camera.h"
+#include "pulsar/renderer.h"
+#include "pulsar/sphere_setup.h"
+
+namespace pulsar {
+
+// One sphere as seen from one camera, prepared once per call (stage 1).
+template <typename T>
+struct SphereRecord {
+  Vec3<T> c;          // perspective: centre - eye (world); orthographic: same in the
+                      // camera frame (x_unit, y_unit, z_axis components)
+  T dist;             // perspective: |c|; orthographic: unused
+  T closest_depth;    // zc, world units
+  PixelBounds bounds; // pixels the sphere may hit (clamped to the image)
+  bool is_tiny;
+};
+
+struct CpuScratch {
+  int threads = 1;
+  HostBuffer records;       // SphereRecord<T> [B, N]
+  HostBuffer order;         // int32 [N]: per camera, visible ids sorted by (zc, id)
+  HostBuffer tile_offsets;  // int64 [B * n_tiles + 1]: entries of tile (b, t) are
+                            // entries[offsets[b*n_tiles+t] .. offsets[b*n_tiles+t+1])
+  HostBuffer entries;       // int32 [n_instances]: sphere ids
+  std::int64_t n_instances = 0;
+  HostBuffer instance_grads;  // T [n_instances, 5 + C]: (pos 3, radius, opacity, features C)
+  HostBuffer tile_camera_grads;  // CameraGrad<T> [B * n_tiles]
+  HostBuffer tile_background_grads;  // T [B * n_tiles, C]
+  HostBuffer pixel_scratch;  // per worker: features and tracked hits
+
+  std::size_t bytes() const {
+    return records.capacity() + order.capacity() + tile_offsets.capacity() + entries.capacity() +
+           instance_grads.capacity() + tile_camera_grads.capacity() +
+           tile_background_grads.capacity() + pixel_scratch.capacity();
+  }
+};
+
+// Typed view of the caller's scene arrays for one camera.
+template <typename T>
+struct SceneView {
+  const T* positions;
+  const T* features;
+  const T* radii;
+  const T* opacities;  // may be null
+  const T* background;
+  std::int64_t n;
+  int channels;
+
+  static SceneView of(const SceneArgs& s, int b, int channels) {
+    const std::int64_t stride = s.shared_spheres ? 0 : s.n_spheres * b;
+    SceneView v;
+    v.positions = static_cast<const T*>(s.positions) + stride * 3;
+    v.features = static_cast<const T*>(s.features) + stride * channels;
+    v.radii = static_cast<const T*>(s.radii) + stride;
+    v.opacities = s.opacities ? static_cast<const T*>(s.opacities) + stride : nullptr;
+    v.background = static_cast<const T*>(s.background);
+    v.n = s.n_spheres;
+    v.channels = channels;
+    return v;
+  }
+  T opacity(std::int64_t i) const { return opacities ? opacities[i] : T(1); }
+};
+
+template <typename T>
+CameraFrame<T> camera_of(const SceneArgs& s, int b, bool orthographic) {
+  return load_camera(static_cast<const T*>(s.cameras) + std::int64_t(b) * CAMERA_PARAMS,
+                     orthographic, s.right_handed);
+}
+
+template <typename T>
+BlendParams<T> blend_params_of(const CameraFrame<T>& cam, const RendererConfig& config,
+                               const RenderOptions& options) {
+  BlendParams<T> p;
+  p.gamma = T(options.gamma);
+  p.min_depth = cam.min_depth;
+  p.max_depth = cam.max_depth;
+  p.bg_exponent = T(config.background_normalized_depth / options.gamma);
+  const double pad = options.percent_allowed_difference;
+  p.early_stop = pad > 0;
+  p.log_odds = p.early_stop ? T(std::log(pad / (1 - pad))) : T(0);
+  return p;
+}
+
+// Per-instance gradient layout of stage 3: [position 3, radius, opacity, features C].
+constexpr int kInstPos = 0, kInstRadius = 3, kInstOpacity = 4, kInstFeatures = 5;
+
+// Stages, explicitly instantiated for float and double.
+template <typename T>
+void cpu_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, CpuScratch& scratch);
+template <typename T>
+void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene,
+                        const RenderOptions& options, const ForwardOutputs& out, CpuScratch& scratch);
+template <typename T>
+void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
+                         const RenderOptions& options, const BackwardArgs& args,
+                         const GradientOutputs& grads, CpuScratch& scratch);
+template <typename T>
+void cpu_reduce_gradients(const RendererConfig& config, const SceneArgs& scene,
+                          const GradientOutputs& grads, CpuScratch& scratch);
+
+}  // namespace pulsar

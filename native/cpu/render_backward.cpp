@@ -1,0 +1,137 @@
+// Stage 3 on the CPU: per pixel, re-traverse the hits the forward processed (the first
+// hit_count hits of its tile list: termination only ever stops, never skips) and write
+// the exact gradient of the blend (model.md section 8). Sphere terms accumulate per
+// (tile, sphere) instance and camera terms per tile; each is owned by one work item,
+// so the later fixed-order reduction makes the result bitwise reproducible.
+#include <cmath>
+#include <cstring>
+
+#include "cpu_scratch.h"
+#include "parallel_for.h"
+#include "pulsar/blend.h"
+#include "pulsar/pixel_ray.h"
+
+namespace pulsar {
+
+template <typename T>
+void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
+                         const RenderOptions& options, const BackwardArgs& args,
+                         const GradientOutputs& grads, CpuScratch& scratch) {
+  const int channels = config.n_channels;
+  const Tiling tiling = Tiling::of(config.width, config.height);
+  const std::int64_t n_tiles = tiling.n_tiles();
+  const std::int64_t n = scene.n_spheres;
+  const std::int64_t pixels = std::int64_t(config.width) * config.height;
+  const int stride = kInstFeatures + channels;
+  const auto* records = scratch.records.as<SphereRecord<T>>();
+  const auto* offsets = scratch.tile_offsets.as<std::int64_t>();
+  const auto* entries = scratch.entries.as<std::int32_t>();
+  T* inst = scratch.instance_grads.reserve<T>(std::size_t(scratch.n_instances) * stride, "instance gradients");
+  auto* tile_cam = scratch.tile_camera_grads.reserve<CameraGrad<T>>(std::size_t(scene.batch_size) * n_tiles, "camera gradients");
+  T* tile_bg = scratch.tile_background_grads.reserve<T>(std::size_t(scene.batch_size) * n_tiles * channels, "background gradients");
+  const auto* grad_image = static_cast<const T*>(args.grad_image);
+  const auto* image = static_cast<const T*>(args.image);
+  const auto* state = static_cast<const T*>(args.blend_state);
+  const bool want_geometry = grads.positions || grads.radii || grads.cameras;
+  const bool want_blend = want_geometry || grads.opacities;
+
+  parallel_for(scratch.threads, scene.batch_size * n_tiles, [&](std::int64_t item, int) {
+    const int b = int(item / n_tiles);
+    const std::int64_t tile = item % n_tiles;
+    const CameraFrame<T> cam = camera_of<T>(scene, b, config.orthographic);
+    const SceneView<T> sv = SceneView<T>::of(scene, b, channels);
+    const BlendParams<T> bp = blend_params_of(cam, config, options);
+    const SphereRecord<T>* rec = records + b * n;
+    const std::int64_t first = offsets[item], last = offsets[item + 1];
+    std::memset(inst + first * stride, 0, sizeof(T) * std::size_t((last - first) * stride));
+    CameraGrad<T> cg;
+    T* bg = tile_bg + item * channels;
+    for (int ch = 0; ch < channels; ++ch) bg[ch] = T(0);
+    const int x_begin = int(tile % tiling.tiles_x) * kTileSize;
+    const int y_begin = int(tile / tiling.tiles_x) * kTileSize;
+    const int x_end = std::min(x_begin + kTileSize, config.width);
+    const int y_end = std::min(y_begin + kTileSize, config.height);
+    for (int y = y_begin; y < y_end; ++y) {
+      for (int x = x_begin; x < x_end; ++x) {
+        const std::int64_t pix = std::int64_t(b) * pixels + std::int64_t(y) * config.width + x;
+        const T* g_img = grad_image + pix * channels;
+        const T* colour = image + pix * channels;
+        const T m = state[2 * pix], norm_d = state[2 * pix + 1];
+        const std::int32_t count = args.hit_count[pix];
+        // Background: C = (exp(s_bg) bg + sum w col) / (exp(s_bg) + sum w).
+        const T bg_share = std::exp(bp.bg_exponent - m) / norm_d;
+        for (int ch = 0; ch < channels; ++ch) bg[ch] += g_img[ch] * bg_share;
+        if (count == 0) continue;
+        const PixelRay<T> ray = pixel_ray(cam, x, y);
+        const Vec3<T> sensor_rel = cam.sensor_point(T(x), T(y)) - cam.eye;  // S = P - eye
+        Vec3<T> grad_ray{0, 0, 0};     // perspective: dL/d(unit ray)
+        Vec3<T> grad_sensor{0, 0, 0};  // orthographic: dL/dS
+        std::int32_t done = 0;
+        for (std::int64_t e = first; e < last && done < count; ++e) {
+          const std::int32_t i = entries[e];
+          const SphereRecord<T>& r = rec[i];
+          if (!r.bounds.contains(x, y)) continue;
+          const T radius = sv.radii[i];
+          const PairHit<T> h = evaluate_pair(cam, r.c, r.dist, radius, r.is_tiny, ray);
+          if (!h.hit) continue;
+          ++done;
+          const T opacity = sv.opacity(i);
+          const T s = blend_exponent(bp, opacity, h.depth);
+          const T share = opacity * std::exp(s - m) / norm_d;  // w / (kappa * total weight)
+          const T weight = h.kappa * share;                     // normalised blend weight
+          const T* col = sv.features + std::int64_t(i) * channels;
+          T* gi = inst + e * stride;
+          T g = 0;  // dL/dw * total weight = gL . (col - C)
+          for (int ch = 0; ch < channels; ++ch) {
+            g += g_img[ch] * (col[ch] - colour[ch]);
+            gi[kInstFeatures + ch] += weight * g_img[ch];
+          }
+          if (!want_blend) continue;
+          // w = kappa * o * exp(s): dL/ds = weight * g, dL/dkappa = share * g.
+          T grad_opacity = h.kappa * share * g, grad_depth = 0;
+          blend_exponent_backward(bp, opacity, h.depth, weight * g, grad_opacity, grad_depth,
+                                  cg.min_depth, cg.max_depth);
+          gi[kInstOpacity] += grad_opacity;
+          if (!want_geometry) continue;
+          const T grad_kappa = share * g;
+          T grad_r = 0;
+          Vec3<T> grad_c{0, 0, 0};  // world dL/d(centre - eye)
+          if (cam.orthographic) {
+            T ga = 0, gb = 0, gcz = 0;
+            intersect_orthographic_backward(h, r.c.x - ray.sx, r.c.y - ray.sy, r.c.z, radius,
+                                            grad_kappa, grad_depth, ga, gb, gcz, grad_r);
+            grad_c = ga * cam.x_unit + gb * cam.y_unit + gcz * cam.z_axis;
+            // a = (c - S).x_unit, b = (c - S).y_unit, cz = c.z_axis, all in world terms.
+            const Vec3<T> c_world = load_vec3(sv.positions + 3 * std::int64_t(i)) - cam.eye;
+            cg.x_unit += ga * (c_world - sensor_rel);
+            cg.y_unit += gb * (c_world - sensor_rel);
+            cg.z_axis += gcz * c_world;
+            grad_sensor -= ga * cam.x_unit + gb * cam.y_unit;
+          } else {
+            intersect_perspective_backward(h, r.c, r.dist, radius, ray.dir, grad_kappa, grad_depth,
+                                           grad_c, grad_r, grad_ray);
+          }
+          gi[kInstPos + 0] += grad_c.x;
+          gi[kInstPos + 1] += grad_c.y;
+          gi[kInstPos + 2] += grad_c.z;
+          gi[kInstRadius] += grad_r;
+          cg.eye -= grad_c;
+        }
+        // The pixel's own camera terms: its ray (perspective) or sensor point (orthographic).
+        if (want_geometry) {
+          const Vec3<T> grad_s = cam.orthographic ? grad_sensor : normalize_backward(sensor_rel, grad_ray);
+          cg.add_sensor_point(grad_s, T(x), T(y));
+          cg.eye -= grad_s;
+        }
+      }
+    }
+    tile_cam[item] = cg;
+  });
+}
+
+template void cpu_render_backward<float>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
+                                         const BackwardArgs&, const GradientOutputs&, CpuScratch&);
+template void cpu_render_backward<double>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
+                                          const BackwardArgs&, const GradientOutputs&, CpuScratch&);
+
+}  // namespace pulsar

@@ -1,0 +1,139 @@
+// Stage 2 on the CPU: per pixel, traverse its tile's depth-ordered list and blend
+// (model.md sections 4-7). One work item is one (camera, tile); every pixel is written
+// by exactly one thread, so the result does not depend on scheduling.
+#include <cstring>
+#include <limits>
+
+#include "cpu_scratch.h"
+#include "parallel_for.h"
+#include "pulsar/blend.h"
+#include "pulsar/pixel_ray.h"
+
+namespace pulsar {
+
+namespace {
+
+// The K processed hits with the smallest depth, closest first (insertion sort).
+template <typename T>
+struct TrackedHits {
+  T* depth;
+  std::int32_t* id;
+  int k, size;
+  void insert(T z, std::int32_t sphere) {
+    if (size == k && !(z < depth[k - 1])) return;
+    int pos = size < k ? size++ : k - 1;
+    while (pos > 0 && z < depth[pos - 1]) {
+      depth[pos] = depth[pos - 1];
+      id[pos] = id[pos - 1];
+      --pos;
+    }
+    depth[pos] = z;
+    id[pos] = sphere;
+  }
+};
+
+// Sphere ids go into forward info as the bits of an int32 for float32 (Pulsar's layout)
+// and as the exact integer value for float64.
+template <typename T>
+T encode_id(std::int32_t id) {
+  if constexpr (sizeof(T) == 4) {
+    T out;
+    std::memcpy(&out, &id, sizeof(out));
+    return out;
+  } else {
+    return T(id);
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene,
+                        const RenderOptions& options, const ForwardOutputs& out, CpuScratch& scratch) {
+  const int channels = config.n_channels, k_track = config.n_track;
+  const Tiling tiling = Tiling::of(config.width, config.height);
+  const std::int64_t n_tiles = tiling.n_tiles();
+  const std::int64_t n = scene.n_spheres;
+  const std::int64_t pixels = std::int64_t(config.width) * config.height;
+  const std::int64_t cap = options.max_n_hits < 0 ? std::numeric_limits<std::int64_t>::max() : options.max_n_hits;
+  const auto* records = scratch.records.as<SphereRecord<T>>();
+  const auto* offsets = scratch.tile_offsets.as<std::int64_t>();
+  const auto* entries = scratch.entries.as<std::int32_t>();
+  const std::size_t per_worker = std::size_t(channels + 2 * k_track);
+  T* worker_mem = scratch.pixel_scratch.reserve<T>(per_worker * scratch.threads, "pixel scratch");
+  auto* image = static_cast<T*>(out.image);
+  auto* state = static_cast<T*>(out.blend_state);
+  auto* info = static_cast<T*>(out.forward_info);
+  const int info_len = 3 + 2 * k_track;
+
+  parallel_for(scratch.threads, scene.batch_size * n_tiles, [&](std::int64_t item, int worker) {
+    const int b = int(item / n_tiles);
+    const std::int64_t tile = item % n_tiles;
+    const CameraFrame<T> cam = camera_of<T>(scene, b, config.orthographic);
+    const SceneView<T> sv = SceneView<T>::of(scene, b, channels);
+    const BlendParams<T> bp = blend_params_of(cam, config, options);
+    const SphereRecord<T>* rec = records + b * n;
+    const std::int64_t first = offsets[item], last = offsets[item + 1];
+    T* accum = worker_mem + per_worker * worker;
+    T* track_depth = accum + channels;
+    auto* track_id = reinterpret_cast<std::int32_t*>(track_depth + k_track);
+    const int x_begin = int(tile % tiling.tiles_x) * kTileSize;
+    const int y_begin = int(tile / tiling.tiles_x) * kTileSize;
+    const int x_end = std::min(x_begin + kTileSize, config.width);
+    const int y_end = std::min(y_begin + kTileSize, config.height);
+    for (int y = y_begin; y < y_end; ++y) {
+      for (int x = x_begin; x < x_end; ++x) {
+        const PixelRay<T> ray = pixel_ray(cam, x, y);
+        OnlineSoftmax<T> blend = OnlineSoftmax<T>::start(bp);
+        for (int ch = 0; ch < channels; ++ch) accum[ch] = sv.background[ch];
+        TrackedHits<T> tracked{track_depth, track_id, k_track, 0};
+        T tau = std::numeric_limits<T>::infinity();
+        T max_closest = T(-1);
+        std::int64_t hits = 0;
+        for (std::int64_t e = first; e < last; ++e) {
+          const std::int32_t i = entries[e];
+          const SphereRecord<T>& r = rec[i];
+          if (r.closest_depth > tau || hits >= cap) break;
+          if (!r.bounds.contains(x, y)) continue;
+          const T radius = sv.radii[i];
+          const PairHit<T> h = evaluate_pair(cam, r.c, r.dist, radius, r.is_tiny, ray);
+          if (!h.hit) continue;
+          const T opacity = sv.opacity(i);
+          const T s = blend_exponent(bp, opacity, h.depth);
+          T rescale;
+          const T w = blend.add(s, h.kappa * opacity, rescale);
+          const T* col = sv.features + std::int64_t(i) * channels;
+          for (int ch = 0; ch < channels; ++ch) accum[ch] = accum[ch] * rescale + w * col[ch];
+          ++hits;
+          if (bp.early_stop) tau = termination_depth(bp, blend);
+          max_closest = r.closest_depth;
+          if (info) tracked.insert(h.depth, i);
+        }
+        const std::int64_t pix = std::int64_t(b) * pixels + std::int64_t(y) * config.width + x;
+        T* img = image + pix * channels;
+        for (int ch = 0; ch < channels; ++ch) img[ch] = accum[ch] / blend.D;
+        state[2 * pix] = blend.m;
+        state[2 * pix + 1] = blend.D;
+        out.hit_count[pix] = std::int32_t(hits);
+        if (info) {
+          T* fi = info + pix * info_len;
+          fi[0] = blend.m;
+          fi[1] = blend.D;
+          fi[2] = max_closest;
+          for (int k = 0; k < k_track; ++k) {
+            const bool used = k < tracked.size;
+            fi[3 + 2 * k] = encode_id<T>(used ? track_id[k] : -1);
+            fi[4 + 2 * k] = used ? track_depth[k] : T(-1);
+          }
+        }
+      }
+    }
+  });
+}
+
+template void cpu_render_forward<float>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
+                                        const ForwardOutputs&, CpuScratch&);
+template void cpu_render_forward<double>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
+                                         const ForwardOutputs&, CpuScratch&);
+
+}  // namespace pulsar

@@ -1,0 +1,21 @@
+"""pulsar_py: a differentiable sphere renderer for PyTorch with exact gradients.
+
+``from pulsar_py import Renderer`` replaces PyTorch3D's
+``pytorch3d.renderer.points.pulsar.Renderer``: same API, same images, exact gradients.
+"""
+
+from __future__ import annotations
+
+from . import _native
+from .camera_params import NativeCamera, camera_from_params
+from .renderer import Renderer
+
+__version__ = _native.build_info()["version"]
+
+
+def build_info() -> dict:
+    """Version, compiled backends, compiler, CUDA version and architectures."""
+    return dict(_native.build_info())
+
+
+__all__ = ["Renderer", "NativeCamera", "camera_from_params", "build_info", "__version__"]

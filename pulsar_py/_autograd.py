@@ -1,0 +1,108 @@
+"""The one autograd Function around the native renderer.
+
+Forward allocates the outputs with torch (the caller owns outputs) and passes raw
+pointers to the native core; backward routes ``ctx.needs_input_grad`` into the native
+backward, so gradients nobody asked for are neither computed nor allocated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from . import _native
+
+
+def _ptr(t: Optional[torch.Tensor]) -> int:
+    return 0 if t is None else t.data_ptr()
+
+
+@dataclass(frozen=True)
+class CallSettings:
+    """Per-call settings that are not tensors."""
+
+    gamma: float
+    percent_allowed_difference: float
+    max_n_hits: int  # < 0: unlimited
+    right_handed: bool
+    want_forward_info: bool
+
+    def options(self, device: torch.device) -> "_native.RenderOptions":
+        opt = _native.RenderOptions()
+        opt.gamma = self.gamma
+        opt.percent_allowed_difference = self.percent_allowed_difference
+        opt.max_n_hits = self.max_n_hits
+        if device.type == "cuda":
+            opt.stream = torch.cuda.current_stream(device).cuda_stream
+        return opt
+
+
+def _scene_args(pos, col, rad, opacity, bg, cameras, right_handed) -> "_native.SceneArgs":
+    scene = _native.SceneArgs()
+    scene.dtype = _native.DType.float64 if pos.dtype == torch.float64 else _native.DType.float32
+    scene.batch_size = cameras.shape[0]
+    scene.n_spheres = pos.shape[-2]
+    scene.shared_spheres = pos.dim() == 2
+    scene.positions = _ptr(pos)
+    scene.features = _ptr(col)
+    scene.radii = _ptr(rad)
+    scene.opacities = _ptr(opacity)
+    scene.background = _ptr(bg)
+    scene.cameras = _ptr(cameras)
+    scene.right_handed = right_handed
+    return scene
+
+
+class RenderFunction(torch.autograd.Function):
+    """image, hit_count, forward_info = RenderFunction.apply(native, settings, pos, col,
+    rad, opacity, bg, cameras).
+
+    pos [B?, N, 3], col [B?, N, C], rad [B?, N], opacity [B?, N] or None, bg [C],
+    cameras [B, 15] (packed native cameras, camera.h). Outputs: image [B, H, W, C];
+    hit_count [B, H, W] int32; forward_info [B, H, W, 3 + 2K] or an empty tensor.
+    """
+
+    @staticmethod
+    def forward(ctx, native, settings: CallSettings, pos, col, rad, opacity, bg, cameras):
+        cfg = native.config
+        b, h, w, c = cameras.shape[0], cfg.height, cfg.width, cfg.n_channels
+        like = dict(dtype=pos.dtype, device=pos.device)
+        image = torch.empty((b, h, w, c), **like)
+        state = torch.empty((b, h, w, 2), **like)
+        hits = torch.empty((b, h, w), dtype=torch.int32, device=pos.device)
+        info = (torch.empty((b, h, w, 3 + 2 * cfg.n_track), **like) if settings.want_forward_info
+                else torch.empty(0, **like))
+        out = _native.ForwardOutputs()
+        out.image, out.blend_state, out.hit_count = _ptr(image), _ptr(state), _ptr(hits)
+        out.forward_info = _ptr(info) if settings.want_forward_info else 0
+        scene = _scene_args(pos, col, rad, opacity, bg, cameras, settings.right_handed)
+        token = native.forward(scene, settings.options(pos.device), out)
+        ctx.native, ctx.settings, ctx.token = native, settings, token
+        ctx.has_opacity = opacity is not None
+        ctx.save_for_backward(pos, col, rad, opacity, bg, cameras, image, state, hits)
+        ctx.mark_non_differentiable(hits, info)
+        return image, hits, info
+
+    @staticmethod
+    def backward(ctx, grad_image, _grad_hits, _grad_info):
+        pos, col, rad, opacity, bg, cameras, image, state, hits = ctx.saved_tensors
+        need = ctx.needs_input_grad  # (native, settings, pos, col, rad, opacity, bg, cameras)
+        grads = _native.GradientOutputs()
+        g_pos = torch.empty_like(pos) if need[2] else None
+        g_col = torch.empty_like(col) if need[3] else None
+        g_rad = torch.empty_like(rad) if need[4] else None
+        g_opa = torch.empty_like(opacity) if (need[5] and opacity is not None) else None
+        g_bg = torch.empty_like(bg) if need[6] else None
+        g_cam = torch.empty_like(cameras) if need[7] else None
+        if any(g is not None for g in (g_pos, g_col, g_rad, g_opa, g_bg, g_cam)):
+            grads.positions, grads.features, grads.radii = _ptr(g_pos), _ptr(g_col), _ptr(g_rad)
+            grads.opacities, grads.background, grads.cameras = _ptr(g_opa), _ptr(g_bg), _ptr(g_cam)
+            args = _native.BackwardArgs()
+            grad_image = grad_image.contiguous()
+            args.grad_image, args.image = _ptr(grad_image), _ptr(image)
+            args.blend_state, args.hit_count = _ptr(state), _ptr(hits)
+            scene = _scene_args(pos, col, rad, opacity, bg, cameras, ctx.settings.right_handed)
+            ctx.native.backward(scene, ctx.settings.options(pos.device), args, grads, ctx.token)
+        return None, None, g_pos, g_col, g_rad, g_opa, g_bg, g_cam

@@ -1,0 +1,138 @@
+"""Pulsar's camera vector (``cam_params``) -> the general native camera.
+
+The native core sees one general camera per image (model.md section 2): the eye, the
+world position of the centre of film pixel (0, 0) (``p00``), the world steps between
+pixel centres along image x and y (``pdx``, ``pdy``) and the focal length. Everything
+here is plain differentiable torch code, so gradients of those vectors reach position,
+rotation, focal length, sensor width and the (real-valued) principal-point offsets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+VALID_PARAM_LENGTHS = (8, 10, 11, 13)
+
+
+@dataclass
+class NativeCamera:
+    """A batch of B general cameras, the native core's view of a camera.
+
+    Attributes (all world units, dtype of the scene):
+        eye: [B, 3] camera centre.
+        p00: [B, 3] centre of film pixel (0, 0), principal-point shift included.
+        pdx: [B, 3] step from one pixel centre to the next along image x (columns).
+        pdy: [B, 3] step along image y (rows, downwards).
+        focal: [B] distance from the eye to the sensor plane; exactly 0 if orthographic.
+        right_handed: the optical axis is ``-normalize(pdy x pdx)`` instead of ``+``.
+        orthographic: rays are parallel to the optical axis.
+    """
+
+    eye: torch.Tensor
+    p00: torch.Tensor
+    pdx: torch.Tensor
+    pdy: torch.Tensor
+    focal: torch.Tensor
+    right_handed: bool
+    orthographic: bool
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.eye.shape[0])
+
+    def optical_axis(self) -> torch.Tensor:
+        """[B, 3] unit optical axis (model.md section 2), differentiable."""
+        z = torch.nn.functional.normalize(torch.cross(self.pdy, self.pdx, dim=-1), dim=-1)
+        return -z if self.right_handed else z
+
+    def packed(self) -> torch.Tensor:
+        """[B, 13] = eye, p00, pdx, pdy, focal: the layout the native core reads."""
+        return torch.cat([self.eye, self.p00, self.pdx, self.pdy, self.focal[:, None]], dim=-1)
+
+
+def axis_angle_to_matrix(rotvec: torch.Tensor) -> torch.Tensor:
+    """Rodrigues' formula. rotvec [B, 3] (radians) -> rotation matrices [B, 3, 3].
+
+    Written with the series of sin(a)/a and (1-cos a)/a^2 near a = 0 so that the
+    gradient at the identity is finite and exact.
+    """
+    theta2 = (rotvec * rotvec).sum(-1)
+    small = theta2 < 1e-8
+    safe2 = torch.where(small, torch.ones_like(theta2), theta2)
+    theta = safe2.sqrt()
+    a = torch.where(small, 1 - theta2 / 6, torch.sin(theta) / theta)
+    b = torch.where(small, 0.5 - theta2 / 24, (1 - torch.cos(theta)) / safe2)
+    x, y, z = rotvec.unbind(-1)
+    zero = torch.zeros_like(x)
+    k = torch.stack([zero, -z, y, z, zero, -x, -y, x, zero], -1).reshape(rotvec.shape[:-1] + (3, 3))
+    eye = torch.eye(3, dtype=rotvec.dtype, device=rotvec.device).expand_as(k)
+    return eye + a[..., None, None] * k + b[..., None, None] * (k @ k)
+
+
+def rotation_6d_to_matrix(d6: torch.Tensor) -> torch.Tensor:
+    """6D rotation (Zhou et al.): Gram-Schmidt of two 3-vectors; rows are b1, b2, b3.
+
+    d6 [B, 6] -> [B, 3, 3].
+    """
+    a1, a2 = d6[..., :3], d6[..., 3:]
+    b1 = torch.nn.functional.normalize(a1, dim=-1)
+    b2 = torch.nn.functional.normalize(a2 - (b1 * a2).sum(-1, keepdim=True) * b1, dim=-1)
+    b3 = torch.cross(b1, b2, dim=-1)
+    return torch.stack([b1, b2, b3], dim=-2)
+
+
+def camera_from_params(
+    cam_params: torch.Tensor,
+    width: int,
+    height: int,
+    orthographic: bool = False,
+    right_handed: bool = False,
+    first_R_then_T: bool = False,
+) -> NativeCamera:
+    """Convert Pulsar camera vectors to the general camera (model.md section 2).
+
+    Args:
+        cam_params: [B, L], L in {8, 10, 11, 13}: position (3); rotation as axis-angle (3)
+            or 6D (6); focal length; sensor width; optionally principal-point offsets
+            (ox, oy) in pixels (real-valued, differentiable).
+        width, height: image size in pixels.
+        orthographic: orthographic projection (focal length must then be 0).
+        right_handed: negate the optical axis.
+        first_R_then_T: replace the position by ``M @ position``.
+    """
+    length = cam_params.shape[-1]
+    if length not in VALID_PARAM_LENGTHS:
+        raise ValueError(
+            f"cam_params: expected a last dimension of 8, 10, 11 or 13 values, got {length}"
+        )
+    n_rot = 6 if length in (11, 13) else 3
+    pos = cam_params[..., 0:3]
+    rot = cam_params[..., 3 : 3 + n_rot]
+    focal = cam_params[..., 3 + n_rot]
+    sensor_width = cam_params[..., 4 + n_rot]
+    matrix = rotation_6d_to_matrix(rot) if n_rot == 6 else axis_angle_to_matrix(rot)
+    if first_R_then_T:
+        pos = (matrix @ pos[..., None])[..., 0]
+    x_axis = matrix[..., :, 0]
+    y_axis = -matrix[..., :, 1]
+    z_axis = -matrix[..., :, 2] if right_handed else matrix[..., :, 2]
+    pixel_size = sensor_width / width
+    pdx = x_axis * pixel_size[..., None]
+    pdy = y_axis * pixel_size[..., None]
+    centre = pos if orthographic else pos + focal[..., None] * z_axis
+    p00 = centre - (width - 1) / 2 * pdx - (height - 1) / 2 * pdy
+    if length in (10, 13):
+        offset_x = cam_params[..., 5 + n_rot]
+        offset_y = cam_params[..., 6 + n_rot]
+        p00 = p00 + offset_x[..., None] * pdx + offset_y[..., None] * pdy
+    return NativeCamera(
+        eye=pos,
+        p00=p00,
+        pdx=pdx,
+        pdy=pdy,
+        focal=torch.zeros_like(focal) if orthographic else focal,
+        right_handed=right_handed,
+        orthographic=orthographic,
+    )
