@@ -77,8 +77,8 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
           ++done;
           const T opacity = sv.opacity(i);
           const T s = blend_exponent(bp, opacity, h.depth);
-          const T share = opacity * std::exp(s - m) / norm_d;  // w / (kappa * total weight)
-          const T weight = h.kappa * share;                     // normalised blend weight
+          const T unit = std::exp(s - m) / norm_d;  // exp(s) / total weight
+          const T weight = h.kappa * opacity * unit;  // normalised blend weight
           const T* col = sv.features + std::int64_t(i) * channels;
           T* gi = inst + e * stride;
           T g = 0;  // dL/dw * total weight = gL . (col - C)
@@ -87,13 +87,14 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
             gi[kInstFeatures + ch] += weight * g_img[ch];
           }
           if (!want_blend) continue;
-          // w = kappa * o * exp(s): dL/ds = weight * g, dL/dkappa = share * g.
-          T grad_opacity = h.kappa * share * g, grad_depth = 0;
+          // w = kappa * o * exp(s): dL/ds = weight * g, dL/dkappa = o * unit * g, and
+          // opacity enters both as a factor and through s.
+          T grad_opacity = h.kappa * unit * g, grad_depth = 0;
           blend_exponent_backward(bp, opacity, h.depth, weight * g, grad_opacity, grad_depth,
                                   cg.min_depth, cg.max_depth);
           gi[kInstOpacity] += grad_opacity;
           if (!want_geometry) continue;
-          const T grad_kappa = share * g;
+          const T grad_kappa = opacity * unit * g;
           T grad_r = 0;
           Vec3<T> grad_c{0, 0, 0};  // world dL/d(centre - eye)
           if (cam.orthographic) {
