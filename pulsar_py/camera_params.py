@@ -22,7 +22,8 @@ class NativeCamera:
 
     Attributes (all world units, dtype of the scene):
         eye: [B, 3] camera centre.
-        p00: [B, 3] centre of film pixel (0, 0), principal-point shift included.
+        p00_rel: [B, 3] centre of film pixel (0, 0) minus the eye, principal-point shift
+            included (the film is kept relative to the eye for float32 precision).
         pdx: [B, 3] step from one pixel centre to the next along image x (columns).
         pdy: [B, 3] step along image y (rows, downwards).
         focal: [B] distance from the eye to the sensor plane; exactly 0 if orthographic.
@@ -31,7 +32,7 @@ class NativeCamera:
     """
 
     eye: torch.Tensor
-    p00: torch.Tensor
+    p00_rel: torch.Tensor
     pdx: torch.Tensor
     pdy: torch.Tensor
     focal: torch.Tensor
@@ -42,14 +43,19 @@ class NativeCamera:
     def batch_size(self) -> int:
         return int(self.eye.shape[0])
 
+    @property
+    def p00(self) -> torch.Tensor:
+        """[B, 3] world position of the centre of film pixel (0, 0)."""
+        return self.eye + self.p00_rel
+
     def optical_axis(self) -> torch.Tensor:
         """[B, 3] unit optical axis (model.md section 2), differentiable."""
         z = torch.nn.functional.normalize(torch.cross(self.pdy, self.pdx, dim=-1), dim=-1)
         return -z if self.right_handed else z
 
     def packed(self) -> torch.Tensor:
-        """[B, 13] = eye, p00, pdx, pdy, focal: the layout the native core reads."""
-        return torch.cat([self.eye, self.p00, self.pdx, self.pdy, self.focal[:, None]], dim=-1)
+        """[B, 13] = eye, p00_rel, pdx, pdy, focal: the layout the native core reads."""
+        return torch.cat([self.eye, self.p00_rel, self.pdx, self.pdy, self.focal[:, None]], dim=-1)
 
 
 def axis_angle_to_matrix(rotvec: torch.Tensor) -> torch.Tensor:
@@ -121,15 +127,16 @@ def camera_from_params(
     pixel_size = sensor_width / width
     pdx = x_axis * pixel_size[..., None]
     pdy = y_axis * pixel_size[..., None]
-    centre = pos if orthographic else pos + focal[..., None] * z_axis
-    p00 = centre - (width - 1) / 2 * pdx - (height - 1) / 2 * pdy
+    # Sensor centre relative to the eye: f z (perspective) or the eye itself.
+    centre = torch.zeros_like(pos) if orthographic else focal[..., None] * z_axis
+    p00_rel = centre - (width - 1) / 2 * pdx - (height - 1) / 2 * pdy
     if length in (10, 13):
         offset_x = cam_params[..., 5 + n_rot]
         offset_y = cam_params[..., 6 + n_rot]
-        p00 = p00 + offset_x[..., None] * pdx + offset_y[..., None] * pdy
+        p00_rel = p00_rel + offset_x[..., None] * pdx + offset_y[..., None] * pdy
     return NativeCamera(
         eye=pos,
-        p00=p00,
+        p00_rel=p00_rel,
         pdx=pdx,
         pdy=pdy,
         focal=torch.zeros_like(focal) if orthographic else focal,

@@ -9,10 +9,12 @@
 namespace pulsar {
 
 // Layout of one packed camera: CAMERA_PARAMS values of the scene's dtype.
-//   [0:3] eye, [3:6] pixel_0_0_center (p00), [6:9] pixel_vec_x (pdx),
+//   [0:3] eye, [3:6] pixel_0_0_center - eye (p00_rel), [6:9] pixel_vec_x (pdx),
 //   [9:12] pixel_vec_y (pdy), [12] focal length (0 if orthographic),
 //   [13] min_depth (already resolved: never 0 meaning "focal + 2e-6"), [14] max_depth.
 // All in world units. The gradient with respect to a camera has the same layout.
+// The film is given relative to the eye so that a sensor close to the eye (a small focal
+// length in a scene far from the origin) keeps its precision in float32.
 constexpr int CAMERA_PARAMS = 15;
 enum CameraSlot : int { kEye = 0, kP00 = 3, kPdx = 6, kPdy = 9, kFocal = 12, kMinDepth = 13, kMaxDepth = 14 };
 
@@ -21,7 +23,7 @@ constexpr double kMinForwardCosine = 1e-6;
 
 template <typename T>
 struct CameraFrame {
-  Vec3<T> eye, p00, pdx, pdy;
+  Vec3<T> eye, p00_rel, pdx, pdy;  // p00_rel = pixel_0_0_center - eye
   Vec3<T> z_axis;      // unit optical axis = +-normalize(pdy x pdx)
   Vec3<T> x_unit;      // normalize(pdx): orthographic frame
   Vec3<T> y_unit;      // normalize(pdy)
@@ -33,15 +35,15 @@ struct CameraFrame {
   bool orthographic;
   bool right_handed;
 
-  // World position of the sensor point of film pixel (column i, row j).
-  PULSAR_HD Vec3<T> sensor_point(T i, T j) const { return p00 + i * pdx + j * pdy; }
+  // Sensor point of film pixel (column i, row j), relative to the eye.
+  PULSAR_HD Vec3<T> sensor_offset(T i, T j) const { return p00_rel + i * pdx + j * pdy; }
 };
 
 template <typename T>
 PULSAR_HD CameraFrame<T> load_camera(const T* packed, bool orthographic, bool right_handed) {
   CameraFrame<T> cam;
   cam.eye = load_vec3(packed + kEye);
-  cam.p00 = load_vec3(packed + kP00);
+  cam.p00_rel = load_vec3(packed + kP00);
   cam.pdx = load_vec3(packed + kPdx);
   cam.pdy = load_vec3(packed + kPdy);
   cam.focal = packed[kFocal];
@@ -63,19 +65,19 @@ PULSAR_HD CameraFrame<T> load_camera(const T* packed, bool orthographic, bool ri
 // the packed layout once per image by frame_backward.
 template <typename T>
 struct CameraGrad {
-  Vec3<T> eye{0, 0, 0}, p00{0, 0, 0}, pdx{0, 0, 0}, pdy{0, 0, 0};
+  Vec3<T> eye{0, 0, 0}, p00_rel{0, 0, 0}, pdx{0, 0, 0}, pdy{0, 0, 0};
   Vec3<T> z_axis{0, 0, 0}, x_unit{0, 0, 0}, y_unit{0, 0, 0};
   T min_depth = 0, max_depth = 0;
 
   PULSAR_HD void add(const CameraGrad& o) {
-    eye += o.eye; p00 += o.p00; pdx += o.pdx; pdy += o.pdy;
+    eye += o.eye; p00_rel += o.p00_rel; pdx += o.pdx; pdy += o.pdy;
     z_axis += o.z_axis; x_unit += o.x_unit; y_unit += o.y_unit;
     min_depth += o.min_depth; max_depth += o.max_depth;
   }
 
-  // A gradient with respect to the sensor point of pixel (i, j) reaches p00, pdx, pdy.
-  PULSAR_HD void add_sensor_point(Vec3<T> g, T i, T j) {
-    p00 += g;
+  // A gradient with respect to the sensor offset of pixel (i, j) reaches p00_rel, pdx, pdy.
+  PULSAR_HD void add_sensor_offset(Vec3<T> g, T i, T j) {
+    p00_rel += g;
     pdx += i * g;
     pdy += j * g;
   }
@@ -92,7 +94,7 @@ PULSAR_HD void frame_backward(const CameraFrame<T>& cam, const CameraGrad<T>& g,
   const Vec3<T> gcross = normalize_backward(cross(cam.pdy, cam.pdx), gz);
   cross_backward(cam.pdy, cam.pdx, gcross, gpdy, gpdx);
   store_vec3(packed_grad + kEye, g.eye);
-  store_vec3(packed_grad + kP00, g.p00);
+  store_vec3(packed_grad + kP00, g.p00_rel);
   store_vec3(packed_grad + kPdx, gpdx);
   store_vec3(packed_grad + kPdy, gpdy);
   packed_grad[kFocal] = T(0);  // focal length enters only the (discrete) tiny-sphere rule

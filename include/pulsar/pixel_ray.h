@@ -18,7 +18,7 @@ struct PixelRay {
 template <typename T>
 PULSAR_HD PixelRay<T> pixel_ray(const CameraFrame<T>& cam, int x, int y) {
   PixelRay<T> r;
-  const Vec3<T> s = cam.sensor_point(T(x), T(y)) - cam.eye;
+  const Vec3<T> s = cam.sensor_offset(T(x), T(y));
   if (cam.orthographic) {
     r.sx = dot(s, cam.x_unit);
     r.sy = dot(s, cam.y_unit);

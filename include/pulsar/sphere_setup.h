@@ -95,7 +95,7 @@ PULSAR_HD SphereSetup<T> setup_sphere(const CameraFrame<T>& cam, Vec3<T> centre,
     if (!(s.closest_depth >= cam.min_depth) || !(s.closest_depth <= cam.max_depth)) return s;
     s.is_tiny = radius / cam.pixel_size < T(1);
     // Film coordinates of the centre (orthogonal pixel vectors).
-    const Vec3<T> rel = centre - cam.p00;
+    const Vec3<T> rel = c - cam.p00_rel;  // centre - p00
     const double u = (double)dot(rel, cam.x_unit) / (double)cam.pixel_width;
     const double v = (double)dot(rel, cam.y_unit) / (double)cam.pixel_height;
     const double ru = std::fmax((double)radius / (double)cam.pixel_width, s.is_tiny ? 0.5 : 0.0) + 0.5;
@@ -118,7 +118,7 @@ PULSAR_HD SphereSetup<T> setup_sphere(const CameraFrame<T>& cam, Vec3<T> centre,
     const double half_sin = rho / (2.0 * (double)t);
     const double angle = half_sin >= 1.0 ? 4.0 : 2.0 * std::asin(half_sin) * (1.0 + 1e-6) + 1e-9;
     s.bounds = cone_pixel_bounds(normalize(to_double(c)), angle, to_double(cam.pdx),
-                                 to_double(cam.pdy), to_double(cam.p00 - cam.eye), width, height);
+                                 to_double(cam.pdy), to_double(cam.p00_rel), width, height);
   }
   s.bounds = clamp_bounds(s.bounds, width, height);
   s.visible = !s.bounds.empty();

@@ -63,7 +63,7 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
         for (int ch = 0; ch < channels; ++ch) bg[ch] += g_img[ch] * bg_share;
         if (count == 0) continue;
         const PixelRay<T> ray = pixel_ray(cam, x, y);
-        const Vec3<T> sensor_rel = cam.sensor_point(T(x), T(y)) - cam.eye;  // S = P - eye
+        const Vec3<T> sensor_rel = cam.sensor_offset(T(x), T(y));  // S = P - eye
         Vec3<T> grad_ray{0, 0, 0};     // perspective: dL/d(unit ray)
         Vec3<T> grad_sensor{0, 0, 0};  // orthographic: dL/dS
         std::int32_t done = 0;
@@ -121,8 +121,7 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
         // The pixel's own camera terms: its ray (perspective) or sensor point (orthographic).
         if (want_geometry) {
           const Vec3<T> grad_s = cam.orthographic ? grad_sensor : normalize_backward(sensor_rel, grad_ray);
-          cg.add_sensor_point(grad_s, T(x), T(y));
-          cg.eye -= grad_s;
+          cg.add_sensor_offset(grad_s, T(x), T(y));
         }
       }
     }
