@@ -28,6 +28,7 @@ class CallSettings:
     max_n_hits: int  # < 0: unlimited
     right_handed: bool
     want_forward_info: bool
+    want_depth_moments: bool = False
 
     def options(self, device: torch.device) -> "_native.RenderOptions":
         opt = _native.RenderOptions()
@@ -56,12 +57,13 @@ def _scene_args(pos, col, rad, opacity, bg, cameras, right_handed) -> "_native.S
 
 
 class RenderFunction(torch.autograd.Function):
-    """image, hit_count, forward_info = RenderFunction.apply(native, settings, pos, col,
-    rad, opacity, bg, cameras).
+    """image, hit_count, forward_info, depth_moments = RenderFunction.apply(native,
+    settings, pos, col, rad, opacity, bg, cameras).
 
     pos [B?, N, 3], col [B?, N, C], rad [B?, N], opacity [B?, N] or None, bg [C],
     cameras [B, 15] (packed native cameras, camera.h). Outputs: image [B, H, W, C];
-    hit_count [B, H, W] int32; forward_info [B, H, W, 3 + 2K] or an empty tensor.
+    hit_count [B, H, W] int32; forward_info [B, H, W, 3 + 2K] or an empty tensor;
+    depth_moments [B, H, W, 3] (differentiable) or an empty tensor.
     """
 
     @staticmethod
@@ -74,20 +76,23 @@ class RenderFunction(torch.autograd.Function):
         hits = torch.empty((b, h, w), dtype=torch.int32, device=pos.device)
         info = (torch.empty((b, h, w, 3 + 2 * cfg.n_track), **like) if settings.want_forward_info
                 else torch.empty(0, **like))
+        moments = (torch.empty((b, h, w, 3), **like) if settings.want_depth_moments
+                   else torch.empty(0, **like))
         out = _native.ForwardOutputs()
         out.image, out.blend_state, out.hit_count = _ptr(image), _ptr(state), _ptr(hits)
         out.forward_info = _ptr(info) if settings.want_forward_info else 0
+        out.depth_moments = _ptr(moments) if settings.want_depth_moments else 0
         scene = _scene_args(pos, col, rad, opacity, bg, cameras, settings.right_handed)
         token = native.forward(scene, settings.options(pos.device), out)
         ctx.native, ctx.settings, ctx.token = native, settings, token
         ctx.has_opacity = opacity is not None
-        ctx.save_for_backward(pos, col, rad, opacity, bg, cameras, image, state, hits)
+        ctx.save_for_backward(pos, col, rad, opacity, bg, cameras, image, state, hits, moments)
         ctx.mark_non_differentiable(hits, info)
-        return image, hits, info
+        return image, hits, info, moments
 
     @staticmethod
-    def backward(ctx, grad_image, _grad_hits, _grad_info):
-        pos, col, rad, opacity, bg, cameras, image, state, hits = ctx.saved_tensors
+    def backward(ctx, grad_image, _grad_hits, _grad_info, grad_moments):
+        pos, col, rad, opacity, bg, cameras, image, state, hits, moments = ctx.saved_tensors
         need = ctx.needs_input_grad  # (native, settings, pos, col, rad, opacity, bg, cameras)
         grads = _native.GradientOutputs()
         g_pos = torch.empty_like(pos) if need[2] else None
@@ -103,6 +108,9 @@ class RenderFunction(torch.autograd.Function):
             grad_image = grad_image.contiguous()
             args.grad_image, args.image = _ptr(grad_image), _ptr(image)
             args.blend_state, args.hit_count = _ptr(state), _ptr(hits)
+            if ctx.settings.want_depth_moments:
+                grad_moments = grad_moments.contiguous()
+                args.depth_moments, args.grad_depth_moments = _ptr(moments), _ptr(grad_moments)
             scene = _scene_args(pos, col, rad, opacity, bg, cameras, ctx.settings.right_handed)
             ctx.native.backward(scene, ctx.settings.options(pos.device), args, grads, ctx.token)
         return None, None, g_pos, g_col, g_rad, g_opa, g_bg, g_cam

@@ -30,8 +30,12 @@ class ReferenceResult:
     max_exponent (m) and normaliser (D): [H, W]; max_closest_depth: [H, W] (largest zc
     among the pixel's hits, -1 if none); closest_ids: [H, W, K] (int64, -1 if empty);
     closest_depths: [H, W, K] (intersection depth z, -1 if empty);
-    depth: [H, W] expected depth sum(w z)/sum(w) (0 where nothing is hit);
-    coverage: [H, W] = 1 - exp(s_bg) / (exp(s_bg) + sum w).
+    depth_moments: [H, W, 3] = sum_i a_i n_i^k (k = 0, 1, 2) with a_i = w_i / total
+    weight (background included) and n_i the normalised depth of hit i.
+    depth: [H, W] expected depth sum(w z)/sum(w) over the hits (world units; min_depth
+    where nothing is hit);
+    coverage: [H, W] = 1 - exp(s_bg) / (exp(s_bg) + sum w) = M_0;
+    distortion: [H, W] = sum_ij a_i a_j (z_i - z_j)^2 (world units squared).
     """
 
     image: torch.Tensor
@@ -41,8 +45,10 @@ class ReferenceResult:
     max_closest_depth: torch.Tensor
     closest_ids: torch.Tensor
     closest_depths: torch.Tensor
+    depth_moments: torch.Tensor
     depth: torch.Tensor
     coverage: torch.Tensor
+    distortion: torch.Tensor
 
 
 def _norm(v: torch.Tensor) -> torch.Tensor:
@@ -145,7 +151,8 @@ def render_reference(
     m = torch.full((n_pix,), s_bg, dtype=dtype, device=device)
     norm_d = torch.ones(n_pix, dtype=dtype, device=device)
     accum = bg_col.expand(n_pix, n_channels).clone()
-    depth_accum = torch.zeros(n_pix, dtype=dtype, device=device)
+    moment_1 = torch.zeros(n_pix, dtype=dtype, device=device)  # sum w n, relative to exp(m)
+    moment_2 = torch.zeros(n_pix, dtype=dtype, device=device)  # sum w n^2
     count = torch.zeros(n_pix, dtype=torch.int64, device=device)
     tau = torch.full((n_pix,), float("inf"), dtype=dtype, device=device)
     max_zc = torch.full((n_pix,), -1.0, dtype=dtype, device=device)
@@ -188,7 +195,8 @@ def render_reference(
         w_rel = torch.where(processed, kappa * opacity[k] * torch.exp(s - m_new), torch.zeros_like(s))
         norm_d = norm_d * scale_old + w_rel
         accum = accum * scale_old[:, None] + w_rel[:, None] * vert_col[k]
-        depth_accum = depth_accum * scale_old + w_rel * z
+        moment_1 = moment_1 * scale_old + w_rel * n
+        moment_2 = moment_2 * scale_old + w_rel * n * n
         m = m_new
         count = count + processed.long()
         if log_odds is not None:
@@ -203,10 +211,9 @@ def render_reference(
         k_ids = torch.gather(cand_i, 1, sel)
 
     image = accum / norm_d[:, None]
-    bg_weight_rel = torch.exp(s_bg - m)
-    hits_weight_rel = norm_d - bg_weight_rel
-    depth = torch.where(count > 0, depth_accum / torch.where(count > 0, hits_weight_rel, 1.0), 0.0)
-    coverage = hits_weight_rel / norm_d
+    coverage = 1 - torch.exp(s_bg - m) / norm_d
+    moments = torch.stack([coverage, moment_1 / norm_d, moment_2 / norm_d], -1)
+    depth, distortion = depth_from_moments(moments, near, far)
     empty = torch.isinf(k_depths)
     k_ids = torch.where(empty, -1, k_ids)
     k_depths = torch.where(empty, -1.0, k_depths)
@@ -219,6 +226,24 @@ def render_reference(
         max_closest_depth=max_zc.reshape(shape),
         closest_ids=k_ids.reshape(shape + (n_track,)),
         closest_depths=k_depths.reshape(shape + (n_track,)),
+        depth_moments=moments.reshape(shape + (3,)),
         depth=depth.reshape(shape),
         coverage=coverage.reshape(shape),
+        distortion=distortion.reshape(shape),
     )
+
+
+def depth_from_moments(moments: torch.Tensor, min_depth: torch.Tensor, max_depth: torch.Tensor):
+    """Expected depth and depth distortion from the moments [..., 3] (M_0, M_1, M_2).
+
+    depth = min + range * M_1 / M_0 (world units; min_depth where nothing is hit);
+    distortion = range^2 * 2 (M_0 M_2 - M_1^2) = sum_ij a_i a_j (z_i - z_j)^2.
+    min_depth, max_depth broadcast against moments[..., 0].
+    """
+    m0, m1, m2 = moments.unbind(-1)
+    depth_range = max_depth - min_depth
+    hit = m0 > 0
+    mean_n = torch.where(hit, m1 / torch.where(hit, m0, torch.ones_like(m0)), torch.zeros_like(m0))
+    depth = min_depth + depth_range * mean_n
+    distortion = depth_range * depth_range * 2 * (m0 * m2 - m1 * m1)
+    return depth, distortion

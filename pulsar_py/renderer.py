@@ -140,7 +140,7 @@ class Renderer(torch.nn.Module):
         batched = batched or cam_params.dim() == 2
         camera = camera_from_params(cams, self.width, self.height, self.orthogonal_projection,
                                     self.right_handed_system, first_R_then_T)
-        image, hits, info = self._render(pos, col, rad, opacity, bg, camera, gamma, max_depth, min_depth,
+        image, hits, info, _ = self._render(pos, col, rad, opacity, bg, camera, gamma, max_depth, min_depth,
                                          percent_allowed_difference, max_n_hits, mode, return_forward_info)
         result = image if mode == 0 else hits[..., None].to(pos.dtype)
         if not batched:

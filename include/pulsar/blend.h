@@ -21,26 +21,35 @@ struct BlendParams {
   PULSAR_HD T depth_range() const { return max_depth - min_depth; }
 };
 
-// s = o (1 - n) / gamma with n = (z - min_depth) / (max_depth - min_depth).
+// Normalised depth n = (z - min_depth) / (max_depth - min_depth).
 template <typename T>
-PULSAR_HD T blend_exponent(const BlendParams<T>& p, T opacity, T depth) {
-  const T n = (depth - p.min_depth) / p.depth_range();
-  return opacity * (T(1) - n) / p.gamma;
+PULSAR_HD T normalized_depth(const BlendParams<T>& p, T depth) {
+  return (depth - p.min_depth) / p.depth_range();
 }
 
-// Twin of blend_exponent: given g = dL/ds, accumulates dL/do, dL/dz, dL/dmin, dL/dmax.
+// Twin of normalized_depth: given dL/dn, accumulates dL/dz, dL/dmin, dL/dmax.
 template <typename T>
-PULSAR_HD void blend_exponent_backward(const BlendParams<T>& p, T opacity, T depth, T g,
-                                       T& grad_opacity, T& grad_depth, T& grad_min_depth,
-                                       T& grad_max_depth) {
+PULSAR_HD void normalized_depth_backward(const BlendParams<T>& p, T depth, T grad_n, T& grad_depth,
+                                         T& grad_min_depth, T& grad_max_depth) {
   const T range = p.depth_range();
-  const T n = (depth - p.min_depth) / range;
-  grad_opacity += g * (T(1) - n) / p.gamma;
-  const T grad_n = -g * opacity / p.gamma;
   grad_depth += grad_n / range;
   // dn/dmin = (z - max) / range^2, dn/dmax = -(z - min) / range^2.
   grad_min_depth += grad_n * (depth - p.max_depth) / (range * range);
   grad_max_depth -= grad_n * (depth - p.min_depth) / (range * range);
+}
+
+// Exponent s = o (1 - n) / gamma of a hit with opacity o at normalised depth n.
+template <typename T>
+PULSAR_HD T blend_exponent(const BlendParams<T>& p, T opacity, T n) {
+  return opacity * (T(1) - n) / p.gamma;
+}
+
+// Twin of blend_exponent: given g = dL/ds, accumulates dL/do and dL/dn.
+template <typename T>
+PULSAR_HD void blend_exponent_backward(const BlendParams<T>& p, T opacity, T n, T g,
+                                       T& grad_opacity, T& grad_n) {
+  grad_opacity += g * (T(1) - n) / p.gamma;
+  grad_n -= g * opacity / p.gamma;
 }
 
 // Running normaliser of the online softmax: the total weight is D * exp(m).

@@ -58,6 +58,10 @@ struct ForwardOutputs {
   void* blend_state = nullptr;    // [B, H, W, 2]: (m, D), needed by backward
   std::int32_t* hit_count = nullptr;  // [B, H, W]: processed hits, needed by backward
   void* forward_info = nullptr;   // [B, H, W, 3 + 2K] (Pulsar layout) or null
+  // [B, H, W, 3] or null: moments M_k = sum_i a_i n_i^k, k = 0, 1, 2, of the hits'
+  // normalised depths n_i under their normalised blend weights a_i = w_i / total weight
+  // (background included). M_0 is the coverage; depth and distortion derive from them.
+  void* depth_moments = nullptr;
 };
 
 // What backward reads besides the scene: the forward's outputs and dL/dimage.
@@ -66,6 +70,9 @@ struct BackwardArgs {
   const void* image = nullptr;        // [B, H, W, C]
   const void* blend_state = nullptr;  // [B, H, W, 2]
   const std::int32_t* hit_count = nullptr;  // [B, H, W]
+  // Both or neither: the forward's depth moments and dL/d(moments), [B, H, W, 3].
+  const void* depth_moments = nullptr;
+  const void* grad_depth_moments = nullptr;
 };
 
 // Gradient outputs; a null pointer means "not requested" and costs nothing. Every

@@ -73,6 +73,8 @@ void Renderer::backward(const SceneArgs& scene, const RenderOptions& options,
   check_call(scene, options);
   PULSAR_REQUIRE(args.grad_image && args.image && args.blend_state && args.hit_count,
                  "backward inputs: grad_image, image, blend_state and hit_count are required");
+  PULSAR_REQUIRE((args.depth_moments == nullptr) == (args.grad_depth_moments == nullptr),
+                 "backward inputs: depth_moments and grad_depth_moments go together");
   // The binning of the forward is reused when nothing was rendered in between;
   // otherwise it is rebuilt from the same inputs (deterministic, so identical).
   if (forward_token == 0 || forward_token != binned_token_) prepare(scene, options);

@@ -32,6 +32,8 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
   const auto* grad_image = static_cast<const T*>(args.grad_image);
   const auto* image = static_cast<const T*>(args.image);
   const auto* state = static_cast<const T*>(args.blend_state);
+  const auto* moments = static_cast<const T*>(args.depth_moments);
+  const auto* grad_moments = static_cast<const T*>(args.grad_depth_moments);
   const bool want_geometry = grads.positions || grads.radii || grads.cameras;
   const bool want_blend = want_geometry || grads.opacities;
 
@@ -58,6 +60,8 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
         const T* colour = image + pix * channels;
         const T m = state[2 * pix], norm_d = state[2 * pix + 1];
         const std::int32_t count = args.hit_count[pix];
+        const T* mom = moments ? moments + 3 * pix : nullptr;
+        const T* g_mom = grad_moments ? grad_moments + 3 * pix : nullptr;
         // Background: C = (exp(s_bg) bg + sum w col) / (exp(s_bg) + sum w).
         const T bg_share = std::exp(bp.bg_exponent - m) / norm_d;
         for (int ch = 0; ch < channels; ++ch) bg[ch] += g_img[ch] * bg_share;
@@ -76,22 +80,30 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
           if (!h.hit) continue;
           ++done;
           const T opacity = sv.opacity(i);
-          const T s = blend_exponent(bp, opacity, h.depth);
+          const T n_depth = normalized_depth(bp, h.depth);
+          const T s = blend_exponent(bp, opacity, n_depth);
           const T unit = std::exp(s - m) / norm_d;  // exp(s) / total weight
           const T weight = h.kappa * opacity * unit;  // normalised blend weight
           const T* col = sv.features + std::int64_t(i) * channels;
           T* gi = inst + e * stride;
-          T g = 0;  // dL/dw * total weight = gL . (col - C)
+          // g = dL/dw * total weight. Image: gL . (col - C). Moments M_k = sum a n^k:
+          // dM_k/dw * total weight = n^k - M_k, and dM_k/dn = a k n^(k-1) directly.
+          T g = 0, grad_n = 0;
           for (int ch = 0; ch < channels; ++ch) {
             g += g_img[ch] * (col[ch] - colour[ch]);
             gi[kInstFeatures + ch] += weight * g_img[ch];
+          }
+          if (g_mom) {
+            g += g_mom[0] * (T(1) - mom[0]) + g_mom[1] * (n_depth - mom[1]) +
+                 g_mom[2] * (n_depth * n_depth - mom[2]);
+            grad_n += weight * (g_mom[1] + T(2) * g_mom[2] * n_depth);
           }
           if (!want_blend) continue;
           // w = kappa * o * exp(s): dL/ds = weight * g, dL/dkappa = o * unit * g, and
           // opacity enters both as a factor and through s.
           T grad_opacity = h.kappa * unit * g, grad_depth = 0;
-          blend_exponent_backward(bp, opacity, h.depth, weight * g, grad_opacity, grad_depth,
-                                  cg.min_depth, cg.max_depth);
+          blend_exponent_backward(bp, opacity, n_depth, weight * g, grad_opacity, grad_n);
+          normalized_depth_backward(bp, h.depth, grad_n, grad_depth, cg.min_depth, cg.max_depth);
           gi[kInstOpacity] += grad_opacity;
           if (!want_geometry) continue;
           const T grad_kappa = opacity * unit * g;

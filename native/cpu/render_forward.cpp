@@ -64,6 +64,7 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene,
   auto* image = static_cast<T*>(out.image);
   auto* state = static_cast<T*>(out.blend_state);
   auto* info = static_cast<T*>(out.forward_info);
+  auto* moments = static_cast<T*>(out.depth_moments);
   const int info_len = 3 + 2 * k_track;
 
   parallel_for(scratch.threads, scene.batch_size * n_tiles, [&](std::int64_t item, int worker) {
@@ -89,6 +90,7 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene,
         TrackedHits<T> tracked{track_depth, track_id, k_track, 0};
         T tau = std::numeric_limits<T>::infinity();
         T max_closest = T(-1);
+        T mom[3] = {0, 0, 0};  // sum w n^k relative to exp(m)
         std::int64_t hits = 0;
         for (std::int64_t e = first; e < last; ++e) {
           const std::int32_t i = entries[e];
@@ -99,11 +101,17 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene,
           const PairHit<T> h = evaluate_pair(cam, r.c, r.dist, radius, r.is_tiny, ray);
           if (!h.hit) continue;
           const T opacity = sv.opacity(i);
-          const T s = blend_exponent(bp, opacity, h.depth);
+          const T n_depth = normalized_depth(bp, h.depth);
+          const T s = blend_exponent(bp, opacity, n_depth);
           T rescale;
           const T w = blend.add(s, h.kappa * opacity, rescale);
           const T* col = sv.features + std::int64_t(i) * channels;
           for (int ch = 0; ch < channels; ++ch) accum[ch] = accum[ch] * rescale + w * col[ch];
+          if (moments) {
+            mom[0] = mom[0] * rescale + w;
+            mom[1] = mom[1] * rescale + w * n_depth;
+            mom[2] = mom[2] * rescale + w * n_depth * n_depth;
+          }
           ++hits;
           if (bp.early_stop) tau = termination_depth(bp, blend);
           max_closest = r.closest_depth;
@@ -115,6 +123,8 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene,
         state[2 * pix] = blend.m;
         state[2 * pix + 1] = blend.D;
         out.hit_count[pix] = std::int32_t(hits);
+        if (moments)
+          for (int k = 0; k < 3; ++k) moments[3 * pix + k] = mom[k] / blend.D;
         if (info) {
           T* fi = info + pix * info_len;
           fi[0] = blend.m;
