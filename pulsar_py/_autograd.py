@@ -74,25 +74,27 @@ class RenderFunction(torch.autograd.Function):
         image = torch.empty((b, h, w, c), **like)
         state = torch.empty((b, h, w, 2), **like)
         hits = torch.empty((b, h, w), dtype=torch.int32, device=pos.device)
+        ends = torch.empty((b, h, w), dtype=torch.int32, device=pos.device)
         info = (torch.empty((b, h, w, 3 + 2 * cfg.n_track), **like) if settings.want_forward_info
                 else torch.empty(0, **like))
         moments = (torch.empty((b, h, w, 3), **like) if settings.want_depth_moments
                    else torch.empty(0, **like))
         out = _native.ForwardOutputs()
         out.image, out.blend_state, out.hit_count = _ptr(image), _ptr(state), _ptr(hits)
+        out.traversal_end = _ptr(ends)
         out.forward_info = _ptr(info) if settings.want_forward_info else 0
         out.depth_moments = _ptr(moments) if settings.want_depth_moments else 0
         scene = _scene_args(pos, col, rad, opacity, bg, cameras, settings.right_handed)
         token = native.forward(scene, settings.options(pos.device), out)
         ctx.native, ctx.settings, ctx.token = native, settings, token
         ctx.has_opacity = opacity is not None
-        ctx.save_for_backward(pos, col, rad, opacity, bg, cameras, image, state, hits, moments)
+        ctx.save_for_backward(pos, col, rad, opacity, bg, cameras, image, state, ends, moments)
         ctx.mark_non_differentiable(hits, info)
         return image, hits, info, moments
 
     @staticmethod
     def backward(ctx, grad_image, _grad_hits, _grad_info, grad_moments):
-        pos, col, rad, opacity, bg, cameras, image, state, hits, moments = ctx.saved_tensors
+        pos, col, rad, opacity, bg, cameras, image, state, ends, moments = ctx.saved_tensors
         need = ctx.needs_input_grad  # (native, settings, pos, col, rad, opacity, bg, cameras)
         grads = _native.GradientOutputs()
         g_pos = torch.empty_like(pos) if need[2] else None
@@ -107,7 +109,7 @@ class RenderFunction(torch.autograd.Function):
             args = _native.BackwardArgs()
             grad_image = grad_image.contiguous()
             args.grad_image, args.image = _ptr(grad_image), _ptr(image)
-            args.blend_state, args.hit_count = _ptr(state), _ptr(hits)
+            args.blend_state, args.traversal_end = _ptr(state), _ptr(ends)
             if ctx.settings.want_depth_moments:
                 grad_moments = grad_moments.contiguous()
                 args.depth_moments, args.grad_depth_moments = _ptr(moments), _ptr(grad_moments)

@@ -56,7 +56,10 @@ struct RenderOptions {
 struct ForwardOutputs {
   void* image = nullptr;          // [B, H, W, C]
   void* blend_state = nullptr;    // [B, H, W, 2]: (m, D), needed by backward
-  std::int32_t* hit_count = nullptr;  // [B, H, W]: processed hits, needed by backward
+  std::int32_t* hit_count = nullptr;  // [B, H, W]: processed hits
+  // [B, H, W]: per pixel, one past the position of its last processed hit in its tile's
+  // list (0 if none). Backward revisits exactly the hits before it.
+  std::int32_t* traversal_end = nullptr;
   void* forward_info = nullptr;   // [B, H, W, 3 + 2K] (Pulsar layout) or null
   // [B, H, W, 3] or null: moments M_k = sum_i a_i n_i^k, k = 0, 1, 2, of the hits'
   // normalised depths n_i under their normalised blend weights a_i = w_i / total weight
@@ -69,7 +72,7 @@ struct BackwardArgs {
   const void* grad_image = nullptr;   // [B, H, W, C]
   const void* image = nullptr;        // [B, H, W, C]
   const void* blend_state = nullptr;  // [B, H, W, 2]
-  const std::int32_t* hit_count = nullptr;  // [B, H, W]
+  const std::int32_t* traversal_end = nullptr;  // [B, H, W], from forward
   // Both or neither: the forward's depth moments and dL/d(moments), [B, H, W, 3].
   const void* depth_moments = nullptr;
   const void* grad_depth_moments = nullptr;

@@ -40,6 +40,7 @@ void bind_calls(py::module_& m) {
   pointer_field(fwd, "image", &ForwardOutputs::image);
   pointer_field(fwd, "blend_state", &ForwardOutputs::blend_state);
   pointer_field(fwd, "hit_count", &ForwardOutputs::hit_count);
+  pointer_field(fwd, "traversal_end", &ForwardOutputs::traversal_end);
   pointer_field(fwd, "forward_info", &ForwardOutputs::forward_info);
   pointer_field(fwd, "depth_moments", &ForwardOutputs::depth_moments);
 
@@ -48,7 +49,7 @@ void bind_calls(py::module_& m) {
   pointer_field(bwd, "grad_image", &BackwardArgs::grad_image);
   pointer_field(bwd, "image", &BackwardArgs::image);
   pointer_field(bwd, "blend_state", &BackwardArgs::blend_state);
-  pointer_field(bwd, "hit_count", &BackwardArgs::hit_count);
+  pointer_field(bwd, "traversal_end", &BackwardArgs::traversal_end);
   pointer_field(bwd, "depth_moments", &BackwardArgs::depth_moments);
   pointer_field(bwd, "grad_depth_moments", &BackwardArgs::grad_depth_moments);
 

@@ -24,7 +24,8 @@ class Backend {
                               const ForwardOutputs& outputs) = 0;
   virtual void render_backward(const SceneArgs& scene, const RenderOptions& options,
                                const BackwardArgs& args, const GradientOutputs& grads) = 0;
-  virtual void reduce_gradients(const SceneArgs& scene, const GradientOutputs& grads) = 0;
+  virtual void reduce_gradients(const SceneArgs& scene, const RenderOptions& options,
+                                const GradientOutputs& grads) = 0;
   virtual std::size_t scratch_bytes() const = 0;
 };
 

@@ -60,8 +60,8 @@ void Renderer::prepare(const SceneArgs& scene, const RenderOptions& options) {
 std::uint64_t Renderer::forward(const SceneArgs& scene, const RenderOptions& options,
                                 const ForwardOutputs& outputs) {
   check_call(scene, options);
-  PULSAR_REQUIRE(outputs.image && outputs.blend_state && outputs.hit_count,
-                 "forward outputs: image, blend_state and hit_count are required");
+  PULSAR_REQUIRE(outputs.image && outputs.blend_state && outputs.hit_count && outputs.traversal_end,
+                 "forward outputs: image, blend_state, hit_count and traversal_end are required");
   prepare(scene, options);
   backend_->render_forward(scene, options, outputs);
   return binned_token_;
@@ -71,15 +71,15 @@ void Renderer::backward(const SceneArgs& scene, const RenderOptions& options,
                         const BackwardArgs& args, const GradientOutputs& grads,
                         std::uint64_t forward_token) {
   check_call(scene, options);
-  PULSAR_REQUIRE(args.grad_image && args.image && args.blend_state && args.hit_count,
-                 "backward inputs: grad_image, image, blend_state and hit_count are required");
+  PULSAR_REQUIRE(args.grad_image && args.image && args.blend_state && args.traversal_end,
+                 "backward inputs: grad_image, image, blend_state and traversal_end are required");
   PULSAR_REQUIRE((args.depth_moments == nullptr) == (args.grad_depth_moments == nullptr),
                  "backward inputs: depth_moments and grad_depth_moments go together");
   // The binning of the forward is reused when nothing was rendered in between;
   // otherwise it is rebuilt from the same inputs (deterministic, so identical).
   if (forward_token == 0 || forward_token != binned_token_) prepare(scene, options);
   backend_->render_backward(scene, options, args, grads);
-  backend_->reduce_gradients(scene, grads);
+  backend_->reduce_gradients(scene, options, grads);
 }
 
 }  // namespace pulsar

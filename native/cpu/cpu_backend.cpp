@@ -38,7 +38,7 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void reduce_gradients(const SceneArgs& scene, const GradientOutputs& grads) override {
+  void reduce_gradients(const SceneArgs& scene, const RenderOptions&, const GradientOutputs& grads) override {
     dispatch(scene.dtype, [&](auto tag) {
       cpu_reduce_gradients<decltype(tag)>(config_, scene, grads, scratch_);
     });

@@ -10,6 +10,7 @@
 #include "pulsar/camera.h"
 #include "pulsar/renderer.h"
 #include "pulsar/sphere_setup.h"
+#include "../core/scene_view.h"
 
 namespace pulsar {
 
@@ -43,52 +44,6 @@ struct CpuScratch {
            tile_background_grads.capacity() + pixel_scratch.capacity();
   }
 };
-
-// Typed view of the caller's scene arrays for one camera.
-template <typename T>
-struct SceneView {
-  const T* positions;
-  const T* features;
-  const T* radii;
-  const T* opacities;  // may be null
-  const T* background;
-  std::int64_t n;
-  int channels;
-
-  static SceneView of(const SceneArgs& s, int b, int channels) {
-    const std::int64_t stride = s.shared_spheres ? 0 : s.n_spheres * b;
-    SceneView v;
-    v.positions = static_cast<const T*>(s.positions) + stride * 3;
-    v.features = static_cast<const T*>(s.features) + stride * channels;
-    v.radii = static_cast<const T*>(s.radii) + stride;
-    v.opacities = s.opacities ? static_cast<const T*>(s.opacities) + stride : nullptr;
-    v.background = static_cast<const T*>(s.background);
-    v.n = s.n_spheres;
-    v.channels = channels;
-    return v;
-  }
-  T opacity(std::int64_t i) const { return opacities ? opacities[i] : T(1); }
-};
-
-template <typename T>
-CameraFrame<T> camera_of(const SceneArgs& s, int b, bool orthographic) {
-  return load_camera(static_cast<const T*>(s.cameras) + std::int64_t(b) * CAMERA_PARAMS,
-                     orthographic, s.right_handed);
-}
-
-template <typename T>
-BlendParams<T> blend_params_of(const CameraFrame<T>& cam, const RendererConfig& config,
-                               const RenderOptions& options) {
-  BlendParams<T> p;
-  p.gamma = T(options.gamma);
-  p.min_depth = cam.min_depth;
-  p.max_depth = cam.max_depth;
-  p.bg_exponent = T(config.background_normalized_depth / options.gamma);
-  const double pad = options.percent_allowed_difference;
-  p.early_stop = pad > 0;
-  p.log_odds = p.early_stop ? T(std::log(pad / (1 - pad))) : T(0);
-  return p;
-}
 
 // Per-instance gradient layout of stage 3: [position 3, radius, opacity, features C].
 constexpr int kInstPos = 0, kInstRadius = 3, kInstOpacity = 4, kInstFeatures = 5;

@@ -1,5 +1,5 @@
-// Stage 3 on the CPU: per pixel, re-traverse the hits the forward processed (the first
-// hit_count hits of its tile list: termination only ever stops, never skips) and write
+// Stage 3 on the CPU: per pixel, re-traverse the hits the forward processed (every hit
+// before its traversal end: termination only ever stops, never skips) and write
 // the exact gradient of the blend (model.md section 8). Sphere terms accumulate per
 // (tile, sphere) instance and camera terms per tile; each is owned by one work item,
 // so the later fixed-order reduction makes the result bitwise reproducible.
@@ -59,26 +59,24 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
         const T* g_img = grad_image + pix * channels;
         const T* colour = image + pix * channels;
         const T m = state[2 * pix], norm_d = state[2 * pix + 1];
-        const std::int32_t count = args.hit_count[pix];
+        const std::int64_t end = first + args.traversal_end[pix];
         const T* mom = moments ? moments + 3 * pix : nullptr;
         const T* g_mom = grad_moments ? grad_moments + 3 * pix : nullptr;
         // Background: C = (exp(s_bg) bg + sum w col) / (exp(s_bg) + sum w).
         const T bg_share = std::exp(bp.bg_exponent - m) / norm_d;
         for (int ch = 0; ch < channels; ++ch) bg[ch] += g_img[ch] * bg_share;
-        if (count == 0) continue;
+        if (end == first) continue;
         const PixelRay<T> ray = pixel_ray(cam, x, y);
         const Vec3<T> sensor_rel = cam.sensor_offset(T(x), T(y));  // S = P - eye
         Vec3<T> grad_ray{0, 0, 0};     // perspective: dL/d(unit ray)
         Vec3<T> grad_sensor{0, 0, 0};  // orthographic: dL/dS
-        std::int32_t done = 0;
-        for (std::int64_t e = first; e < last && done < count; ++e) {
+        for (std::int64_t e = first; e < end; ++e) {
           const std::int32_t i = entries[e];
           const SphereRecord<T>& r = rec[i];
           if (!r.bounds.contains(x, y)) continue;
           const T radius = sv.radii[i];
           const PairHit<T> h = evaluate_pair(cam, r.c, r.dist, radius, r.is_tiny, ray);
           if (!h.hit) continue;
-          ++done;
           const T opacity = sv.opacity(i);
           const T n_depth = normalized_depth(bp, h.depth);
           const T s = blend_exponent(bp, opacity, n_depth);

@@ -1,51 +1,16 @@
 // Stage 2 on the CPU: per pixel, traverse its tile's depth-ordered list and blend
 // (model.md sections 4-7). One work item is one (camera, tile); every pixel is written
 // by exactly one thread, so the result does not depend on scheduling.
-#include <cstring>
 #include <limits>
 
 #include "cpu_scratch.h"
 #include "parallel_for.h"
 #include "pulsar/blend.h"
+#include "pulsar/forward_info.h"
 #include "pulsar/pixel_ray.h"
 
 namespace pulsar {
 
-namespace {
-
-// The K processed hits with the smallest depth, closest first (insertion sort).
-template <typename T>
-struct TrackedHits {
-  T* depth;
-  std::int32_t* id;
-  int k, size;
-  void insert(T z, std::int32_t sphere) {
-    if (size == k && !(z < depth[k - 1])) return;
-    int pos = size < k ? size++ : k - 1;
-    while (pos > 0 && z < depth[pos - 1]) {
-      depth[pos] = depth[pos - 1];
-      id[pos] = id[pos - 1];
-      --pos;
-    }
-    depth[pos] = z;
-    id[pos] = sphere;
-  }
-};
-
-// Sphere ids go into forward info as the bits of an int32 for float32 (Pulsar's layout)
-// and as the exact integer value for float64.
-template <typename T>
-T encode_id(std::int32_t id) {
-  if constexpr (sizeof(T) == 4) {
-    T out;
-    std::memcpy(&out, &id, sizeof(out));
-    return out;
-  } else {
-    return T(id);
-  }
-}
-
-}  // namespace
 
 template <typename T>
 void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene,
@@ -92,6 +57,7 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene,
         T max_closest = T(-1);
         T mom[3] = {0, 0, 0};  // sum w n^k relative to exp(m)
         std::int64_t hits = 0;
+        std::int64_t end = 0;  // one past the last processed entry, relative to `first`
         for (std::int64_t e = first; e < last; ++e) {
           const std::int32_t i = entries[e];
           const SphereRecord<T>& r = rec[i];
@@ -113,6 +79,7 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene,
             mom[2] = mom[2] * rescale + w * n_depth * n_depth;
           }
           ++hits;
+          end = e - first + 1;
           if (bp.early_stop) tau = termination_depth(bp, blend);
           max_closest = r.closest_depth;
           if (info) tracked.insert(h.depth, i);
@@ -123,19 +90,10 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene,
         state[2 * pix] = blend.m;
         state[2 * pix + 1] = blend.D;
         out.hit_count[pix] = std::int32_t(hits);
+        out.traversal_end[pix] = std::int32_t(end);
         if (moments)
           for (int k = 0; k < 3; ++k) moments[3 * pix + k] = mom[k] / blend.D;
-        if (info) {
-          T* fi = info + pix * info_len;
-          fi[0] = blend.m;
-          fi[1] = blend.D;
-          fi[2] = max_closest;
-          for (int k = 0; k < k_track; ++k) {
-            const bool used = k < tracked.size;
-            fi[3 + 2 * k] = encode_id<T>(used ? track_id[k] : -1);
-            fi[4 + 2 * k] = used ? track_depth[k] : T(-1);
-          }
-        }
+        if (info) write_forward_info(info + pix * info_len, blend.m, blend.D, max_closest, tracked);
       }
     }
   });

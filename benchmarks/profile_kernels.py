@@ -1,0 +1,66 @@
+"""Kernel-level profile of one workload's forward + backward on CUDA (torch.profiler /
+CUPTI), plus the split between native time and Python-side overhead.
+
+Usage: python3 benchmarks/profile_kernels.py [W4|W5|W1|W3]
+"""
+import sys
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from pulsar_py import Renderer
+
+WORKLOADS = {  # n, image side, radius formula scale (None: U(0,1)), has opacity
+    "W1": (1_000_000, 1000, None, False),
+    "W3": (10_000, 512, None, True),
+    "W4": (1_000_000, 1024, 0.038, True),
+    "W5": (4_000_000, 1024, 0.019, True),
+}
+
+
+def make(name, dev):
+    n, size, scale, has_opacity = WORKLOADS[name]
+    g = torch.Generator().manual_seed(1)
+    pos = torch.rand(n, 3, generator=g) * 10
+    pos[:, 2] += 25
+    pos[:, :2] -= 5
+    col = torch.rand(n, 3, generator=g)
+    u = torch.rand(n, generator=g)
+    rad = (u if scale is None else scale * (0.5 + u)).clamp(min=1e-5)
+    opa = (0.1 + 0.8 * torch.rand(n, generator=g)) if has_opacity else None
+    out = [t.to(dev) if t is not None else None for t in (pos, col, rad, opa)]
+    return out, size
+
+
+def main():
+    name = sys.argv[1] if len(sys.argv) > 1 else "W4"
+    (pos, col, rad, opa), size = make(name, "cuda")
+    cam = torch.tensor([0, 0, 0, 0, 0, 0, 5.0, 2.0], device="cuda")
+    r = Renderer(size, size, n_channels=3).cuda()
+    kw = dict(gamma=0.1, max_depth=45.0, percent_allowed_difference=0.01)
+    leaves = [t.clone().requires_grad_() if t is not None else None for t in (pos, col, rad, opa, cam)]
+
+    def step():
+        img = r(leaves[0], leaves[1], leaves[2], leaves[4], opacity=leaves[3], **kw)
+        torch.autograd.grad(img.sum(), [t for t in leaves if t is not None])
+
+    for check in (True, False):
+        r.check_values = check
+        for _ in range(3):
+            step()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(10):
+            step()
+        torch.cuda.synchronize()
+        print(f"{name} check_values={check}: wall {(time.perf_counter() - t0) / 10 * 1e3:.3f} ms per fwd+bwd")
+    with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
+        for _ in range(5):
+            step()
+        torch.cuda.synchronize()
+    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=60))
+
+
+if __name__ == "__main__":
+    main()

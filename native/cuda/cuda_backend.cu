@@ -1,0 +1,79 @@
+// The CUDA backend: owns the device scratch of one GPU and runs the CUDA stages on the
+// caller's stream.
+#include "../core/backend.h"
+#include "cuda_scratch.h"
+
+namespace pulsar {
+
+namespace {
+
+template <typename Fn>
+void dispatch(DType dtype, Fn&& fn) {
+  if (dtype == DType::Float64) fn(double{}); else fn(float{});
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const RendererConfig& config) : config_(config) {
+    int count = 0;
+    PULSAR_CUDA_CHECK(cudaGetDeviceCount(&count));
+    if (config.device_index < 0 || config.device_index >= count)
+      throw std::invalid_argument("device: CUDA device " + std::to_string(config.device_index) +
+                                  " requested, but " + std::to_string(count) + " are present");
+    DeviceGuard guard(config.device_index);
+    scratch_.device = config.device_index;
+    PULSAR_CUDA_CHECK(cudaDeviceGetAttribute(&scratch_.sm_count, cudaDevAttrMultiProcessorCount, config.device_index));
+    PULSAR_CUDA_CHECK(cudaMallocHost(&scratch_.host_count, sizeof(std::int64_t)));
+  }
+  ~CudaBackend() override {
+    if (scratch_.host_count) cudaFreeHost(scratch_.host_count);
+  }
+
+  void setup_and_bin(const SceneArgs& scene, const RenderOptions& options) override {
+    DeviceGuard guard(config_.device_index);
+    dispatch(scene.dtype, [&](auto tag) {
+      cuda_setup_and_bin<decltype(tag)>(config_, scene, stream(options), scratch_);
+    });
+  }
+
+  void render_forward(const SceneArgs& scene, const RenderOptions& options,
+                      const ForwardOutputs& outputs) override {
+    DeviceGuard guard(config_.device_index);
+    dispatch(scene.dtype, [&](auto tag) {
+      cuda_render_forward<decltype(tag)>(config_, scene, options, outputs, stream(options), scratch_);
+    });
+  }
+
+  void render_backward(const SceneArgs& scene, const RenderOptions& options, const BackwardArgs& args,
+                       const GradientOutputs& grads) override {
+    DeviceGuard guard(config_.device_index);
+    dispatch(scene.dtype, [&](auto tag) {
+      cuda_render_backward<decltype(tag)>(config_, scene, options, args, grads, stream(options), scratch_);
+    });
+  }
+
+  void reduce_gradients(const SceneArgs& scene, const RenderOptions& options,
+                        const GradientOutputs& grads) override {
+    DeviceGuard guard(config_.device_index);
+    dispatch(scene.dtype, [&](auto tag) {
+      cuda_reduce_gradients<decltype(tag)>(config_, scene, grads, stream(options), scratch_);
+    });
+  }
+
+  std::size_t scratch_bytes() const override { return scratch_.bytes(); }
+
+ private:
+  static cudaStream_t stream(const RenderOptions& options) {
+    return static_cast<cudaStream_t>(options.stream);
+  }
+  RendererConfig config_;
+  CudaScratch scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(const RendererConfig& config) {
+  return std::make_unique<CudaBackend>(config);
+}
+
+}  // namespace pulsar

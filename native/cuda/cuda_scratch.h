@@ -1,0 +1,88 @@
+// The CUDA backend's persistent device scratch and the data its stages share.
+//
+// Binning: every (camera b, visible sphere i) pair gets a slot range of length
+// "tiles touched" (an exclusive scan over b*N + i gives sphere_slots). Each slot u holds
+// one (tile, sphere) instance with sort key (b * n_tiles + tile) << 32 | float bits of zc
+// (zc > 0, so its bits order like its value). A stable radix sort of the keys orders
+// every tile's instances by (zc, index); tile_ranges then marks each tile's run.
+#pragma once
+
+#include <cstdint>
+
+#include "../core/scene_view.h"
+#include "../core/tiling.h"
+#include "device_buffer.h"
+#include "pulsar/camera.h"
+#include "pulsar/renderer.h"
+#include "pulsar/sphere_setup.h"
+
+namespace pulsar {
+
+// One sphere as seen from one camera (stage 1), what the render kernels load per entry.
+// The first fields are what every pixel tests before anything else (one 16-byte load
+// in float32); the geometry follows.
+template <typename T>
+struct GpuSphere {
+  T closest_depth;              // zc, world units
+  std::int32_t flags;           // bit 0: tiny-sphere rule applies
+  std::int16_t x0, y0, x1, y1;  // inclusive pixel bounds (empty: x0 > x1)
+  T cx, cy, cz;      // perspective: centre - eye (world); orthographic: camera-frame coords
+  T dist;            // |centre - eye|
+  T radius, opacity;
+};
+
+struct CudaScratch {
+  int device = 0;
+  int sm_count = 1;
+  DeviceBuffer spheres;         // GpuSphere<T> [B, N]
+  DeviceBuffer tile_counts;     // uint32 [B * N]: tiles touched per sphere
+  DeviceBuffer sphere_slots;    // int64 [B * N + 1]: exclusive scan of tile_counts
+  DeviceBuffer keys_in, keys_out;      // uint64 [n_instances]
+  DeviceBuffer slots_in, slots_out;    // int32 [n_instances]: unsorted slot u of a sorted position
+  DeviceBuffer entry_sphere;    // int32 [n_instances]: sphere index (within its camera) of a sorted position
+  DeviceBuffer slot_to_entry;   // int32 [n_instances]: sorted position of slot u
+  DeviceBuffer slot_sphere;     // int32 [n_instances]: sphere index of slot u
+  DeviceBuffer tile_ranges;     // int2 [B * n_tiles]: [begin, end) of each tile's sorted entries
+  DeviceBuffer cub_temp;        // CUB workspace
+  DeviceBuffer instance_grads;  // T [n_instances, 5 + C], by sorted position
+  DeviceBuffer tile_camera_grads;  // T [B * n_tiles, kCameraGradValues]
+  DeviceBuffer tile_background_grads;  // T [B * n_tiles, C]
+  std::int64_t* host_count = nullptr;  // pinned: instance count read back once per binning
+  std::int64_t n_instances = 0;
+
+  std::size_t bytes() const {
+    return spheres.capacity() + tile_counts.capacity() + sphere_slots.capacity() +
+           keys_in.capacity() + keys_out.capacity() + slots_in.capacity() + slots_out.capacity() +
+           entry_sphere.capacity() + slot_to_entry.capacity() + slot_sphere.capacity() +
+           tile_ranges.capacity() + cub_temp.capacity() + instance_grads.capacity() +
+           tile_camera_grads.capacity() + tile_background_grads.capacity();
+  }
+};
+
+// CameraGrad<T> flattened: eye, p00_rel, pdx, pdy, z_axis, x_unit, y_unit (3 each),
+// min_depth, max_depth.
+constexpr int kCameraGradValues = 23;
+
+// Per-instance gradient layout: [position 3, radius, opacity, features C].
+constexpr int kGpuInstPos = 0, kGpuInstRadius = 3, kGpuInstOpacity = 4, kGpuInstFeatures = 5;
+
+template <typename T>
+void cuda_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, cudaStream_t stream,
+                        CudaScratch& scratch);
+template <typename T>
+void cuda_render_forward(const RendererConfig& config, const SceneArgs& scene,
+                         const RenderOptions& options, const ForwardOutputs& out, cudaStream_t stream,
+                         CudaScratch& scratch);
+template <typename T>
+void cuda_render_backward(const RendererConfig& config, const SceneArgs& scene,
+                          const RenderOptions& options, const BackwardArgs& args,
+                          const GradientOutputs& grads, cudaStream_t stream, CudaScratch& scratch);
+template <typename T>
+void cuda_reduce_gradients(const RendererConfig& config, const SceneArgs& scene,
+                           const GradientOutputs& grads, cudaStream_t stream, CudaScratch& scratch);
+
+inline unsigned blocks_for(std::int64_t n, int threads) {
+  return unsigned((n + threads - 1) / threads);
+}
+
+}  // namespace pulsar

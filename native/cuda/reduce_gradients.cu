@@ -1,0 +1,131 @@
+// Stage 4 on CUDA: partials -> the caller's gradient arrays, each sum in a fixed order
+// (no atomics), so gradients are bitwise reproducible.
+//   spheres: one thread per sphere walks its instances (cameras ascending, then its
+//     tiles in binning order) through slot_to_entry;
+//   cameras: one block per camera sums its tiles' partials, then folds the frame
+//     derivative (frame_backward);
+//   background: one block sums all tiles.
+#include "cuda_scratch.h"
+
+namespace pulsar {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+template <typename T>
+__global__ void reduce_spheres_kernel(SceneArgs scene, int channels, GradientOutputs grads,
+                                      const std::int64_t* sphere_slots, const std::int32_t* slot_to_entry,
+                                      const T* inst) {
+  const std::int64_t n = scene.n_spheres;
+  const int sets = scene.shared_spheres ? 1 : scene.batch_size;
+  const std::int64_t item = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (item >= n * sets) return;
+  const std::int64_t set = item / n, i = item % n;
+  const int b_first = scene.shared_spheres ? 0 : int(set);
+  const int b_last = scene.shared_spheres ? scene.batch_size : int(set) + 1;
+  const int stride = kGpuInstFeatures + channels;
+  T pos[3] = {0, 0, 0}, rad = 0, opa = 0;
+  auto* col = static_cast<T*>(grads.features);
+  if (col)
+    for (int k = 0; k < channels; ++k) col[item * channels + k] = T(0);
+  for (int b = b_first; b < b_last; ++b) {
+    const std::int64_t key = std::int64_t(b) * n + i;
+    for (std::int64_t u = sphere_slots[key]; u < sphere_slots[key + 1]; ++u) {
+      const T* g = inst + std::int64_t(slot_to_entry[u]) * stride;
+      pos[0] += g[kGpuInstPos]; pos[1] += g[kGpuInstPos + 1]; pos[2] += g[kGpuInstPos + 2];
+      rad += g[kGpuInstRadius];
+      opa += g[kGpuInstOpacity];
+      if (col)
+        for (int k = 0; k < channels; ++k) col[item * channels + k] += g[kGpuInstFeatures + k];
+    }
+  }
+  if (grads.positions)
+    for (int d = 0; d < 3; ++d) static_cast<T*>(grads.positions)[3 * item + d] = pos[d];
+  if (grads.radii) static_cast<T*>(grads.radii)[item] = rad;
+  if (grads.opacities) static_cast<T*>(grads.opacities)[item] = opa;
+}
+
+// Fixed-order block sum: thread t sums rows t, t + 256, ...; then a shared-memory tree.
+template <typename T>
+__device__ T block_rows_sum(const T* rows, std::int64_t n_rows, int row_stride, int column, T* shared) {
+  T s = 0;
+  for (std::int64_t r = threadIdx.x; r < n_rows; r += kThreads) s += rows[r * row_stride + column];
+  shared[threadIdx.x] = s;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (int(threadIdx.x) < half) shared[threadIdx.x] += shared[threadIdx.x + half];
+    __syncthreads();
+  }
+  const T total = shared[0];
+  __syncthreads();
+  return total;
+}
+
+template <typename T>
+__global__ void reduce_camera_kernel(RendererConfig config, SceneArgs scene, std::int64_t n_tiles,
+                                     const T* tile_camera, T* out) {
+  __shared__ T shared[kThreads];
+  __shared__ T total[kCameraGradValues];
+  const int b = blockIdx.x;
+  for (int v = 0; v < kCameraGradValues; ++v) {
+    const T s = block_rows_sum(tile_camera + std::int64_t(b) * n_tiles * kCameraGradValues, n_tiles,
+                               kCameraGradValues, v, shared);
+    if (threadIdx.x == 0) total[v] = s;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  CameraGrad<T> g;
+  g.eye = load_vec3(total + 0);
+  g.p00_rel = load_vec3(total + 3);
+  g.pdx = load_vec3(total + 6);
+  g.pdy = load_vec3(total + 9);
+  g.z_axis = load_vec3(total + 12);
+  g.x_unit = load_vec3(total + 15);
+  g.y_unit = load_vec3(total + 18);
+  g.min_depth = total[21];
+  g.max_depth = total[22];
+  const CameraFrame<T> cam = camera_of<T>(scene, b, config.orthographic);
+  frame_backward(cam, g, out + std::int64_t(b) * CAMERA_PARAMS);
+}
+
+template <typename T>
+__global__ void reduce_background_kernel(std::int64_t tiles, int channels, const T* tile_bg, T* out) {
+  __shared__ T shared[kThreads];
+  for (int k = 0; k < channels; ++k) {
+    const T s = block_rows_sum(tile_bg, tiles, channels, k, shared);
+    if (threadIdx.x == 0) out[k] = s;
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void cuda_reduce_gradients(const RendererConfig& config, const SceneArgs& scene,
+                           const GradientOutputs& grads, cudaStream_t stream, CudaScratch& scratch) {
+  const std::int64_t n_tiles = Tiling::of(config.width, config.height).n_tiles();
+  const int sets = scene.shared_spheres ? 1 : scene.batch_size;
+  const std::int64_t items = scene.n_spheres * sets;
+  if (items > 0 && (grads.positions || grads.radii || grads.opacities || grads.features)) {
+    reduce_spheres_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
+        scene, config.n_channels, grads, scratch.sphere_slots.as<std::int64_t>(),
+        scratch.slot_to_entry.as<std::int32_t>(), scratch.instance_grads.as<T>());
+    PULSAR_CUDA_LAUNCH_CHECK("reduce_spheres_kernel");
+  }
+  if (grads.cameras) {
+    reduce_camera_kernel<T><<<scene.batch_size, kThreads, 0, stream>>>(
+        config, scene, n_tiles, scratch.tile_camera_grads.as<T>(), static_cast<T*>(grads.cameras));
+    PULSAR_CUDA_LAUNCH_CHECK("reduce_camera_kernel");
+  }
+  if (grads.background) {
+    reduce_background_kernel<T><<<1, kThreads, 0, stream>>>(
+        n_tiles * scene.batch_size, config.n_channels, scratch.tile_background_grads.as<T>(),
+        static_cast<T*>(grads.background));
+    PULSAR_CUDA_LAUNCH_CHECK("reduce_background_kernel");
+  }
+}
+
+template void cuda_reduce_gradients<float>(const RendererConfig&, const SceneArgs&, const GradientOutputs&, cudaStream_t, CudaScratch&);
+template void cuda_reduce_gradients<double>(const RendererConfig&, const SceneArgs&, const GradientOutputs&, cudaStream_t, CudaScratch&);
+
+}  // namespace pulsar

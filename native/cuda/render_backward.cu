@@ -1,0 +1,268 @@
+// Stage 3 on CUDA: one block per (camera, tile). Sphere-major: each warp takes one entry
+// of the tile's list at a time and its lanes take the pixels of that sphere's bounds
+// within the tile, so the whole warp works on one sphere and its gradient is a warp
+// reduction written straight into that (tile, sphere) instance's slot, which no other
+// warp writes. A pair counts when the pixel's forward processed it: it is a hit and
+// lies before the pixel's traversal end. Camera terms accumulate per lane and background
+// terms per pixel; both are reduced once per block. Every sum has a fixed order, so
+// gradients are bitwise reproducible, and nothing touches global memory atomically.
+#include <algorithm>
+
+#include "cuda_scratch.h"
+#include "pulsar/blend.h"
+#include "pulsar/pixel_ray.h"
+
+namespace pulsar {
+
+namespace {
+
+constexpr int kThreads = kTileSize * kTileSize;
+constexpr int kWarps = kThreads / 32;
+constexpr unsigned kFullMask = 0xffffffffu;
+
+struct GradFlags {
+  bool features, blend, geometry;
+};
+
+template <typename T>
+__device__ T warp_sum(T v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(kFullMask, v, offset);
+  return v;
+}
+
+// What the block stages per pixel of its tile (index q = ly * 16 + lx).
+template <typename T>
+struct PixelStage {
+  T m[kThreads], norm_d[kThreads];
+  int end[kThreads];
+  T mom[kThreads][3], grad_mom[kThreads][3];
+};
+
+template <typename T, int C_STATIC>
+__global__ void __launch_bounds__(kThreads)
+render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions options, BackwardArgs args,
+                       GradFlags flags, const GpuSphere<T>* spheres, const std::int32_t* entry_sphere,
+                       const int2* tile_ranges, T* inst_grads, T* tile_camera, T* tile_background) {
+  __shared__ PixelStage<T> stage;
+  __shared__ int max_end;
+  extern __shared__ unsigned char smem_raw[];
+  T* feature_acc = reinterpret_cast<T*>(smem_raw);  // [kWarps][C], also block-reduction scratch
+
+  const int channels = C_STATIC > 0 ? C_STATIC : config.n_channels;
+  const int stride = kGpuInstFeatures + channels;
+  const int tiles_x = (config.width + kTileSize - 1) / kTileSize;
+  const int tiles_y = (config.height + kTileSize - 1) / kTileSize;
+  const std::int64_t item = blockIdx.x;
+  const int b = int(item / (std::int64_t(tiles_x) * tiles_y));
+  const int tile = int(item % (std::int64_t(tiles_x) * tiles_y));
+  const int tile_x0 = (tile % tiles_x) * kTileSize, tile_y0 = (tile / tiles_x) * kTileSize;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const CameraFrame<T> cam = camera_of<T>(scene, b, config.orthographic);
+  const SceneView<T> sv = SceneView<T>::of(scene, b, channels);
+  const BlendParams<T> bp = blend_params_of(cam, config, options);
+  const std::int64_t image_base = std::int64_t(b) * config.width * config.height;
+  const T* grad_image = static_cast<const T*>(args.grad_image);
+  const T* image = static_cast<const T*>(args.image);
+  const bool with_moments = args.grad_depth_moments != nullptr;
+
+  // Stage this thread's pixel.
+  const int own_x = tile_x0 + int(threadIdx.x) % kTileSize, own_y = tile_y0 + int(threadIdx.x) / kTileSize;
+  const bool own_inside = own_x < config.width && own_y < config.height;
+  const std::int64_t own_pix = image_base + std::int64_t(own_y) * config.width + own_x;
+  if (threadIdx.x == 0) max_end = 0;
+  __syncthreads();
+  T bg_share = 0;
+  if (own_inside) {
+    const T m = static_cast<const T*>(args.blend_state)[2 * own_pix];
+    const T d = static_cast<const T*>(args.blend_state)[2 * own_pix + 1];
+    stage.m[threadIdx.x] = m;
+    stage.norm_d[threadIdx.x] = d;
+    stage.end[threadIdx.x] = args.traversal_end[own_pix];
+    bg_share = exp(bp.bg_exponent - m) / d;
+    for (int k = 0; k < 3; ++k) {
+      stage.mom[threadIdx.x][k] = with_moments ? static_cast<const T*>(args.depth_moments)[3 * own_pix + k] : T(0);
+      stage.grad_mom[threadIdx.x][k] = with_moments ? static_cast<const T*>(args.grad_depth_moments)[3 * own_pix + k] : T(0);
+    }
+    atomicMax(&max_end, stage.end[threadIdx.x]);
+  } else {
+    stage.end[threadIdx.x] = 0;
+  }
+  __syncthreads();
+
+  CameraGrad<T> cg;
+  const int2 range = tile_ranges[item];
+  const int entries = max_end;
+  for (int e = warp; e < entries; e += kWarps) {
+    const std::int64_t p = range.x + e;
+    const std::int32_t id = entry_sphere[p];
+    const GpuSphere<T> g = spheres[std::int64_t(b) * scene.n_spheres + id];
+    const Vec3<T> c = make_vec3(g.cx, g.cy, g.cz);
+    const int lx0 = max(int(g.x0) - tile_x0, 0), lx1 = min(int(g.x1) - tile_x0, kTileSize - 1);
+    const int ly0 = max(int(g.y0) - tile_y0, 0), ly1 = min(int(g.y1) - tile_y0, kTileSize - 1);
+    const int box_w = lx1 - lx0 + 1;
+    const int box_pixels = box_w * (ly1 - ly0 + 1);
+    const T* col = sv.features + std::int64_t(id) * channels;
+    Vec3<T> c_world{0, 0, 0};
+    if (cam.orthographic && flags.geometry) c_world = load_vec3(sv.positions + 3 * std::int64_t(id)) - cam.eye;
+    T acc[5] = {0, 0, 0, 0, 0};  // position 3, radius, opacity
+    if (flags.features && lane == 0)
+      for (int k = 0; k < channels; ++k) feature_acc[warp * channels + k] = T(0);
+    for (int k0 = 0; k0 < box_pixels; k0 += 32) {
+      const int k = k0 + lane;
+      const int lx = lx0 + k % box_w, ly = ly0 + k / box_w;
+      const int q = ly * kTileSize + lx;
+      bool active = k < box_pixels && e < stage.end[q];
+      const int x = tile_x0 + lx, y = tile_y0 + ly;
+      T weight = 0;
+      const T* g_img = grad_image + (image_base + std::int64_t(y) * config.width + x) * channels;
+      if (active) {
+        const PixelRay<T> ray = pixel_ray(cam, x, y);
+        const PairHit<T> h = evaluate_pair(cam, c, g.dist, g.radius, (g.flags & 1) != 0, ray);
+        active = h.hit;
+        if (active) {
+          const T* colour = image + (image_base + std::int64_t(y) * config.width + x) * channels;
+          const T m = stage.m[q], norm_d = stage.norm_d[q];
+          const T n_depth = normalized_depth(bp, h.depth);
+          const T s = blend_exponent(bp, g.opacity, n_depth);
+          const T unit = exp(s - m) / norm_d;
+          weight = h.kappa * g.opacity * unit;
+          T gw = 0, grad_n = 0;  // gw = dL/dw * total weight
+          for (int ch = 0; ch < channels; ++ch) gw += g_img[ch] * (col[ch] - colour[ch]);
+          if (with_moments) {
+            const T* mom = stage.mom[q];
+            const T* g_mom = stage.grad_mom[q];
+            gw += g_mom[0] * (T(1) - mom[0]) + g_mom[1] * (n_depth - mom[1]) +
+                  g_mom[2] * (n_depth * n_depth - mom[2]);
+            grad_n += weight * (g_mom[1] + T(2) * g_mom[2] * n_depth);
+          }
+          if (flags.blend) {
+            T grad_depth = 0, grad_opacity = h.kappa * unit * gw;
+            blend_exponent_backward(bp, g.opacity, n_depth, weight * gw, grad_opacity, grad_n);
+            normalized_depth_backward(bp, h.depth, grad_n, grad_depth, cg.min_depth, cg.max_depth);
+            acc[4] += grad_opacity;
+            if (flags.geometry) {
+              const T grad_kappa = g.opacity * unit * gw;
+              Vec3<T> grad_c{0, 0, 0};
+              const Vec3<T> sensor_rel = cam.sensor_offset(T(x), T(y));
+              if (cam.orthographic) {
+                T ga = 0, gb = 0, gcz = 0;
+                intersect_orthographic_backward(h, g.cx - ray.sx, g.cy - ray.sy, g.cz, g.radius,
+                                                grad_kappa, grad_depth, ga, gb, gcz, acc[3]);
+                grad_c = ga * cam.x_unit + gb * cam.y_unit + gcz * cam.z_axis;
+                cg.x_unit += ga * (c_world - sensor_rel);
+                cg.y_unit += gb * (c_world - sensor_rel);
+                cg.z_axis += gcz * c_world;
+                cg.add_sensor_offset(-(ga * cam.x_unit + gb * cam.y_unit), T(x), T(y));
+              } else {
+                Vec3<T> grad_ray{0, 0, 0};
+                intersect_perspective_backward(h, c, g.dist, g.radius, ray.dir, grad_kappa, grad_depth,
+                                               grad_c, acc[3], grad_ray);
+                cg.add_sensor_offset(normalize_backward(sensor_rel, grad_ray), T(x), T(y));
+              }
+              acc[0] += grad_c.x;
+              acc[1] += grad_c.y;
+              acc[2] += grad_c.z;
+              cg.eye -= grad_c;
+            }
+          }
+        }
+      }
+      if (flags.features)
+        for (int ch = 0; ch < channels; ++ch) {
+          const T v = warp_sum(active ? weight * g_img[ch] : T(0));
+          if (lane == 0) feature_acc[warp * channels + ch] += v;
+        }
+    }
+    T* out = inst_grads + p * stride;
+    for (int f = 0; f < 5; ++f) {
+      const T v = warp_sum(acc[f]);
+      if (lane == 0) out[f] = v;
+    }
+    if (flags.features && lane == 0)
+      for (int ch = 0; ch < channels; ++ch) out[kGpuInstFeatures + ch] = feature_acc[warp * channels + ch];
+    __syncwarp();
+  }
+
+  // Block reductions in a fixed order: camera terms, then background terms.
+  __syncthreads();
+  if (tile_camera) {
+    const T values[kCameraGradValues] = {cg.eye.x, cg.eye.y, cg.eye.z, cg.p00_rel.x, cg.p00_rel.y, cg.p00_rel.z,
+                                         cg.pdx.x, cg.pdx.y, cg.pdx.z, cg.pdy.x, cg.pdy.y, cg.pdy.z,
+                                         cg.z_axis.x, cg.z_axis.y, cg.z_axis.z, cg.x_unit.x, cg.x_unit.y, cg.x_unit.z,
+                                         cg.y_unit.x, cg.y_unit.y, cg.y_unit.z, cg.min_depth, cg.max_depth};
+#pragma unroll
+    for (int v = 0; v < kCameraGradValues; ++v) {
+      const T s = warp_sum(values[v]);
+      if (lane == 0) feature_acc[warp * kCameraGradValues + v] = s;
+    }
+    __syncthreads();
+    for (int v = threadIdx.x; v < kCameraGradValues; v += kThreads) {
+      T s = 0;
+      for (int w = 0; w < kWarps; ++w) s += feature_acc[w * kCameraGradValues + v];
+      tile_camera[item * kCameraGradValues + v] = s;
+    }
+    __syncthreads();
+  }
+  if (tile_background) {
+    for (int ch = 0; ch < channels; ++ch) {
+      const T s = warp_sum(own_inside ? grad_image[own_pix * channels + ch] * bg_share : T(0));
+      if (lane == 0) feature_acc[warp * channels + ch] = s;
+    }
+    __syncthreads();
+    for (int ch = threadIdx.x; ch < channels; ch += kThreads) {
+      T s = 0;
+      for (int w = 0; w < kWarps; ++w) s += feature_acc[w * channels + ch];
+      tile_background[item * channels + ch] = s;
+    }
+  }
+}
+
+template <typename T, int C_STATIC>
+void launch(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
+            const BackwardArgs& args, GradFlags flags, cudaStream_t stream, CudaScratch& s,
+            T* inst, T* tile_camera, T* tile_background) {
+  const unsigned blocks = unsigned(Tiling::of(config.width, config.height).n_tiles() * scene.batch_size);
+  const std::size_t dynamic = kWarps * std::size_t(std::max(kCameraGradValues, config.n_channels)) * sizeof(T);
+  const std::size_t total = dynamic + sizeof(PixelStage<T>) + sizeof(int);
+  if (total > 48 * 1024)
+    throw std::invalid_argument("n_channels: " + std::to_string(config.n_channels) +
+                                " channels exceed the CUDA backward's shared memory");
+  render_backward_kernel<T, C_STATIC><<<blocks, kThreads, dynamic, stream>>>(
+      config, scene, options, args, flags, s.spheres.as<GpuSphere<T>>(), s.entry_sphere.as<std::int32_t>(),
+      s.tile_ranges.as<int2>(), inst, tile_camera, tile_background);
+  PULSAR_CUDA_LAUNCH_CHECK("render_backward_kernel");
+}
+
+}  // namespace
+
+template <typename T>
+void cuda_render_backward(const RendererConfig& config, const SceneArgs& scene,
+                          const RenderOptions& options, const BackwardArgs& args,
+                          const GradientOutputs& grads, cudaStream_t stream, CudaScratch& scratch) {
+  const std::int64_t total_tiles = Tiling::of(config.width, config.height).n_tiles() * scene.batch_size;
+  const int stride = kGpuInstFeatures + config.n_channels;
+  const std::size_t inst_count = std::size_t(std::max<std::int64_t>(scratch.n_instances, 1)) * stride;
+  T* inst = scratch.instance_grads.reserve<T>(inst_count, "instance gradients");
+  // Entries past a tile's last traversal end are never visited: they must read zero.
+  PULSAR_CUDA_CHECK(cudaMemsetAsync(inst, 0, sizeof(T) * inst_count, stream));
+  T* tile_camera = grads.cameras ? scratch.tile_camera_grads.reserve<T>(std::size_t(total_tiles) * kCameraGradValues, "camera gradients") : nullptr;
+  T* tile_background = grads.background ? scratch.tile_background_grads.reserve<T>(std::size_t(total_tiles) * config.n_channels, "background gradients") : nullptr;
+  GradFlags flags;
+  flags.features = grads.features != nullptr;
+  flags.geometry = grads.positions || grads.radii || grads.cameras;
+  flags.blend = flags.geometry || grads.opacities;
+  switch (config.n_channels) {
+    case 1: launch<T, 1>(config, scene, options, args, flags, stream, scratch, inst, tile_camera, tile_background); break;
+    case 3: launch<T, 3>(config, scene, options, args, flags, stream, scratch, inst, tile_camera, tile_background); break;
+    case 4: launch<T, 4>(config, scene, options, args, flags, stream, scratch, inst, tile_camera, tile_background); break;
+    default: launch<T, 0>(config, scene, options, args, flags, stream, scratch, inst, tile_camera, tile_background); break;
+  }
+}
+
+template void cuda_render_backward<float>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
+                                          const BackwardArgs&, const GradientOutputs&, cudaStream_t, CudaScratch&);
+template void cuda_render_backward<double>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
+                                           const BackwardArgs&, const GradientOutputs&, cudaStream_t, CudaScratch&);
+
+}  // namespace pulsar

@@ -1,0 +1,172 @@
+// Stage 2 on CUDA: one block of 16x16 threads per (camera, tile), one thread per pixel.
+// The block walks its tile's depth-ordered list in batches that it loads cooperatively
+// into shared memory; each thread stops at its own early-termination point, and the
+// block stops when every thread has.
+#include <limits>
+
+#include "cuda_scratch.h"
+#include "pulsar/blend.h"
+#include "pulsar/forward_info.h"
+#include "pulsar/pixel_ray.h"
+
+namespace pulsar {
+
+namespace {
+
+constexpr int kThreads = kTileSize * kTileSize;
+
+// Feature accumulator: registers when the channel count is known at compile time
+// (C_STATIC > 0), else the pixel's own slot of the output image.
+template <typename T, int C_STATIC>
+struct FeatureAccum {
+  T v[C_STATIC];
+  __device__ void init(const T* bg, T*, int) {
+#pragma unroll
+    for (int c = 0; c < C_STATIC; ++c) v[c] = bg[c];
+  }
+  __device__ void add(T rescale, T w, const T* col, T*, int) {
+#pragma unroll
+    for (int c = 0; c < C_STATIC; ++c) v[c] = v[c] * rescale + w * col[c];
+  }
+  __device__ void finish(T inv_d, T* out, int) {
+#pragma unroll
+    for (int c = 0; c < C_STATIC; ++c) out[c] = v[c] * inv_d;
+  }
+};
+
+template <typename T>
+struct FeatureAccum<T, 0> {
+  __device__ void init(const T* bg, T* out, int channels) {
+    for (int c = 0; c < channels; ++c) out[c] = bg[c];
+  }
+  __device__ void add(T rescale, T w, const T* col, T* out, int channels) {
+    for (int c = 0; c < channels; ++c) out[c] = out[c] * rescale + w * col[c];
+  }
+  __device__ void finish(T inv_d, T* out, int channels) {
+    for (int c = 0; c < channels; ++c) out[c] *= inv_d;
+  }
+};
+
+template <typename T, int C_STATIC, bool WITH_INFO>
+__global__ void __launch_bounds__(kThreads)
+render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions options, ForwardOutputs out,
+                      const GpuSphere<T>* spheres, const std::int32_t* entry_sphere, const int2* tile_ranges) {
+  __shared__ GpuSphere<T> batch[kThreads];
+  __shared__ std::int32_t batch_id[kThreads];
+  const int tiles_x = (config.width + kTileSize - 1) / kTileSize;
+  const int tiles_y = (config.height + kTileSize - 1) / kTileSize;
+  const std::int64_t item = blockIdx.x;
+  const int b = int(item / (std::int64_t(tiles_x) * tiles_y));
+  const int tile = int(item % (std::int64_t(tiles_x) * tiles_y));
+  const int x = (tile % tiles_x) * kTileSize + int(threadIdx.x) % kTileSize;
+  const int y = (tile / tiles_x) * kTileSize + int(threadIdx.x) / kTileSize;
+  const bool inside = x < config.width && y < config.height;
+  const int channels = config.n_channels;
+  const CameraFrame<T> cam = camera_of<T>(scene, b, config.orthographic);
+  const SceneView<T> sv = SceneView<T>::of(scene, b, channels);
+  const BlendParams<T> bp = blend_params_of(cam, config, options);
+  const PixelRay<T> ray = pixel_ray(cam, x, y);
+  const std::int64_t pix = std::int64_t(b) * config.width * config.height + std::int64_t(y) * config.width + x;
+  T* img = static_cast<T*>(out.image) + pix * channels;
+  T* moments = static_cast<T*>(out.depth_moments);
+  const std::int64_t cap = options.max_n_hits < 0 ? std::numeric_limits<std::int64_t>::max() : options.max_n_hits;
+
+  FeatureAccum<T, C_STATIC> accum;
+  if (inside) accum.init(sv.background, img, channels);
+  OnlineSoftmax<T> blend = OnlineSoftmax<T>::start(bp);
+  T tau = std::numeric_limits<T>::infinity();
+  T max_closest = T(-1);
+  T mom[3] = {0, 0, 0};
+  std::int64_t hits = 0;
+  int end = 0;  // one past the last processed entry, relative to the tile's first
+  T track_depth[WITH_INFO ? kMaxTrack : 1];
+  std::int32_t track_id[WITH_INFO ? kMaxTrack : 1];
+  TrackedHits<T> tracked{track_depth, track_id, config.n_track, 0};
+  bool done = !inside;
+
+  const int2 range = tile_ranges[item];
+  for (int start = range.x; start < range.y; start += kThreads) {
+    if (__syncthreads_and(done)) break;
+    const int p = start + int(threadIdx.x);
+    if (p < range.y) {
+      const std::int32_t id = entry_sphere[p];
+      batch_id[threadIdx.x] = id;
+      batch[threadIdx.x] = spheres[std::int64_t(b) * scene.n_spheres + id];
+    }
+    __syncthreads();
+    const int batch_size = min(kThreads, range.y - start);
+    for (int j = 0; j < batch_size && !done; ++j) {
+      const GpuSphere<T>& g = batch[j];
+      if (g.closest_depth > tau || hits >= cap) {
+        done = true;
+        break;
+      }
+      if (x < g.x0 || x > g.x1 || y < g.y0 || y > g.y1) continue;
+      const PairHit<T> h = evaluate_pair(cam, make_vec3(g.cx, g.cy, g.cz), g.dist, g.radius,
+                                         (g.flags & 1) != 0, ray);
+      if (!h.hit) continue;
+      const T n_depth = normalized_depth(bp, h.depth);
+      const T s = blend_exponent(bp, g.opacity, n_depth);
+      T rescale;
+      const T w = blend.add(s, h.kappa * g.opacity, rescale);
+      accum.add(rescale, w, sv.features + std::int64_t(batch_id[j]) * channels, img, channels);
+      if (moments) {
+        mom[0] = mom[0] * rescale + w;
+        mom[1] = mom[1] * rescale + w * n_depth;
+        mom[2] = mom[2] * rescale + w * n_depth * n_depth;
+      }
+      ++hits;
+      end = start + j - range.x + 1;
+      if (bp.early_stop) tau = termination_depth(bp, blend);
+      max_closest = g.closest_depth;
+      if (WITH_INFO) tracked.insert(h.depth, batch_id[j]);
+    }
+  }
+  if (!inside) return;
+  accum.finish(T(1) / blend.D, img, channels);
+  T* state = static_cast<T*>(out.blend_state) + 2 * pix;
+  state[0] = blend.m;
+  state[1] = blend.D;
+  out.hit_count[pix] = std::int32_t(hits);
+  out.traversal_end[pix] = end;
+  if (moments)
+    for (int k = 0; k < 3; ++k) moments[3 * pix + k] = mom[k] / blend.D;
+  if (WITH_INFO)
+    write_forward_info(static_cast<T*>(out.forward_info) + pix * (3 + 2 * config.n_track), blend.m,
+                       blend.D, max_closest, tracked);
+}
+
+template <typename T, int C_STATIC>
+void launch(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
+            const ForwardOutputs& out, cudaStream_t stream, CudaScratch& s, unsigned blocks) {
+  const auto* spheres = s.spheres.as<GpuSphere<T>>();
+  const auto* entries = s.entry_sphere.as<std::int32_t>();
+  const auto* ranges = s.tile_ranges.as<int2>();
+  if (out.forward_info)
+    render_forward_kernel<T, C_STATIC, true><<<blocks, kThreads, 0, stream>>>(config, scene, options, out, spheres, entries, ranges);
+  else
+    render_forward_kernel<T, C_STATIC, false><<<blocks, kThreads, 0, stream>>>(config, scene, options, out, spheres, entries, ranges);
+  PULSAR_CUDA_LAUNCH_CHECK("render_forward_kernel");
+}
+
+}  // namespace
+
+template <typename T>
+void cuda_render_forward(const RendererConfig& config, const SceneArgs& scene,
+                         const RenderOptions& options, const ForwardOutputs& out, cudaStream_t stream,
+                         CudaScratch& scratch) {
+  const unsigned blocks = unsigned(Tiling::of(config.width, config.height).n_tiles() * scene.batch_size);
+  switch (config.n_channels) {
+    case 1: launch<T, 1>(config, scene, options, out, stream, scratch, blocks); break;
+    case 3: launch<T, 3>(config, scene, options, out, stream, scratch, blocks); break;
+    case 4: launch<T, 4>(config, scene, options, out, stream, scratch, blocks); break;
+    default: launch<T, 0>(config, scene, options, out, stream, scratch, blocks); break;
+  }
+}
+
+template void cuda_render_forward<float>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
+                                         const ForwardOutputs&, cudaStream_t, CudaScratch&);
+template void cuda_render_forward<double>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
+                                          const ForwardOutputs&, cudaStream_t, CudaScratch&);
+
+}  // namespace pulsar

@@ -1,0 +1,158 @@
+// Stage 1 on CUDA: per-sphere setup and binning into per-tile lists ordered by
+// (closest depth, sphere index). One host synchronisation: the instance count is read
+// back once to size the sort (documented in docs/design.md).
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
+
+#include "cuda_scratch.h"
+
+namespace pulsar {
+
+namespace {
+
+template <typename T>
+__global__ void setup_spheres_kernel(RendererConfig config, SceneArgs scene, GpuSphere<T>* spheres,
+                                     std::int64_t* tile_counts) {
+  const std::int64_t n = scene.n_spheres;
+  const std::int64_t item = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (item >= n * scene.batch_size) return;
+  const int b = int(item / n);
+  const std::int64_t i = item % n;
+  const CameraFrame<T> cam = camera_of<T>(scene, b, config.orthographic);
+  const SceneView<T> sv = SceneView<T>::of(scene, b, config.n_channels);
+  const Vec3<T> p = load_vec3(sv.positions + 3 * i);
+  const T radius = sv.radii[i];
+  const SphereSetup<T> s = setup_sphere(cam, p, radius, config.width, config.height);
+  const Vec3<T> c = p - cam.eye;
+  GpuSphere<T> g;
+  if (cam.orthographic) {
+    g.cx = dot(c, cam.x_unit); g.cy = dot(c, cam.y_unit); g.cz = dot(c, cam.z_axis);
+  } else {
+    g.cx = c.x; g.cy = c.y; g.cz = c.z;
+  }
+  g.dist = norm(c);
+  g.radius = radius;
+  g.opacity = sv.opacity(i);
+  g.closest_depth = s.closest_depth;
+  g.x0 = std::int16_t(s.visible ? s.bounds.x0 : 1);
+  g.x1 = std::int16_t(s.visible ? s.bounds.x1 : 0);
+  g.y0 = std::int16_t(s.visible ? s.bounds.y0 : 1);
+  g.y1 = std::int16_t(s.visible ? s.bounds.y1 : 0);
+  g.flags = s.is_tiny ? 1 : 0;
+  spheres[item] = g;
+  std::int64_t count = 0;
+  if (s.visible) {
+    const std::int64_t tw = s.bounds.x1 / kTileSize - s.bounds.x0 / kTileSize + 1;
+    const std::int64_t th = s.bounds.y1 / kTileSize - s.bounds.y0 / kTileSize + 1;
+    count = tw * th;
+  }
+  tile_counts[item] = count;
+}
+
+template <typename T>
+__global__ void duplicate_kernel(RendererConfig config, SceneArgs scene, const GpuSphere<T>* spheres,
+                                 const std::int64_t* sphere_slots, std::uint64_t* keys,
+                                 std::int32_t* slots, std::int32_t* slot_sphere) {
+  const std::int64_t n = scene.n_spheres;
+  const std::int64_t item = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (item >= n * scene.batch_size) return;
+  const GpuSphere<T> g = spheres[item];
+  if (g.x0 > g.x1 || g.y0 > g.y1) return;
+  const int b = int(item / n);
+  const int tiles_x = (config.width + kTileSize - 1) / kTileSize;
+  const int tiles_y = (config.height + kTileSize - 1) / kTileSize;
+  const std::uint64_t tile_base = std::uint64_t(b) * std::uint64_t(tiles_x) * std::uint64_t(tiles_y);
+  const std::uint32_t depth_bits = __float_as_uint(float(g.closest_depth));
+  std::int64_t u = sphere_slots[item];
+  for (int ty = g.y0 / kTileSize; ty <= g.y1 / kTileSize; ++ty) {
+    for (int tx = g.x0 / kTileSize; tx <= g.x1 / kTileSize; ++tx, ++u) {
+      keys[u] = ((tile_base + std::uint64_t(ty) * tiles_x + tx) << 32) | depth_bits;
+      slots[u] = std::int32_t(u);
+      slot_sphere[u] = std::int32_t(item % n);
+    }
+  }
+}
+
+__global__ void entries_kernel(std::int64_t count, const std::uint64_t* keys, const std::int32_t* slots,
+                               const std::int32_t* slot_sphere, std::int32_t* entry_sphere,
+                               std::int32_t* slot_to_entry, int2* tile_ranges) {
+  const std::int64_t p = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (p >= count) return;
+  const std::int32_t u = slots[p];
+  entry_sphere[p] = slot_sphere[u];
+  slot_to_entry[u] = std::int32_t(p);
+  const std::uint64_t tile = keys[p] >> 32;
+  if (p == 0 || (keys[p - 1] >> 32) != tile) tile_ranges[tile].x = std::int32_t(p);
+  if (p == count - 1 || (keys[p + 1] >> 32) != tile) tile_ranges[tile].y = std::int32_t(p + 1);
+}
+
+int bit_width(std::uint64_t v) {
+  int bits = 0;
+  while (v) { ++bits; v >>= 1; }
+  return bits;
+}
+
+}  // namespace
+
+template <typename T>
+void cuda_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, cudaStream_t stream,
+                        CudaScratch& scratch) {
+  const std::int64_t items = scene.n_spheres * scene.batch_size;
+  const Tiling tiling = Tiling::of(config.width, config.height);
+  const std::int64_t total_tiles = tiling.n_tiles() * scene.batch_size;
+  auto* spheres = scratch.spheres.reserve<GpuSphere<T>>(std::size_t(items), "sphere records");
+  auto* counts = scratch.tile_counts.reserve<std::int64_t>(std::size_t(items), "tile counts");
+  auto* slots_of = scratch.sphere_slots.reserve<std::int64_t>(std::size_t(items) + 1, "sphere slots");
+  auto* ranges = scratch.tile_ranges.reserve<int2>(std::size_t(total_tiles), "tile ranges");
+  PULSAR_CUDA_CHECK(cudaMemsetAsync(ranges, 0, sizeof(int2) * std::size_t(total_tiles), stream));
+  PULSAR_CUDA_CHECK(cudaMemsetAsync(slots_of, 0, sizeof(std::int64_t), stream));
+  scratch.n_instances = 0;
+  if (items == 0) return;
+  constexpr int kThreads = 256;
+  setup_spheres_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(config, scene, spheres, counts);
+  PULSAR_CUDA_LAUNCH_CHECK("setup_spheres_kernel");
+
+  // Inclusive scan into slots_of[1..]: slots_of[k] = instances of items before k.
+  std::size_t scan_bytes = 0;
+  PULSAR_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, counts, slots_of + 1, items, stream));
+  void* temp = scratch.cub_temp.reserve<unsigned char>(scan_bytes, "CUB workspace");
+  PULSAR_CUDA_CHECK(cub::DeviceScan::InclusiveSum(temp, scan_bytes, counts, slots_of + 1, items, stream));
+  // The one host sync of the forward: the instance count sizes the sort.
+  PULSAR_CUDA_CHECK(cudaMemcpyAsync(scratch.host_count, slots_of + items, sizeof(std::int64_t),
+                                    cudaMemcpyDeviceToHost, stream));
+  PULSAR_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const std::int64_t count = *scratch.host_count;
+  if (count >= (std::int64_t(1) << 31))
+    throw std::runtime_error("pulsar: " + std::to_string(count) +
+                             " sphere-tile instances exceed the CUDA backend's limit of 2^31 - 1; "
+                             "render fewer or smaller spheres per call");
+  scratch.n_instances = count;
+  if (count == 0) return;
+
+  auto* keys_in = scratch.keys_in.reserve<std::uint64_t>(std::size_t(count), "sort keys");
+  auto* keys_out = scratch.keys_out.reserve<std::uint64_t>(std::size_t(count), "sorted keys");
+  auto* slots_in = scratch.slots_in.reserve<std::int32_t>(std::size_t(count), "slots");
+  auto* slots_out = scratch.slots_out.reserve<std::int32_t>(std::size_t(count), "sorted slots");
+  auto* slot_sphere = scratch.slot_sphere.reserve<std::int32_t>(std::size_t(count), "slot spheres");
+  auto* entry_sphere = scratch.entry_sphere.reserve<std::int32_t>(std::size_t(count), "entry spheres");
+  auto* slot_to_entry = scratch.slot_to_entry.reserve<std::int32_t>(std::size_t(count), "slot positions");
+  duplicate_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
+      config, scene, spheres, slots_of, keys_in, slots_in, slot_sphere);
+  PULSAR_CUDA_LAUNCH_CHECK("duplicate_kernel");
+
+  const int end_bit = 32 + bit_width(std::uint64_t(total_tiles));
+  std::size_t sort_bytes = 0;
+  PULSAR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys_in, keys_out, slots_in,
+                                                    slots_out, int(count), 0, end_bit, stream));
+  temp = scratch.cub_temp.reserve<unsigned char>(sort_bytes, "CUB workspace");
+  PULSAR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, keys_in, keys_out, slots_in,
+                                                    slots_out, int(count), 0, end_bit, stream));
+  entries_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream>>>(
+      count, keys_out, slots_out, slot_sphere, entry_sphere, slot_to_entry, ranges);
+  PULSAR_CUDA_LAUNCH_CHECK("entries_kernel");
+}
+
+template void cuda_setup_and_bin<float>(const RendererConfig&, const SceneArgs&, cudaStream_t, CudaScratch&);
+template void cuda_setup_and_bin<double>(const RendererConfig&, const SceneArgs&, cudaStream_t, CudaScratch&);
+
+}  // namespace pulsar

@@ -1,0 +1,528 @@
+"""Finite-difference validation of every gradient of a render call.
+
+``gradcheck(renderer, vert_pos=..., ...)`` compares the renderer's analytic gradient of
+
+    L = sum(image * grad_output)        (grad_output: a fixed random [B?, H, W, C] tensor)
+
+with central finite differences of L in float64, for every parameter group (vert_pos,
+vert_col, vert_rad, opacity, bg_col, cam_params), and returns a ``GradcheckReport``.
+
+Pass criterion, per entry with analytic value a:
+  * the central difference c = (L(x+eps) - L(x-eps)) / (2 eps) agrees:
+    |a - c| <= atol + rtol * |c|; or
+  * it is a *kink*: the function is not differentiable within eps of x (a silhouette
+    crossing a pixel centre, the tiny-sphere rule or early termination switching; model.md
+    section 8), and a agrees with one of the one-sided differences
+    (L(x+eps) - L(x)) / eps or (L(x) - L(x-eps)) / eps within atol + 10 rtol |d|.
+A group passes when no entry fails and at most ``max_kink_fraction`` of its entries (at
+least one) are kinks. A few kink flips therefore pass, while a wrong gradient - scaled,
+normalised per sphere like Pulsar's, or missing a term - fails every entry it touches.
+
+``python -m pulsar_py gradcheck`` runs this on built-in random scenes (``main``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from .camera_params import camera_from_params
+
+PARAMETER_GROUPS = ("vert_pos", "vert_col", "vert_rad", "opacity", "bg_col", "cam_params")
+
+# Defaults by the dtype of the analytic gradient. float32: the analytic gradient is
+# float32 (accumulated over pixels), the finite differences stay float64.
+_DEFAULT_TOLERANCES = {torch.float64: (1e-5, 1e-8), torch.float32: (2e-2, 1e-4)}
+# One-sided differences have an O(eps) truncation error: looser relative tolerance.
+_ONE_SIDED_RTOL_FACTOR = 10.0
+_MAX_LISTED_FAILURES = 10
+
+
+@dataclass
+class FailingEntry:
+    """One entry whose analytic gradient disagrees with finite differences."""
+
+    index: Tuple[int, ...]
+    analytic: float
+    numeric: float  # the central difference
+
+
+@dataclass
+class GroupReport:
+    """Comparison for one parameter group (over the checked entries).
+
+    Attributes:
+        name: the parameter group ("vert_pos", ...).
+        n_entries: entries in the group; n_checked: entries compared (``max_entries``
+            subsamples; entries with no valid finite difference, e.g. an orthographic
+            camera's focal length, which must stay 0, are skipped).
+        numeric_scale: max |numeric gradient| (0: the check says little).
+        max_abs_error, max_rel_error: max |a - n| and max |a - n| / max(|n|, atol / rtol),
+            with n the central difference, or the matching one-sided one for kinks.
+        cosine_similarity: of the analytic and numeric gradient vectors (1 when both are 0).
+        n_refined: entries that agreed only at a smaller step (eps / 10, eps / 100).
+        n_kinks: entries accepted through a one-sided difference.
+        max_kinks: the number of kinks allowed.
+        failing: the entries that failed.
+        passed: no failure and at most the allowed number of kinks.
+    """
+
+    name: str
+    n_entries: int
+    n_checked: int
+    numeric_scale: float
+    max_abs_error: float
+    max_rel_error: float
+    cosine_similarity: float
+    n_refined: int
+    n_kinks: int
+    max_kinks: int
+    failing: List[FailingEntry] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failing and self.n_kinks <= self.max_kinks
+
+    @property
+    def status(self) -> str:
+        if self.passed:
+            return "ok"
+        return "FAIL" if self.failing else "FAIL (kinks)"
+
+
+@dataclass
+class GradcheckReport:
+    """Result of ``gradcheck``: one ``GroupReport`` per parameter group checked."""
+
+    groups: Dict[str, GroupReport]
+    device: str
+    analytic_dtype: torch.dtype
+    eps: float
+    rtol: float
+    atol: float
+
+    @property
+    def passed(self) -> bool:
+        return all(g.passed for g in self.groups.values())
+
+    @property
+    def failed_groups(self) -> List[str]:
+        return [name for name, g in self.groups.items() if not g.passed]
+
+    def __getitem__(self, name: str) -> GroupReport:
+        return self.groups[name]
+
+    def table(self) -> str:
+        """The report as a fixed-width text table (plus failing entries, if any)."""
+        dtype = str(self.analytic_dtype).replace("torch.", "")
+        lines = [f"gradcheck on {self.device}: analytic {dtype} vs central differences in float64 "
+                 f"(eps {self.eps:g}, rtol {self.rtol:g}, atol {self.atol:g})"]
+        header = (f"{'group':<11} {'entries':>7} {'checked':>7} {'max |num|':>10} {'max abs err':>11} "
+                  f"{'max rel err':>11} {'cosine':>12} {'refined':>7} {'kinks':>5} {'failed':>6}  status")
+        lines += [header, "-" * len(header)]
+        for g in self.groups.values():
+            lines.append(f"{g.name:<11} {g.n_entries:>7} {g.n_checked:>7} {g.numeric_scale:>10.3e} "
+                         f"{g.max_abs_error:>11.3e} {g.max_rel_error:>11.3e} {g.cosine_similarity:>12.9f} "
+                         f"{g.n_refined:>7} {g.n_kinks:>5} {len(g.failing):>6}  {g.status}")
+        for g in self.groups.values():
+            for entry in g.failing[:_MAX_LISTED_FAILURES]:
+                lines.append(f"  {g.name}{list(entry.index)}: analytic {entry.analytic:.6e}, "
+                             f"numeric {entry.numeric:.6e}")
+            if len(g.failing) > _MAX_LISTED_FAILURES:
+                lines.append(f"  {g.name}: ... {len(g.failing) - _MAX_LISTED_FAILURES} more failing entries")
+        lines.append("result: " + ("PASSED" if self.passed else f"FAILED ({', '.join(self.failed_groups)})"))
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+# ---------------------------------------------------------------------------------------
+def gradcheck(
+    renderer: Callable[..., torch.Tensor],
+    *,
+    vert_pos: torch.Tensor,
+    vert_col: torch.Tensor,
+    vert_rad: torch.Tensor,
+    cam_params: torch.Tensor,
+    gamma: float,
+    max_depth: float,
+    min_depth: float = 0.0,
+    bg_col: Optional[torch.Tensor] = None,
+    opacity: Optional[torch.Tensor] = None,
+    percent_allowed_difference: float = 0.0,
+    max_n_hits: Optional[int] = None,
+    first_R_then_T: bool = False,
+    eps: float = 1e-6,
+    rtol: Optional[float] = None,
+    atol: Optional[float] = None,
+    max_entries: Optional[int] = None,
+    grad_output: Optional[torch.Tensor] = None,
+    analytic_dtype: torch.dtype = torch.float64,
+    max_kink_fraction: float = 0.05,
+    refinements: int = 2,
+    seed: int = 0,
+) -> GradcheckReport:
+    """Check every gradient of one render call against central finite differences.
+
+    Args:
+        renderer: a ``pulsar_py.Renderer`` (or anything called like one).
+        vert_pos [B?, N, 3], vert_col [B?, N, C], vert_rad [B?, N], cam_params [B?, L],
+        bg_col [C] (None: ones, checked too), opacity [B?, N] (None: not checked), and the
+            other render arguments: as for ``Renderer.forward``. Tensors are converted to
+            float64 (and detached) on the renderer's device.
+        eps: finite-difference step (input units).
+        rtol, atol: per-entry tolerance ``atol + rtol * |numeric|``; None picks defaults
+            for ``analytic_dtype`` (float64: 1e-5, 1e-8; float32: 2e-2, 1e-4 + 1e-3 of
+            the group's largest numeric entry).
+        max_entries: check at most this many entries per group: half of them the largest
+            analytic entries, half drawn at random (seeded). None checks all.
+        grad_output: [B?, H, W, C] upstream gradient; None: fixed uniform(-1, 1) noise.
+        analytic_dtype: dtype of the analytic gradient (float32 checks the float32 native
+            backward against float64 finite differences).
+        max_kink_fraction: share of a group's entries that may be kinks (at least one).
+        refinements: how many times an entry that disagrees is retried with a 10x smaller
+            step before it is judged by one-sided differences.
+        seed: seed of grad_output and of the subsampling.
+
+    Returns:
+        A GradcheckReport (``.passed``, ``.groups[name]``, ``str(report)`` is a table).
+    """
+    if analytic_dtype not in _DEFAULT_TOLERANCES:
+        raise ValueError(f"analytic_dtype: expected torch.float64 or torch.float32, got {analytic_dtype}")
+    if not (eps > 0 and math.isfinite(eps)):
+        raise ValueError(f"eps: expected a finite value > 0, got {eps}")
+    if max_entries is not None and max_entries < 1:
+        raise ValueError(f"max_entries: expected None or >= 1, got {max_entries}")
+    default_rtol, default_atol = _DEFAULT_TOLERANCES[analytic_dtype]
+    rtol = default_rtol if rtol is None else float(rtol)
+    atol = default_atol if atol is None else float(atol)
+    relative_floor = 1e-3 if analytic_dtype == torch.float32 else 0.0
+
+    device = getattr(renderer, "device", vert_pos.device)
+    given = dict(vert_pos=vert_pos, vert_col=vert_col, vert_rad=vert_rad, opacity=opacity,
+                 bg_col=bg_col, cam_params=cam_params)
+    if not isinstance(vert_col, torch.Tensor) or vert_col.dim() < 1:
+        raise TypeError("vert_col: expected a tensor [B?, N, C]")
+    if bg_col is None:
+        given["bg_col"] = torch.ones(vert_col.shape[-1])
+    for name, t in given.items():
+        if t is not None and not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    x64 = {name: None if t is None else t.detach().to(device=device, dtype=torch.float64).contiguous()
+           for name, t in given.items()}
+    settings = dict(gamma=gamma, max_depth=max_depth, min_depth=min_depth,
+                    percent_allowed_difference=percent_allowed_difference, max_n_hits=max_n_hits,
+                    first_R_then_T=first_R_then_T)
+
+    def render(tensors: Dict[str, Optional[torch.Tensor]]) -> torch.Tensor:
+        return renderer(**tensors, **settings)
+
+    with torch.no_grad():
+        image0 = render(x64)
+    gen = torch.Generator().manual_seed(seed)
+    if grad_output is None:
+        g_out = (torch.rand(tuple(image0.shape), generator=gen, dtype=torch.float64) * 2 - 1).to(device)
+    else:
+        if tuple(grad_output.shape) != tuple(image0.shape):
+            raise ValueError(f"grad_output: expected shape {tuple(image0.shape)} like the image, "
+                             f"got {tuple(grad_output.shape)}")
+        g_out = grad_output.detach().to(device=device, dtype=torch.float64)
+
+    def loss(tensors: Dict[str, Optional[torch.Tensor]]) -> float:
+        with torch.no_grad():
+            return float((render(tensors) * g_out).sum())
+
+    analytic = _analytic_gradients(render, x64, g_out, analytic_dtype)
+    loss0 = loss(x64)
+    groups = {}
+    for name, grad in analytic.items():
+        groups[name] = _check_group(name, grad, x64, loss, loss0, eps, rtol, atol, relative_floor,
+                                    max_entries, max_kink_fraction, refinements, gen)
+    return GradcheckReport(groups=groups, device=str(device), analytic_dtype=analytic_dtype, eps=eps,
+                           rtol=rtol, atol=atol)
+
+
+def _analytic_gradients(render, x64, g_out, dtype) -> Dict[str, torch.Tensor]:
+    """{group: float64 CPU analytic gradient of L} from one forward and one backward."""
+    leaves = {name: t.to(dtype).requires_grad_(True) for name, t in x64.items() if t is not None}
+    tensors = {name: leaves.get(name) for name in x64}
+    with torch.enable_grad():
+        image = render(tensors)
+        grads = torch.autograd.grad((image * g_out.to(dtype)).sum(), list(leaves.values()), allow_unused=True)
+    return {name: (torch.zeros_like(leaves[name]) if g is None else g).detach().double().cpu()
+            for name, g in zip(leaves, grads)}
+
+
+def _select_entries(analytic: torch.Tensor, max_entries: Optional[int], gen: torch.Generator) -> List[int]:
+    """Flat indices to check: all, or the largest |analytic| half plus a random half."""
+    n = analytic.numel()
+    if max_entries is None or n <= max_entries:
+        return list(range(n))
+    flat = analytic.reshape(-1).abs()
+    n_top = max_entries // 2
+    top = torch.argsort(flat, descending=True, stable=True)[:n_top].tolist()
+    rest = sorted(set(range(n)) - set(top))
+    pick = torch.randperm(len(rest), generator=gen)[: max_entries - n_top].tolist()
+    return sorted(top + [rest[i] for i in pick])
+
+
+def _check_group(name, analytic, x64, loss, loss0, eps, rtol, atol, relative_floor, max_entries,
+                 max_kink_fraction, refinements, gen) -> GroupReport:
+    base = x64[name]
+    flat_analytic = analytic.reshape(-1)
+    steps = [eps / 10**k for k in range(refinements + 1)]
+    # Finite differences at the main step for every selected entry: they set the scale.
+    samples = []
+    for flat_index in _select_entries(analytic, max_entries, gen):
+        plus = _shifted_loss(loss, x64, name, base, flat_index, eps)
+        minus = _shifted_loss(loss, x64, name, base, flat_index, -eps)
+        if plus is None and minus is None:
+            continue  # no valid step (e.g. an orthographic camera's focal length, fixed at 0)
+        samples.append((flat_index, float(flat_analytic[flat_index]), plus, minus))
+    scale = max((abs(_central(loss0, p, m, eps)) for _, _, p, m in samples), default=0.0)
+    entry_atol = atol + rtol * relative_floor * scale
+    checked_a, checked_n, errors_rel, failing = [], [], [], []
+    n_refined = n_kinks = 0
+    for flat_index, a, plus, minus in samples:
+        status, numeric = _check_entry(a, flat_index, plus, minus, steps, loss, loss0, x64, name, base,
+                                       entry_atol, rtol)
+        n_refined += status == "refined"
+        n_kinks += status == "kink"
+        if status == "fail":
+            failing.append(FailingEntry(tuple(_unravel(flat_index, base.shape)), a, numeric))
+        checked_a.append(a)
+        checked_n.append(numeric)
+        errors_rel.append(abs(a - numeric) / max(abs(numeric), atol / rtol if rtol > 0 else 1e-300))
+    a_vec = torch.tensor(checked_a, dtype=torch.float64)
+    n_vec = torch.tensor(checked_n, dtype=torch.float64)
+    return GroupReport(
+        name=name, n_entries=base.numel(), n_checked=len(checked_a), numeric_scale=scale,
+        max_abs_error=float((a_vec - n_vec).abs().max()) if checked_a else 0.0,
+        max_rel_error=max(errors_rel, default=0.0), cosine_similarity=_cosine(a_vec, n_vec),
+        n_refined=n_refined, n_kinks=n_kinks, max_kinks=max(1, int(max_kink_fraction * len(checked_a))),
+        failing=failing)
+
+
+def _check_entry(a, flat_index, plus, minus, steps, loss, loss0, x64, name, base, atol, rtol):
+    """("ok" | "refined" | "kink" | "fail", numeric) for one entry with analytic value a.
+
+    Central differences at steps eps, eps/10, ...: the first that agrees decides ("ok" at
+    eps, "refined" at a smaller step: near a silhouette the function is smooth but stiff,
+    and the central difference converges as the step shrinks). Else a one-sided
+    difference that agrees makes it a "kink" (non-differentiable point within the step).
+    Entries with only one valid side (at a domain bound) use one-sided differences.
+    """
+    one_sided_rtol = _ONE_SIDED_RTOL_FACTOR * rtol
+    one_sided = []
+    numeric = _central(loss0, plus, minus, steps[0])
+    for k, step in enumerate(steps):
+        if k > 0:
+            plus = _shifted_loss(loss, x64, name, base, flat_index, step) if plus is not None else None
+            minus = _shifted_loss(loss, x64, name, base, flat_index, -step) if minus is not None else None
+        numeric = _central(loss0, plus, minus, step)
+        if plus is not None and minus is not None:
+            if _close(a, numeric, atol, rtol):
+                return ("ok" if k == 0 else "refined"), numeric
+            one_sided += [(plus - loss0) / step, (loss0 - minus) / step]
+        elif _close(a, numeric, atol, one_sided_rtol):
+            return ("ok" if k == 0 else "refined"), numeric
+    for d in one_sided:
+        if _close(a, d, atol, one_sided_rtol):
+            return "kink", d
+    return "fail", numeric
+
+
+def _close(analytic: float, numeric: float, atol: float, rtol: float) -> bool:
+    return abs(analytic - numeric) <= atol + rtol * abs(numeric)
+
+
+def _central(loss0: float, plus: Optional[float], minus: Optional[float], eps: float) -> float:
+    if plus is not None and minus is not None:
+        return (plus - minus) / (2 * eps)
+    return (plus - loss0) / eps if plus is not None else (loss0 - minus) / eps
+
+
+def _shifted_loss(loss, x64, name, base, flat_index, step) -> Optional[float]:
+    """L with one entry moved by ``step``; None when the renderer rejects the moved input."""
+    moved = base.clone()
+    moved.view(-1)[flat_index] += step
+    try:
+        return loss({**x64, name: moved})
+    except ValueError:
+        return None
+
+
+def _unravel(flat_index: int, shape: Sequence[int]) -> List[int]:
+    index = []
+    for size in reversed(list(shape)):
+        index.append(flat_index % size)
+        flat_index //= size
+    return list(reversed(index))
+
+
+def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    na, nb = float(a.norm()), float(b.norm())
+    if na == 0 and nb == 0:
+        return 1.0
+    if na == 0 or nb == 0:
+        return 0.0
+    return float(a @ b) / (na * nb)
+
+
+# ---------------------------------------------------------------------------------------
+# Built-in scenes and the command line.
+@dataclass
+class BuiltinScene:
+    """A named renderer configuration and call, for ``python -m pulsar_py gradcheck``."""
+
+    name: str
+    renderer_kwargs: dict
+    call_kwargs: dict
+
+    def describe(self) -> str:
+        r, c = self.renderer_kwargs, self.call_kwargs
+        shape = tuple(c["vert_pos"].shape)
+        return (f"{r['width']}x{r['height']}, {shape[-2]} spheres"
+                f"{'' if len(shape) == 2 else f' x {shape[0]} batch'}, C={r['n_channels']}, "
+                f"cam_params[{c['cam_params'].shape[-1]}], gamma={c['gamma']:g}, "
+                f"opacity={'yes' if c['opacity'] is not None else 'no'}")
+
+
+def _random_camera(gen: torch.Generator, length: int, orthographic: bool, width: int) -> torch.Tensor:
+    """[L] a Pulsar camera vector: small random pose, moderate field of view."""
+    u = lambda *shape: torch.rand(shape, generator=gen, dtype=torch.float64)  # noqa: E731
+    position = (u(3) - 0.5) * 0.6
+    axis_angle = (u(3) - 0.5) * 0.8
+    if length in (11, 13):
+        from .camera_params import axis_angle_to_matrix
+
+        m = axis_angle_to_matrix(axis_angle[None])[0]
+        rotation = torch.cat([m[0] * (0.8 + u(1)), m[1] * (0.8 + u(1)) + 0.3 * m[0]])  # not orthonormal
+    else:
+        rotation = axis_angle
+    focal = torch.zeros(1, dtype=torch.float64) if orthographic else 0.15 + 0.3 * u(1)
+    sensor = 2.0 + 2.0 * u(1) if orthographic else focal * (0.8 + 0.5 * u(1))
+    parts = [position, rotation, focal, sensor]
+    if length in (10, 13):
+        parts.append((u(2) - 0.5) * 0.3 * width + 0.29)  # non-integer principal point offsets
+    return torch.cat(parts)
+
+
+def _builtin_scene(name: str, gen: torch.Generator, *, width: int = 20, height: int = 15, n_spheres: int = 8,
+                   n_channels: int = 3, orthographic: bool = False, right_handed: bool = False,
+                   cam_length: int = 8, with_opacity: bool = True, gamma: float = 0.1, min_depth: float = -1.0,
+                   first_R_then_T: bool = False, batch: Optional[int] = None) -> BuiltinScene:
+    """Spheres placed through the camera (random film position, depth, radius 2-5 px)."""
+    u = lambda *shape: torch.rand(shape, generator=gen, dtype=torch.float64)  # noqa: E731
+    cam = _random_camera(gen, cam_length, orthographic, width)
+    camera = camera_from_params(cam[None], width, height, orthographic, right_handed, first_R_then_T)
+    focal = float(camera.focal[0])
+    near = (focal + 0.3) if min_depth < 0 else (focal + 2e-6 if min_depth == 0 else min_depth)
+    far = near + 6.0
+    n_sets = batch or 1
+    eye, p00, pdx, pdy = camera.eye[0], camera.p00[0], camera.pdx[0], camera.pdy[0]
+    axis = camera.optical_axis()[0]
+    pixel = float(pdx.norm())
+    pos, rad = [], []
+    for _ in range(n_sets):
+        film = p00 + (u(n_spheres, 1) * (width + 2) - 1) * pdx + (u(n_spheres, 1) * (height + 2) - 1) * pdy
+        depth = near + 0.5 + 4.0 * u(n_spheres)
+        r_px = 2.0 + 3.0 * u(n_spheres)
+        if orthographic:
+            r = r_px * pixel
+            pos.append(film + (depth + r)[:, None] * axis)
+        else:
+            r = r_px * pixel * depth / focal
+            pos.append(eye + (depth + r)[:, None] * torch.nn.functional.normalize(film - eye, dim=-1))
+        rad.append(r)
+    squeeze = (lambda t: t[0]) if batch is None else (lambda t: t)  # noqa: E731
+    vert_pos, vert_rad = squeeze(torch.stack(pos)), squeeze(torch.stack(rad))
+    lead = vert_rad.shape
+    if batch is not None:
+        # B cameras: the first one moved a little (position and rotation entries only).
+        n_pose = 3 + (6 if cam_length in (11, 13) else 3)
+        jitter = torch.zeros(batch, cam.numel(), dtype=torch.float64)
+        jitter[1:, :n_pose] = 0.02 * (u(batch - 1, n_pose) - 0.5)
+        cam = cam[None] + jitter
+    call = dict(vert_pos=vert_pos, vert_col=u(*lead, n_channels), vert_rad=vert_rad, cam_params=cam,
+                gamma=gamma, max_depth=far, min_depth=0.0 if min_depth == 0 else near,
+                bg_col=u(n_channels), opacity=(0.3 + 0.7 * u(*lead)) if with_opacity else None,
+                first_R_then_T=first_R_then_T)
+    renderer = dict(width=width, height=height, orthogonal_projection=orthographic,
+                    right_handed_system=right_handed, n_channels=n_channels)
+    return BuiltinScene(name, renderer, call)
+
+
+def builtin_scenes(seed: int = 0) -> List[BuiltinScene]:
+    """The scenes of ``python -m pulsar_py gradcheck`` (deterministic for a seed)."""
+    gen = torch.Generator().manual_seed(seed)
+    return [
+        _builtin_scene("perspective", gen),
+        _builtin_scene("orthographic", gen, orthographic=True, gamma=0.2),
+        _builtin_scene("right-handed, principal point", gen, right_handed=True, cam_length=10, gamma=0.3),
+        _builtin_scene("6D camera, principal point, R then T", gen, cam_length=13, first_R_then_T=True),
+        _builtin_scene("8 channels, no opacity", gen, n_channels=8, with_opacity=False, gamma=0.5),
+        _builtin_scene("no opacity, min_depth 0, gamma 0.05", gen, with_opacity=False, min_depth=0.0,
+                       gamma=0.05),
+        _builtin_scene("orthographic right-handed 6D, gamma 1", gen, orthographic=True, right_handed=True,
+                       cam_length=11, gamma=1.0),
+        _builtin_scene("batch of 2", gen, batch=2, cam_length=10),
+    ]
+
+
+def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m pulsar_py gradcheck",
+        description="Check every gradient of the renderer against central finite differences (float64) "
+                    "on built-in random scenes. Exit status 0 when all pass, 1 otherwise.")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="backend to check (default cpu)")
+    parser.add_argument("--dtype", choices=("float64", "float32"), default="float64",
+                        help="dtype of the analytic gradient; finite differences are float64 (default float64)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random scenes (default 0)")
+    parser.add_argument("--max-entries", type=int, default=None,
+                        help="check at most this many entries per parameter group (default: all)")
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m pulsar_py gradcheck [--device cpu|cuda] [--dtype float64|float32] [--seed N]``.
+
+    Prints a progress line and a table per built-in scene; returns 0 if every scene
+    passes, 1 otherwise.
+    """
+    args = _parse_args(argv)
+    from . import build_info
+    from .renderer import Renderer
+
+    if args.device == "cuda" and not (torch.cuda.is_available() and "cuda" in build_info()["backends"]):
+        print("gradcheck: --device cuda: no CUDA device or no CUDA backend in this build "
+              f"(backends: {', '.join(build_info()['backends'])})", file=sys.stderr)
+        return 1
+    dtype = torch.float64 if args.dtype == "float64" else torch.float32
+    scenes = builtin_scenes(args.seed)
+    failed = []
+    start = time.perf_counter()
+    for i, scene in enumerate(scenes, 1):
+        print(f"[{i}/{len(scenes)}] {scene.name}: {scene.describe()} ...", flush=True)
+        t0 = time.perf_counter()
+        renderer = Renderer(**scene.renderer_kwargs).to(args.device)
+        report = gradcheck(renderer, **scene.call_kwargs, analytic_dtype=dtype, max_entries=args.max_entries,
+                           seed=args.seed)
+        print(report.table())
+        print(f"[{i}/{len(scenes)}] {scene.name}: {'passed' if report.passed else 'FAILED'} "
+              f"in {time.perf_counter() - t0:.2f} s\n", flush=True)
+        if not report.passed:
+            failed.append(scene.name)
+    total = time.perf_counter() - start
+    if failed:
+        print(f"gradcheck: FAILED on {len(failed)} of {len(scenes)} scenes ({'; '.join(failed)}) in {total:.1f} s")
+        return 1
+    print(f"gradcheck: all {len(scenes)} scenes passed ({args.device}, {args.dtype}) in {total:.1f} s")
+    return 0

@@ -1,0 +1,124 @@
+"""The command line (python -m pulsar_py) and the benchmark driver's inputs."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+import pulsar_py
+from pulsar_py import bench
+from pulsar_py.__main__ import main
+from pulsar_py.camera_params import camera_from_params
+from pulsar_py.png import read_png
+from pulsar_py.sample_scene import make_sample_scene
+
+SMALL = ["--width", "64", "--height", "48", "--spheres", "600"]
+
+
+def _env_for(package) -> dict:
+    """Environment in which a child Python imports the same pulsar_py as this one."""
+    env = dict(os.environ)
+    root = str(Path(package.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def test_module_sample_writes_a_png_of_the_scene(tmp_path):
+    out = tmp_path / "out" / "sample.png"
+    done = subprocess.run([sys.executable, "-m", "pulsar_py", "sample", "--out", str(out), *SMALL],
+                          cwd=tmp_path, env=_env_for(pulsar_py), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert str(out) in done.stdout and " ms" in done.stdout
+    image = read_png(out)
+    assert image.shape == (48, 64, 3) and image.dtype == torch.uint8
+    scene = make_sample_scene(64, 48, n_spheres=600)
+    background = (scene.bg_col * 255).round().to(torch.uint8)
+    is_background = (image.int() - background.int()).abs().amax(-1) <= 1
+    # The corners show the background; the knot covers a good part of the image in
+    # many colours (a rainbow along the knot).
+    assert bool(is_background[0, 0]) and bool(is_background[-1, -1])
+    covered = float((~is_background).float().mean())
+    assert 0.15 < covered < 0.9, covered
+    object_pixels = image[~is_background].int()
+    distinct_hues = torch.unique(object_pixels.argmax(-1)).numel()
+    assert distinct_hues == 3
+    assert int(object_pixels.amax()) > 150
+
+
+def test_sample_is_deterministic(tmp_path):
+    paths = [tmp_path / "a.png", tmp_path / "b.png"]
+    for p in paths:
+        assert main(["sample", "--out", str(p), *SMALL]) == 0
+    assert paths[0].read_bytes() == paths[1].read_bytes()
+
+
+def test_info_prints_version_and_backends(capsys):
+    assert main(["info"]) == 0
+    printed = capsys.readouterr().out
+    assert f"pulsar_py {pulsar_py.__version__}" in printed
+    assert "cpu" in printed
+
+
+def test_bad_arguments_exit_non_zero(tmp_path, capsys):
+    assert main(["sample"]) != 0  # --out missing
+    assert main(["sample", "--out", str(tmp_path / "x.png"), "--width", "-3"]) != 0
+    assert main(["no-such-command"]) != 0
+    assert main([]) != 0
+    capsys.readouterr()
+    assert main(["sample", "--out", str(tmp_path / "x.png"), "--device", "tpu"]) == 1
+    assert "--device" in capsys.readouterr().err
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_unwritable_output_is_a_clear_error(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    assert main(["sample", "--out", str(blocker / "x.png"), *SMALL]) == 1
+    assert "--out" in capsys.readouterr().err
+
+
+def test_bench_arguments_are_forwarded(capsys):
+    assert main(["bench", "--workloads", "W9"]) == 2
+    assert "W9" in capsys.readouterr().err
+    assert main(["bench", "--help"]) == 0
+    assert "--workloads" in capsys.readouterr().out
+
+
+def test_bench_inputs_follow_performance_md():
+    w = bench.WORKLOADS["W4"]
+    small = bench.Workload("t", "t", 1000, 8, 8, w.radius_scale, w.radius_offset, w.opacity_range, 1, w.reference)
+    inputs = bench.make_inputs(small, torch.device("cpu"))
+    gen = torch.Generator().manual_seed(1)
+    expected_pos = torch.rand(1000, 3, generator=gen) * 10 + torch.tensor([-5.0, -5.0, 25.0])
+    assert torch.allclose(inputs.positions, expected_pos)
+    assert torch.equal(inputs.colours, torch.rand(1000, 3, generator=gen))
+    u = torch.rand(1000, generator=gen)
+    assert torch.allclose(inputs.radii, 0.038 * (0.5 + u))
+    assert torch.allclose(inputs.opacity, 0.1 + 0.8 * torch.rand(1000, generator=gen))
+    assert inputs.cam_params.tolist() == [0, 0, 0, 0, 0, 0, 5, 2]
+    assert bench.make_inputs(bench.WORKLOADS["W3"], torch.device("cpu")).opacity.min() >= 0.1
+
+
+def test_bench_multiview_cameras_look_at_the_centre():
+    cams = bench.workload_cameras(bench.WORKLOADS["W6"])
+    assert cams.shape == (8, 8)
+    camera = camera_from_params(cams, 512, 512)
+    to_centre = torch.nn.functional.normalize(torch.tensor([0.0, 0.0, 30.0], dtype=cams.dtype) - camera.eye, dim=-1)
+    assert torch.allclose(camera.optical_axis(), to_centre, atol=1e-12)
+    assert torch.allclose((camera.eye - torch.tensor([0.0, 0.0, 30.0], dtype=cams.dtype)).norm(dim=-1),
+                          torch.full((8,), 30.0, dtype=cams.dtype))
+    assert math.isclose(float(cams[2, 4]), math.pi / 2)
+
+
+def test_bench_scratch_accessor_sees_the_renderers_buffers():
+    renderer = pulsar_py.Renderer(32, 24)
+    cpu = torch.device("cpu")
+    assert bench.scratch_bytes(renderer, cpu) is None  # nothing rendered yet
+    scene = make_sample_scene(32, 24, n_spheres=120)
+    renderer(**scene.render_kwargs())
+    assert bench.scratch_bytes(renderer, cpu) > 0

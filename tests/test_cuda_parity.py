@@ -1,0 +1,115 @@
+"""CUDA vs CPU: the same function and the same gradients (issue 4).
+
+Forward to 1e-5; gradients to 1e-4 relative (float32) and 1e-9 relative (float64),
+relative to the largest magnitude of each gradient group. Skipped without a GPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pulsar_py import Renderer
+
+from helpers import HAS_CUDA
+
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU and a CUDA build")]
+
+GRAD_RTOL = {torch.float32: 1e-4, torch.float64: 1e-9}
+
+
+def _scene(seed, n, channels, batch, ortho, dtype):
+    g = torch.Generator().manual_seed(seed)
+    shape = (batch, n) if batch else (n,)
+    pos = torch.rand(shape + (3,), generator=g, dtype=torch.float64)
+    pos = pos * torch.tensor([6.0, 4.5, 6.0], dtype=torch.float64) + torch.tensor([-3.0, -2.25, 12.0], dtype=torch.float64)
+    col = torch.rand(shape + (channels,), generator=g, dtype=torch.float64)
+    rad = 0.05 + 0.5 * torch.rand(shape, generator=g, dtype=torch.float64)
+    opa = 0.1 + 0.9 * torch.rand(shape, generator=g, dtype=torch.float64)
+    bg = torch.rand(channels, generator=g, dtype=torch.float64)
+    cams = []
+    for k in range(batch or 1):
+        focal, sensor = (0.0, 7.0) if ortho else (4.0 + 0.2 * k, 2.0)
+        cams.append([0.1 * k, -0.05 * k, 0.0, 0.02 * k, -0.03, 0.01, focal, sensor, 0.3, -0.7])
+    cam = torch.tensor(cams, dtype=torch.float64)
+    if not batch:
+        cam = cam[0]
+    return [t.to(dtype) for t in (pos, col, rad, opa, bg, cam)]
+
+
+def _render_and_grad(device, tensors, renderer_kw, call_kw):
+    leaves = [t.to(device).clone().requires_grad_() for t in tensors]
+    pos, col, rad, opa, bg, cam = leaves
+    renderer = Renderer(**renderer_kw).to(device)
+    image, info = renderer(pos, col, rad, cam, bg_col=bg, opacity=opa, return_forward_info=True, **call_kw)
+    hits = renderer(pos, col, rad, cam, bg_col=bg, opacity=opa, mode=1, **call_kw)
+    weights = torch.linspace(-1, 1, image.numel(), dtype=image.dtype, device=device).reshape(image.shape)
+    grads = torch.autograd.grad((image * weights).sum(), leaves)
+    return image.detach().cpu(), hits.cpu(), info.cpu(), [g.cpu() for g in grads]
+
+
+CASES = [
+    # seed, n, channels, batch, ortho, right_handed, percent, gamma
+    (0, 60, 3, 0, False, False, 0.0, 0.1),
+    (1, 60, 1, 0, False, True, 0.01, 0.3),
+    (2, 60, 4, 2, False, False, 0.0, 0.05),
+    (3, 40, 5, 0, True, False, 0.0, 0.2),   # generic channel path
+    (4, 40, 8, 3, False, False, 0.02, 1.0),
+    (5, 300, 3, 0, False, False, 0.0, 0.1),  # many spheres per tile
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("case", CASES, ids=[f"case{c[0]}" for c in CASES])
+def test_cuda_matches_cpu(case, dtype):
+    seed, n, channels, batch, ortho, rh, percent, gamma = case
+    tensors = _scene(seed, n, channels, batch, ortho, dtype)
+    if rh:
+        tensors[0] = tensors[0] * torch.tensor([1.0, 1.0, -1.0], dtype=dtype)
+    renderer_kw = dict(width=37, height=29, n_channels=channels, orthogonal_projection=ortho,
+                       right_handed_system=rh, n_track=4)
+    call_kw = dict(gamma=gamma, max_depth=30.0, min_depth=1.0 if ortho else 0.0,
+                   percent_allowed_difference=percent)
+    cpu = _render_and_grad("cpu", tensors, renderer_kw, call_kw)
+    gpu = _render_and_grad("cuda", tensors, renderer_kw, call_kw)
+    assert (cpu[1] > 0).float().mean() > 0.2, "scene draws too little to compare"
+    torch.testing.assert_close(gpu[0], cpu[0], atol=1e-5, rtol=0)
+    assert (gpu[1] == cpu[1]).float().mean() >= 0.999
+    ids_cpu = Renderer.sphere_ids_from_result_info_nograd(cpu[2])
+    ids_gpu = Renderer.sphere_ids_from_result_info_nograd(gpu[2])
+    assert (ids_cpu == ids_gpu).float().mean() >= 0.999
+    for name, g_gpu, g_cpu in zip(["pos", "col", "rad", "opa", "bg", "cam"], gpu[3], cpu[3]):
+        scale = g_cpu.abs().max()
+        assert scale > 0, f"{name}: zero gradient"
+        err = (g_gpu - g_cpu).abs().max() / scale
+        assert err <= GRAD_RTOL[dtype], f"{name}: relative error {err:.3g}"
+
+
+def test_cuda_backward_is_deterministic():
+    tensors = _scene(7, 200, 3, 2, False, torch.float32)
+    kw = dict(width=64, height=48, n_channels=3)
+    call = dict(gamma=0.1, max_depth=30.0)
+    first = _render_and_grad("cuda", tensors, kw, call)[3]
+    second = _render_and_grad("cuda", tensors, kw, call)[3]
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
+
+
+def test_cuda_memory_does_not_grow_over_frames():
+    renderer = Renderer(96, 64, n_channels=3).cuda()
+    g = torch.Generator().manual_seed(3)
+    peak = []
+    for frame in range(1000):
+        n = 50 + int(torch.randint(0, 400, (1,), generator=g))
+        pos = (torch.rand(n, 3, generator=g) * torch.tensor([6.0, 4.0, 6.0]) + torch.tensor([-3.0, -2.0, 12.0])).cuda()
+        col = torch.rand(n, 3, generator=g).cuda().requires_grad_()
+        rad = (0.1 + 0.4 * torch.rand(n, generator=g)).cuda()
+        cam = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 4.0, 2.0]).cuda()
+        image = renderer(pos, col, rad, cam, gamma=0.1, max_depth=30.0)
+        image.sum().backward()
+        if frame in (200, 999):
+            torch.cuda.synchronize()
+            peak.append((torch.cuda.memory_allocated(), renderer._natives[("cuda", torch.cuda.current_device())].scratch_bytes))
+    assert peak[1][0] <= peak[0][0] + (1 << 20)
+    # Scratch may still grow towards the largest frame, but not beyond twice that frame's need.
+    assert peak[1][1] <= 2 * peak[0][1] + (1 << 20)
