@@ -15,6 +15,19 @@ from .camera_params import NativeCamera, VALID_PARAM_LENGTHS, camera_from_params
 _UNLIMITED_HITS = 2**32 - 1
 
 
+def check_device_usable(device: torch.device) -> None:
+    """ValueError naming `device` when this build or this machine cannot render there."""
+    if device.type == "cuda":
+        if "cuda" not in _native.build_info()["backends"]:
+            raise ValueError(f"device: {device} requested, but this build of pulsar_py has no CUDA backend "
+                             f"(build_info: {_native.build_info()})")
+        if not torch.cuda.is_available():
+            raise ValueError(f"device: {device} requested, but torch sees no CUDA device "
+                             f"(torch {torch.__version__}, CUDA {torch.version.cuda})")
+    elif device.type not in ("cpu", "meta"):
+        raise ValueError(f"device: expected cpu or cuda, got {device}")
+
+
 def _device_key(device: torch.device) -> Tuple[str, int]:
     if device.type == "cuda":
         return ("cuda", device.index if device.index is not None else torch.cuda.current_device())
@@ -73,16 +86,22 @@ class Renderer(torch.nn.Module):
     def device(self) -> torch.device:
         return self._device_tracker.device
 
+    def to(self, *args, **kwargs) -> "Renderer":
+        device = torch._C._nn._parse_to(*args, **kwargs)[0]
+        if device is not None:
+            check_device_usable(torch.device(device))
+        return super().to(*args, **kwargs)
+
+    def cuda(self, device=None) -> "Renderer":
+        check_device_usable(torch.device("cuda") if device is None else torch.device("cuda", device)
+                            if isinstance(device, int) else torch.device(device))
+        return super().cuda(device)
+
     def _native_for(self, device: torch.device) -> "_native.Renderer":
         key = _device_key(device)
         native = self._natives.get(key)
         if native is None:
-            if device.type == "cuda" and "cuda" not in _native.build_info()["backends"]:
-                raise ValueError(
-                    "device: CUDA requested, but this build of pulsar_py has no CUDA backend "
-                    f"(build_info: {_native.build_info()})")
-            if device.type not in ("cpu", "cuda"):
-                raise ValueError(f"device: expected cpu or cuda, got {device}")
+            check_device_usable(device)
             cfg = _native.RendererConfig()
             cfg.width, cfg.height = self.width, self.height
             cfg.n_channels, cfg.n_track = self.n_channels, self.n_track

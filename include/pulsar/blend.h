@@ -12,8 +12,10 @@ namespace pulsar {
 template <typename T>
 struct BlendParams {
   T gamma;        // softness in [1e-5, 1]
+  T inv_gamma;    // 1 / gamma
   T min_depth;    // resolved near depth (world units)
   T max_depth;    // far depth (world units)
+  T inv_range;    // 1 / (max_depth - min_depth)
   T bg_exponent;  // s_bg = beta / gamma
   T log_odds;     // ln(p / (1 - p)) of percent_allowed_difference p
   bool early_stop;  // p > 0
@@ -24,32 +26,32 @@ struct BlendParams {
 // Normalised depth n = (z - min_depth) / (max_depth - min_depth).
 template <typename T>
 PULSAR_HD T normalized_depth(const BlendParams<T>& p, T depth) {
-  return (depth - p.min_depth) / p.depth_range();
+  return (depth - p.min_depth) * p.inv_range;
 }
 
 // Twin of normalized_depth: given dL/dn, accumulates dL/dz, dL/dmin, dL/dmax.
 template <typename T>
 PULSAR_HD void normalized_depth_backward(const BlendParams<T>& p, T depth, T grad_n, T& grad_depth,
                                          T& grad_min_depth, T& grad_max_depth) {
-  const T range = p.depth_range();
-  grad_depth += grad_n / range;
+  const T g = grad_n * p.inv_range;
+  grad_depth += g;
   // dn/dmin = (z - max) / range^2, dn/dmax = -(z - min) / range^2.
-  grad_min_depth += grad_n * (depth - p.max_depth) / (range * range);
-  grad_max_depth -= grad_n * (depth - p.min_depth) / (range * range);
+  grad_min_depth += g * (depth - p.max_depth) * p.inv_range;
+  grad_max_depth -= g * (depth - p.min_depth) * p.inv_range;
 }
 
 // Exponent s = o (1 - n) / gamma of a hit with opacity o at normalised depth n.
 template <typename T>
 PULSAR_HD T blend_exponent(const BlendParams<T>& p, T opacity, T n) {
-  return opacity * (T(1) - n) / p.gamma;
+  return opacity * (T(1) - n) * p.inv_gamma;
 }
 
 // Twin of blend_exponent: given g = dL/ds, accumulates dL/do and dL/dn.
 template <typename T>
 PULSAR_HD void blend_exponent_backward(const BlendParams<T>& p, T opacity, T n, T g,
                                        T& grad_opacity, T& grad_n) {
-  grad_opacity += g * (T(1) - n) / p.gamma;
-  grad_n -= g * opacity / p.gamma;
+  grad_opacity += g * (T(1) - n) * p.inv_gamma;
+  grad_n -= g * opacity * p.inv_gamma;
 }
 
 // Running normaliser of the online softmax: the total weight is D * exp(m).

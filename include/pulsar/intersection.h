@@ -30,7 +30,6 @@ struct PairHit {
   T o1 = 0;             // depth of the centre's foot point along the ray
   T perp = 0;           // l: distance of the centre from the ray
   T half_chord = 0;     // h
-  bool o1_is_dist = false;  // perspective: o1 = min(c.d, t) took t
 };
 
 // Shared tail: closeness and depth from delta, o1 and l.
@@ -63,6 +62,11 @@ PULSAR_HD void finish_hit_backward(const PairHit<T>& h, T r, T grad_kappa, T gra
 
 // Perspective. c = centre - eye, t = |c| (> 0), r the radius, d the pixel's unit ray.
 // is_tiny: the sphere projects to under one pixel; tiny_radius = 0.75 * ps * t / f.
+//
+// model.md defines o1 = min(c.d, t) and l = sqrt((t + o1)(t - o1)). With |d| = 1 the chord
+// gives both without cancellation: c.d = t - delta^2 / (2t) (never above t, so the min is
+// that value) and l = delta sqrt(1 - delta^2 / (4 t^2)). In float32 the literal forms lose
+// most digits of l for a sphere far away (t - o1 ~ l^2 / 2t), these keep them.
 template <typename T>
 PULSAR_HD PairHit<T> intersect_perspective(Vec3<T> c, T t, T r, bool is_tiny, T tiny_radius,
                                            Vec3<T> d) {
@@ -72,11 +76,9 @@ PULSAR_HD PairHit<T> intersect_perspective(Vec3<T> c, T t, T r, bool is_tiny, T 
   h.tiny = is_tiny && h.delta < tiny_radius;
   h.hit = h.inside || h.tiny;
   if (!h.hit) return h;
-  const T cd = dot(c, d);
-  h.o1_is_dist = cd >= t;
-  h.o1 = h.o1_is_dist ? t : cd;
-  const T gap = t - h.o1;
-  h.perp = gap > T(0) ? std::sqrt((t + h.o1) * gap) : T(0);
+  const T q = h.delta / (T(2) * t);  // sin(phi / 2), phi the angle between c and d
+  h.o1 = t - h.delta * q;
+  h.perp = h.delta * std::sqrt(T(1) - q * q);
   finish_hit(h, r);
   return h;
 }
@@ -88,14 +90,13 @@ PULSAR_HD void intersect_perspective_backward(const PairHit<T>& h, Vec3<T> c, T 
                                               T& grad_r, Vec3<T>& grad_d) {
   T grad_delta, grad_o1, grad_perp;
   finish_hit_backward(h, r, grad_kappa, grad_depth, grad_delta, grad_o1, grad_perp, grad_r);
-  T grad_t = 0, grad_cd = 0;
-  // l = sqrt(t^2 - o1^2) while o1 < t.
-  if (h.perp > T(0)) {
-    grad_t += grad_perp * t / h.perp;
-    grad_cd -= grad_perp * h.o1 / h.perp;
-  }
-  // o1 = min(c.d, t).
-  if (h.o1_is_dist) grad_t += grad_o1; else grad_cd += grad_o1;
+  // o1 = t - delta^2 / (2t); l = delta w with w = sqrt(1 - q^2), q = delta / (2t).
+  const T q = h.delta / (T(2) * t);
+  const T w = std::sqrt(T(1) - q * q);
+  T grad_t = grad_o1 * (T(1) + q * q * T(2));
+  grad_delta -= grad_o1 * T(2) * q;
+  grad_delta += grad_perp * (w - q * q / w);
+  grad_t += grad_perp * T(2) * q * q * q / w;
   // delta = |u|, u = c - t d.
   if (h.delta > T(0) && grad_delta != T(0)) {
     const Vec3<T> u = c - t * d;
@@ -104,8 +105,6 @@ PULSAR_HD void intersect_perspective_backward(const PairHit<T>& h, Vec3<T> c, T 
     grad_t -= dot(grad_u, d);
     grad_d -= t * grad_u;
   }
-  grad_c += grad_cd * d;
-  grad_d += grad_cd * c;
   grad_c += (grad_t / t) * c;  // t = |c|
 }
 

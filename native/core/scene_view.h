@@ -48,8 +48,10 @@ PULSAR_HD BlendParams<T> blend_params_of(const CameraFrame<T>& cam, const Render
                                const RenderOptions& options) {
   BlendParams<T> p;
   p.gamma = T(options.gamma);
+  p.inv_gamma = T(1.0 / options.gamma);
   p.min_depth = cam.min_depth;
   p.max_depth = cam.max_depth;
+  p.inv_range = T(1) / (cam.max_depth - cam.min_depth);
   p.bg_exponent = T(config.background_normalized_depth / options.gamma);
   const double pad = options.percent_allowed_difference;
   p.early_stop = pad > 0;
