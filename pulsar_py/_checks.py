@@ -79,3 +79,38 @@ def check_range(name: str, t: torch.Tensor, low: float, high: float, *, low_open
         idx = bad.nonzero()[0].tolist()
         span = f"{'(' if low_open else '['}{low}, {high}]"
         raise ValueError(f"{name}: expected values in {span}, got {t[tuple(idx)].item()} at index {idx}")
+
+
+def fail(message: str) -> None:
+    raise ValueError(message)
+
+
+class DeferredValueChecks:
+    """Value checks whose verdicts are read from the device in one synchronisation.
+
+    Each check adds a 0-dim boolean tensor that is True when the input is bad, and a
+    function that raises the detailed error. ``run()`` stacks the verdicts and reads them
+    once (one GPU sync for any number of checks); only a failing check pays for its
+    detailed message.
+    """
+
+    def __init__(self) -> None:
+        self._items: list = []
+
+    def add(self, bad: torch.Tensor, raise_error) -> None:
+        self._items.append((bad.reshape(()), raise_error))
+
+    def finite(self, name: str, t: torch.Tensor) -> None:
+        self.add(~torch.isfinite(t).all(), lambda: check_finite(name, t))
+
+    def in_range(self, name: str, t: torch.Tensor, low: float, high: float, *, low_open: bool = False) -> None:
+        bad = ((t <= low) if low_open else (t < low)) | (t > high)
+        self.add(bad.any(), lambda: check_range(name, t, low, high, low_open=low_open))
+
+    def run(self) -> None:
+        if not self._items:
+            return
+        verdicts = torch.stack([bad for bad, _ in self._items]).tolist()
+        for verdict, (_, raise_error) in zip(verdicts, self._items):
+            if verdict:
+                raise_error()

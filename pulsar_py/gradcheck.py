@@ -220,13 +220,11 @@ def gradcheck(
     device = getattr(renderer, "device", vert_pos.device)
     given = dict(vert_pos=vert_pos, vert_col=vert_col, vert_rad=vert_rad, opacity=opacity,
                  bg_col=bg_col, cam_params=cam_params)
-    if not isinstance(vert_col, torch.Tensor) or vert_col.dim() < 1:
-        raise TypeError("vert_col: expected a tensor [B?, N, C]")
-    if bg_col is None:
-        given["bg_col"] = torch.ones(vert_col.shape[-1])
     for name, t in given.items():
         if t is not None and not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if bg_col is None:
+        given["bg_col"] = torch.ones(vert_col.shape[-1])  # the renderer's default, checked too
     x64 = {name: None if t is None else t.detach().to(device=device, dtype=torch.float64).contiguous()
            for name, t in given.items()}
     settings = dict(gamma=gamma, max_depth=max_depth, min_depth=min_depth,

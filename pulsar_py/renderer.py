@@ -154,13 +154,15 @@ class Renderer(torch.nn.Module):
             forward info when requested. The batch dimension is present when any input
             was batched.
         """
-        pos, col, rad, opacity, bg, batched = self._check_scene(vert_pos, vert_col, vert_rad, opacity, bg_col)
-        cams = self._check_cam_params(cam_params, pos)
+        checks = _checks.DeferredValueChecks() if self.check_values else None
+        pos, col, rad, opacity, bg, batched = self._check_scene(vert_pos, vert_col, vert_rad, opacity, bg_col, checks)
+        cams = self._check_cam_params(cam_params, pos, checks)
         batched = batched or cam_params.dim() == 2
         camera = camera_from_params(cams, self.width, self.height, self.orthogonal_projection,
                                     self.right_handed_system, first_R_then_T)
         image, hits, info, _ = self._render(pos, col, rad, opacity, bg, camera, gamma, max_depth, min_depth,
-                                         percent_allowed_difference, max_n_hits, mode, return_forward_info)
+                                            percent_allowed_difference, max_n_hits, mode, return_forward_info,
+                                            checks)
         result = image if mode == 0 else hits[..., None].to(pos.dtype)
         if not batched:
             result = result[0]
@@ -168,7 +170,7 @@ class Renderer(torch.nn.Module):
         return (result, info) if return_forward_info else result
 
     # ----------------------------------------------------------------------------------
-    def _check_scene(self, vert_pos, vert_col, vert_rad, opacity, bg_col):
+    def _check_scene(self, vert_pos, vert_col, vert_rad, opacity, bg_col, checks):
         pos = _checks.check_tensor("vert_pos", vert_pos, dims=(2, 3), last=3)
         dtype, device = pos.dtype, self.device
         _checks.check_tensor("vert_pos", pos, dims=(2, 3), device=device)
@@ -193,23 +195,23 @@ class Renderer(torch.nn.Module):
             bg = _checks.check_tensor("bg_col", bg_col, dims=(1,), last=self.n_channels, dtype=dtype, device=device)
         if self.max_num_balls is not None and n > self.max_num_balls:
             raise ValueError(f"vert_pos: expected at most max_num_balls={self.max_num_balls} spheres, got {n}")
-        if self.check_values:
+        if checks is not None:
             for name, t in (("vert_pos", pos), ("vert_col", col), ("vert_rad", rad), ("bg_col", bg)):
-                _checks.check_finite(name, t)
-            _checks.check_range("vert_rad", rad, 0.0, float("inf"), low_open=True)
+                checks.finite(name, t)
+            checks.in_range("vert_rad", rad, 0.0, float("inf"), low_open=True)
             if opacity is not None:
-                _checks.check_finite("opacity", opacity)
-                _checks.check_range("opacity", opacity, 0.0, 1.0)
+                checks.finite("opacity", opacity)
+                checks.in_range("opacity", opacity, 0.0, 1.0)
         return (pos.contiguous(), col.contiguous(), rad.contiguous(),
                 None if opacity is None else opacity.contiguous(), bg.contiguous(), pos.dim() == 3)
 
-    def _check_cam_params(self, cam_params, pos) -> torch.Tensor:
+    def _check_cam_params(self, cam_params, pos, checks) -> torch.Tensor:
         cams = _checks.check_tensor("cam_params", cam_params, dims=(1, 2), dtype=pos.dtype, device=self.device)
         if cams.shape[-1] not in VALID_PARAM_LENGTHS:
             raise ValueError(f"cam_params: expected a last dimension of 8, 10, 11 or 13 values, "
                              f"got shape {tuple(cams.shape)}")
-        if self.check_values:
-            _checks.check_finite("cam_params", cams)
+        if checks is not None:
+            checks.finite("cam_params", cams)
         cams = cams if cams.dim() == 2 else cams[None]
         if pos.dim() == 3 and cams.shape[0] != pos.shape[0]:
             if cams.shape[0] != 1:
@@ -218,18 +220,20 @@ class Renderer(torch.nn.Module):
             cams = cams.expand(pos.shape[0], -1)
         n_rot = 6 if cams.shape[-1] in (11, 13) else 3
         focal, sensor = cams[:, 3 + n_rot], cams[:, 4 + n_rot]
-        if self.check_values:
-            if bool((sensor <= 0).any()):
-                raise ValueError(f"cam_params: expected sensor width (index {4 + n_rot}) > 0, got {sensor.min().item()}")
-            if self.orthogonal_projection and bool((focal != 0).any()):
-                raise ValueError(f"cam_params: expected focal length (index {3 + n_rot}) 0 for an orthographic "
-                                 f"renderer, got {focal.abs().max().item()}")
-            if not self.orthogonal_projection and bool((focal <= 0).any()):
-                raise ValueError(f"cam_params: expected focal length (index {3 + n_rot}) > 0, got {focal.min().item()}")
+        if checks is not None:
+            checks.add((sensor <= 0).any(), lambda: _checks.fail(
+                f"cam_params: expected sensor width (index {4 + n_rot}) > 0, got {sensor.min().item()}"))
+            if self.orthogonal_projection:
+                checks.add((focal != 0).any(), lambda: _checks.fail(
+                    f"cam_params: expected focal length (index {3 + n_rot}) 0 for an orthographic renderer, "
+                    f"got {focal.abs().max().item()}"))
+            else:
+                checks.add((focal <= 0).any(), lambda: _checks.fail(
+                    f"cam_params: expected focal length (index {3 + n_rot}) > 0, got {focal.min().item()}"))
         return cams
 
     def _render(self, pos, col, rad, opacity, bg, camera: NativeCamera, gamma, max_depth, min_depth,
-                percent_allowed_difference, max_n_hits, mode, return_forward_info):
+                percent_allowed_difference, max_n_hits, mode, return_forward_info, checks=None):
         """Shared by every entry point: depth range, settings, and the native call."""
         gamma = _checks.check_float("gamma", gamma, 1e-5, 1.0)
         percent = _checks.check_float("percent_allowed_difference", percent_allowed_difference, 0.0, 1.0, high_open=True)
@@ -244,15 +248,16 @@ class Renderer(torch.nn.Module):
             raise ValueError("max_depth, min_depth: expected scalars")
         near = torch.where(min_depth_t == 0, camera.focal + 2e-6, min_depth_t.expand_as(camera.focal))
         far = max_depth_t.expand_as(camera.focal)
-        if self.check_values:
-            if not bool(torch.isfinite(far).all()) or not bool(torch.isfinite(near).all()):
-                raise ValueError(f"max_depth, min_depth: expected finite values, got {max_depth}, {min_depth}")
-            if bool((near < 0).any()):
-                raise ValueError(f"min_depth: expected >= 0, got {min_depth}")
-            if not self.orthogonal_projection and bool((near <= camera.focal).any()):
-                raise ValueError(f"min_depth: expected > focal length {camera.focal.max().item()}, got {min_depth}")
-            if bool((far <= near).any()):
-                raise ValueError(f"max_depth: expected > min_depth ({near.max().item()}), got {max_depth}")
+        if checks is not None:
+            checks.add(~(torch.isfinite(far).all() & torch.isfinite(near).all()), lambda: _checks.fail(
+                f"max_depth, min_depth: expected finite values, got {max_depth}, {min_depth}"))
+            checks.add((near < 0).any(), lambda: _checks.fail(f"min_depth: expected >= 0, got {min_depth}"))
+            if not self.orthogonal_projection:
+                checks.add((near <= camera.focal).any(), lambda: _checks.fail(
+                    f"min_depth: expected > focal length {camera.focal.max().item()}, got {min_depth}"))
+            checks.add((far <= near).any(), lambda: _checks.fail(
+                f"max_depth: expected > min_depth ({near.max().item()}), got {max_depth}"))
+            checks.run()
         wants_geometry_grad = torch.is_grad_enabled() and (
             pos.requires_grad or rad.requires_grad or camera.eye.requires_grad or camera.pdx.requires_grad)
         if gamma < 1e-3 and wants_geometry_grad and not self._warned_small_gamma:

@@ -9,14 +9,13 @@ seeded generator; ``Scene.call_kwargs`` converts to the dtype and device under t
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from typing import Optional, Sequence
 
 import torch
 
 import pulsar_py
-from pulsar_py.camera_params import NativeCamera, camera_from_params
+from pulsar_py.camera_params import NativeCamera, axis_angle_to_matrix, camera_from_params
 from pulsar_py.reference import ReferenceResult, render_reference
 
 F64 = torch.float64
@@ -142,8 +141,6 @@ def _random_cam_params(gen: torch.Generator, cam_length: int, orthographic: bool
 
 def camera_params_rotation(axis_angle: torch.Tensor) -> torch.Tensor:
     """[3, 3] rotation matrix of an axis-angle vector [3]."""
-    from pulsar_py.camera_params import axis_angle_to_matrix
-
     return axis_angle_to_matrix(axis_angle[None])[0]
 
 
@@ -327,11 +324,3 @@ def grad_output_like(image: torch.Tensor, seed: int = 1234) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
     g = torch.rand(tuple(image.shape), generator=gen, dtype=F64) * 2 - 1
     return g.to(dtype=image.dtype, device=image.device)
-
-
-def describe(scene: Scene) -> str:
-    return scene.description or f"{scene.width}x{scene.height}"
-
-
-def log_uniform(gen: torch.Generator, low: float, high: float) -> float:
-    return math.exp(float(_uniform(gen, math.log(low), math.log(high))))

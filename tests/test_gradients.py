@@ -277,7 +277,7 @@ def test_nothing_visible_gives_zero_not_nan(where, device):
     scene = random_scene(41, n_spheres=6)
     pos = scene.vert_pos.clone()
     camera = scene.camera()
-    eye, axis = camera.eye[0], camera.optical_axis()[0]
+    eye = camera.eye[0]
     if where == "behind_camera":
         pos = eye - (pos - eye)
     elif where == "beyond_far_plane":
