@@ -16,6 +16,28 @@ import torch
 VALID_PARAM_LENGTHS = (8, 10, 11, 13)
 
 
+# 3-vector helpers over the last dim, written element by element: unlike matmul or a
+# reduction kernel, their rounding does not depend on the batch size, so a batch of
+# cameras converts exactly like its items do one by one (bitwise, on every device).
+def dot3(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return a[..., 0] * b[..., 0] + a[..., 1] * b[..., 1] + a[..., 2] * b[..., 2]
+
+
+def cross3(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.stack([a[..., 1] * b[..., 2] - a[..., 2] * b[..., 1],
+                        a[..., 2] * b[..., 0] - a[..., 0] * b[..., 2],
+                        a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]], -1)
+
+
+def normalize3(v: torch.Tensor) -> torch.Tensor:
+    return v / dot3(v, v).sqrt()[..., None]
+
+
+def matvec3(m: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """[..., 3, 3] x [..., 3] -> [..., 3]."""
+    return torch.stack([dot3(m[..., r, :], v) for r in range(3)], -1)
+
+
 @dataclass
 class NativeCamera:
     """A batch of B general cameras, the native core's view of a camera.
@@ -50,7 +72,7 @@ class NativeCamera:
 
     def optical_axis(self) -> torch.Tensor:
         """[B, 3] unit optical axis (model.md section 2), differentiable."""
-        z = torch.nn.functional.normalize(torch.cross(self.pdy, self.pdx, dim=-1), dim=-1)
+        z = normalize3(cross3(self.pdy, self.pdx))
         return -z if self.right_handed else z
 
     def packed(self) -> torch.Tensor:
@@ -64,7 +86,7 @@ def axis_angle_to_matrix(rotvec: torch.Tensor) -> torch.Tensor:
     Written with the series of sin(a)/a and (1-cos a)/a^2 near a = 0 so that the
     gradient at the identity is finite and exact.
     """
-    theta2 = (rotvec * rotvec).sum(-1)
+    theta2 = dot3(rotvec, rotvec)
     small = theta2 < 1e-8
     safe2 = torch.where(small, torch.ones_like(theta2), theta2)
     theta = safe2.sqrt()
@@ -74,7 +96,8 @@ def axis_angle_to_matrix(rotvec: torch.Tensor) -> torch.Tensor:
     zero = torch.zeros_like(x)
     k = torch.stack([zero, -z, y, z, zero, -x, -y, x, zero], -1).reshape(rotvec.shape[:-1] + (3, 3))
     eye = torch.eye(3, dtype=rotvec.dtype, device=rotvec.device).expand_as(k)
-    return eye + a[..., None, None] * k + b[..., None, None] * (k @ k)
+    k_squared = rotvec[..., :, None] * rotvec[..., None, :] - theta2[..., None, None] * eye  # K K
+    return eye + a[..., None, None] * k + b[..., None, None] * k_squared
 
 
 def rotation_6d_to_matrix(d6: torch.Tensor) -> torch.Tensor:
@@ -83,9 +106,9 @@ def rotation_6d_to_matrix(d6: torch.Tensor) -> torch.Tensor:
     d6 [B, 6] -> [B, 3, 3].
     """
     a1, a2 = d6[..., :3], d6[..., 3:]
-    b1 = torch.nn.functional.normalize(a1, dim=-1)
-    b2 = torch.nn.functional.normalize(a2 - (b1 * a2).sum(-1, keepdim=True) * b1, dim=-1)
-    b3 = torch.cross(b1, b2, dim=-1)
+    b1 = normalize3(a1)
+    b2 = normalize3(a2 - dot3(b1, a2)[..., None] * b1)
+    b3 = cross3(b1, b2)
     return torch.stack([b1, b2, b3], dim=-2)
 
 
@@ -120,7 +143,7 @@ def camera_from_params(
     sensor_width = cam_params[..., 4 + n_rot]
     matrix = rotation_6d_to_matrix(rot) if n_rot == 6 else axis_angle_to_matrix(rot)
     if first_R_then_T:
-        pos = (matrix @ pos[..., None])[..., 0]
+        pos = matvec3(matrix, pos)
     x_axis = matrix[..., :, 0]
     y_axis = -matrix[..., :, 1]
     z_axis = -matrix[..., :, 2] if right_handed else matrix[..., :, 2]
