@@ -6,6 +6,10 @@
 
 from __future__ import annotations
 
+# torch first: its import must not follow the native module's (which links the CUDA
+# runtime statically); the other order crashed `import torch` on a CUDA machine.
+import torch  # noqa: F401
+
 from . import _native
 from .camera_params import NativeCamera, camera_from_params
 from .renderer import Renderer

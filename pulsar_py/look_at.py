@@ -1,0 +1,135 @@
+"""Look-at cameras as Pulsar camera vectors, and rotation helpers for pose errors.
+
+Pulsar's camera vector stores a rotation matrix M whose columns are the camera's image x
+axis (right), image "up" axis and the third axis z; the optical axis is ``+z`` in the
+default left-handed system and ``-z`` in a right-handed one (model.md section 2). The
+functions here build M from an eye, a target and an up direction, turn it into the
+axis-angle (8-value vector) or 6D (11-value vector) form, and measure the angle between
+two rotations, the pose error the demo and the examples report.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence, Union
+
+import torch
+
+from .camera_params import axis_angle_to_matrix, rotation_6d_to_matrix
+
+VectorLike = Union[torch.Tensor, Sequence[float]]
+
+
+def _as_vector(name: str, value: VectorLike, dtype: torch.dtype) -> torch.Tensor:
+    t = torch.as_tensor(value, dtype=dtype)
+    if t.shape[-1:] != (3,):
+        raise ValueError(f"{name}: expected 3 values (x, y, z) in the last dimension, got shape {tuple(t.shape)}")
+    return t
+
+
+def look_at_matrix(eye: VectorLike, target: VectorLike, up: VectorLike = (0.0, 1.0, 0.0),
+                   right_handed: bool = False, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """The rotation M of a camera at ``eye`` looking at ``target``. [..., 3] -> [..., 3, 3].
+
+    ``up`` is the world direction that appears upwards in the image (it must not be
+    parallel to the viewing direction). With ``right_handed`` the optical axis is ``-z``
+    (OpenGL style, the image is not mirrored for scenes in a right-handed world);
+    otherwise ``+z`` (Pulsar's default, left-handed).
+    """
+    eye_t, target_t = _as_vector("eye", eye, dtype), _as_vector("target", target, dtype)
+    up_t = _as_vector("up", up, dtype)
+    forward = target_t - eye_t
+    if bool((forward.norm(dim=-1) == 0).any()):
+        raise ValueError(f"eye, target: expected different points, got eye == target == {eye_t.tolist()}")
+    forward = torch.nn.functional.normalize(forward, dim=-1)
+    z = -forward if right_handed else forward
+    # Up without its component along the viewing direction.
+    up_ortho = up_t - (up_t * forward).sum(-1, keepdim=True) * forward
+    if bool((up_ortho.norm(dim=-1) < 1e-9 * up_t.norm(dim=-1).clamp_min(1e-30)).any()):
+        raise ValueError(f"up: expected a direction not parallel to target - eye, got up={up_t.tolist()}")
+    y = torch.nn.functional.normalize(up_ortho, dim=-1)
+    x = torch.cross(y, z, dim=-1)  # columns of a rotation: x = y cross z
+    return torch.stack([x, y, z], dim=-1)
+
+
+def matrix_to_axis_angle(matrix: torch.Tensor) -> torch.Tensor:
+    """Rotation matrices [..., 3, 3] -> axis-angle vectors [..., 3] (radians, angle in [0, pi]).
+
+    Not differentiable at the identity (use the 6D form to optimise rotations); meant
+    for building camera vectors and for reporting.
+    """
+    m = matrix
+    cos = ((m[..., 0, 0] + m[..., 1, 1] + m[..., 2, 2] - 1) / 2).clamp(-1.0, 1.0)
+    angle = torch.acos(cos)
+    skew = torch.stack([m[..., 2, 1] - m[..., 1, 2], m[..., 0, 2] - m[..., 2, 0], m[..., 1, 0] - m[..., 0, 1]], -1)
+    sin = torch.sin(angle)
+    # General case: axis from the skew part.
+    general = skew / (2 * sin.clamp_min(1e-12))[..., None] * angle[..., None]
+    # Near pi the skew part vanishes: the axis is the largest column of (M + I) / 2.
+    sym = (m + torch.eye(3, dtype=m.dtype, device=m.device)) / 2
+    diag = torch.diagonal(sym, dim1=-2, dim2=-1)
+    column = torch.gather(sym, -1, diag.argmax(-1)[..., None, None].expand(*sym.shape[:-1], 1))[..., 0]
+    axis_pi = torch.nn.functional.normalize(column, dim=-1)
+    # Choose the sign that agrees with the (small) skew part.
+    sign = torch.where((axis_pi * skew).sum(-1, keepdim=True) < 0, -1.0, 1.0).to(m.dtype)
+    near_pi = (axis_pi * sign * angle[..., None])
+    small = angle < 1e-6
+    out = torch.where((math.pi - angle)[..., None] < 1e-3, near_pi, general)
+    return torch.where(small[..., None], skew / 2, out)
+
+
+def matrix_to_rotation_6d(matrix: torch.Tensor) -> torch.Tensor:
+    """[..., 3, 3] -> [..., 6]: the first two rows, Pulsar's 6D form (its rows are b1, b2, b3)."""
+    return torch.cat([matrix[..., 0, :], matrix[..., 1, :]], dim=-1)
+
+
+def rotation_from_params(cam_params: torch.Tensor) -> torch.Tensor:
+    """The rotation matrix [..., 3, 3] of Pulsar camera vectors [..., L], L in {8, 10, 11, 13}."""
+    length = cam_params.shape[-1]
+    if length in (8, 10):
+        return axis_angle_to_matrix(cam_params[..., 3:6])
+    if length in (11, 13):
+        return rotation_6d_to_matrix(cam_params[..., 3:9])
+    raise ValueError(f"cam_params: expected a last dimension of 8, 10, 11 or 13 values, got {length}")
+
+
+def rotation_angle_deg(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Angle (degrees) of the rotation taking ``b`` to ``a``; [..., 3, 3] twice -> [...]."""
+    relative = a.transpose(-1, -2) @ b
+    cos = ((relative[..., 0, 0] + relative[..., 1, 1] + relative[..., 2, 2] - 1) / 2).clamp(-1.0, 1.0)
+    # acos loses precision near 0: use atan2 of the skew part's norm and the cosine.
+    skew = torch.stack([relative[..., 2, 1] - relative[..., 1, 2], relative[..., 0, 2] - relative[..., 2, 0],
+                        relative[..., 1, 0] - relative[..., 0, 1]], -1)
+    return torch.rad2deg(torch.atan2(skew.norm(dim=-1) / 2, cos))
+
+
+def look_at_params(eye: VectorLike, target: VectorLike, up: VectorLike = (0.0, 1.0, 0.0),
+                   focal_length: float = 1.0, sensor_width: float = 1.0, right_handed: bool = False,
+                   rotation: str = "axis_angle", dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """A Pulsar camera vector for a camera at ``eye`` looking at ``target``.
+
+    Args:
+        eye, target, up: [..., 3] world positions / direction (see ``look_at_matrix``).
+        focal_length, sensor_width: world units; the horizontal field of view is
+            ``2 * atan(sensor_width / (2 * focal_length))``.
+        right_handed: build it for ``Renderer(..., right_handed_system=True)``.
+        rotation: "axis_angle" ([..., 8] vectors) or "6d" ([..., 11] vectors).
+    Returns:
+        [..., 8] or [..., 11]: position, rotation, focal length, sensor width.
+    """
+    if rotation not in ("axis_angle", "6d"):
+        raise ValueError(f"rotation: expected 'axis_angle' or '6d', got {rotation!r}")
+    if not focal_length > 0 or not sensor_width > 0:
+        raise ValueError(f"focal_length, sensor_width: expected > 0, got {focal_length!r}, {sensor_width!r}")
+    matrix = look_at_matrix(eye, target, up, right_handed, dtype)
+    rot = matrix_to_axis_angle(matrix) if rotation == "axis_angle" else matrix_to_rotation_6d(matrix)
+    eye_t = _as_vector("eye", eye, dtype).expand(matrix.shape[:-2] + (3,))
+    intrinsics = torch.tensor([focal_length, sensor_width], dtype=dtype).expand(matrix.shape[:-2] + (2,))
+    return torch.cat([eye_t, rot, intrinsics], dim=-1)
+
+
+def sensor_width_for_fov(horizontal_fov_deg: float, focal_length: float = 1.0) -> float:
+    """Sensor width (world units) giving a horizontal field of view (degrees) at a focal length."""
+    if not 0 < horizontal_fov_deg < 180:
+        raise ValueError(f"horizontal_fov_deg: expected in (0, 180), got {horizontal_fov_deg!r}")
+    return 2 * focal_length * math.tan(math.radians(horizontal_fov_deg) / 2)
