@@ -114,7 +114,7 @@ class Series:
 
 def format_number(value: float) -> str:
     """Short label for an axis value: 3 significant digits, exponent form when needed."""
-    if value == 0 or not math.isfinite(value):
+    if not math.isfinite(value):
         return str(value).upper()
     magnitude = abs(value)
     if value == int(value) and magnitude < 1e6:

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import warnings
-from typing import Optional, Tuple, Union
+from typing import NamedTuple, Optional, Tuple, Union
 
 import torch
 
 from . import _checks, _native
 from ._autograd import CallSettings, RenderFunction
+from .camera import Camera
 from .camera_params import NativeCamera, VALID_PARAM_LENGTHS, camera_from_params
+from .outputs import RenderResult
+from .reference import depth_from_moments
+from .sh import check_sh_degree, sh_n_coefficients, sh_to_color
+from .visibility import visible_spheres
 
 # Pulsar's "unlimited" max_n_hits.
 _UNLIMITED_HITS = 2**32 - 1
@@ -32,6 +37,23 @@ def _device_key(device: torch.device) -> Tuple[str, int]:
     if device.type == "cuda":
         return ("cuda", device.index if device.index is not None else torch.cuda.current_device())
     return (device.type, 0)
+
+
+class _RawOutputs(NamedTuple):
+    """Outputs of the shared native call, with the depth range it used."""
+
+    image: torch.Tensor  # [B, H, W, C]
+    hit_count: torch.Tensor  # [B, H, W] int32
+    forward_info: torch.Tensor  # [B, H, W, 3 + 2K] or empty
+    depth_moments: torch.Tensor  # [B, H, W, 3] or empty
+    near: torch.Tensor  # [B] resolved min_depth
+    far: torch.Tensor  # [B] max_depth
+
+
+# Masked-out spheres (Renderer.render's mask) are moved behind the camera, where culling
+# drops them: this many world units plus a share of the eye's coordinates (float32 safe).
+_MASKED_DISTANCE = 2.0
+_MASKED_DISTANCE_REL = 1e-3
 
 
 class Renderer(torch.nn.Module):
@@ -97,15 +119,19 @@ class Renderer(torch.nn.Module):
                             if isinstance(device, int) else torch.device(device))
         return super().cuda(device)
 
-    def _native_for(self, device: torch.device) -> "_native.Renderer":
+    def _native_for(self, device: torch.device, orthographic: bool) -> "_native.Renderer":
+        # One native renderer per device and projection (a Camera carries its own
+        # projection); the renderer's own projection keeps the plain device key.
         key = _device_key(device)
+        if bool(orthographic) != self.orthogonal_projection:
+            key = key + ("orthographic" if orthographic else "perspective",)
         native = self._natives.get(key)
         if native is None:
             check_device_usable(device)
             cfg = _native.RendererConfig()
             cfg.width, cfg.height = self.width, self.height
             cfg.n_channels, cfg.n_track = self.n_channels, self.n_track
-            cfg.orthographic = self.orthogonal_projection
+            cfg.orthographic = bool(orthographic)
             cfg.background_normalized_depth = self.background_normalized_depth
             cfg.device = _native.DeviceKind.cuda if device.type == "cuda" else _native.DeviceKind.cpu
             cfg.device_index = key[1]

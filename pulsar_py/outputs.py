@@ -1,0 +1,35 @@
+"""``RenderResult``: what ``Renderer.render`` returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+
+@dataclass
+class RenderResult:
+    """Outputs of one ``Renderer.render`` call; the batch dim B is present when any input
+    was batched. All float outputs except ``forward_info`` are differentiable.
+
+    Attributes:
+        image: [B?, H, W, C] blended features (model.md section 5).
+        depth: [B?, H, W] expected intersection depth ``sum_i a_i z_i / sum_i a_i`` over
+            the pixel's hits, with ``a_i`` the normalised blend weights and ``z_i`` the
+            distance along the pixel's ray from the eye (world units; orthographic: from
+            the film plane). ``min_depth`` where nothing is hit.
+        coverage: [B?, H, W] in [0, 1): the share of the blend that is not background,
+            ``1 - a_bg`` (alpha).
+        distortion: [B?, H, W] ``sum_ij a_i a_j (z_i - z_j)^2`` over the hits (world
+            units squared): the depth-distortion regulariser of 2D Gaussian Splatting.
+        hit_count: [B?, H, W] int32 hits processed per pixel (no gradient).
+        forward_info: [B?, H, W, 3 + 2K] Pulsar's forward info when requested, else None.
+    """
+
+    image: torch.Tensor
+    depth: torch.Tensor
+    coverage: torch.Tensor
+    distortion: torch.Tensor
+    hit_count: torch.Tensor
+    forward_info: Optional[torch.Tensor] = None
