@@ -13,6 +13,7 @@ from typing import Optional
 import torch
 
 from . import _native
+from .debug import debug_enabled, save_snapshot
 
 
 def _ptr(t: Optional[torch.Tensor]) -> int:
@@ -29,6 +30,7 @@ class CallSettings:
     right_handed: bool
     want_forward_info: bool
     want_depth_moments: bool = False
+    debug: bool = False  # save a snapshot of the inputs when the native call fails (debug.py)
 
     def options(self, device: torch.device) -> "_native.RenderOptions":
         opt = _native.RenderOptions()
@@ -85,7 +87,11 @@ class RenderFunction(torch.autograd.Function):
         out.forward_info = _ptr(info) if settings.want_forward_info else 0
         out.depth_moments = _ptr(moments) if settings.want_depth_moments else 0
         scene = _scene_args(pos, col, rad, opacity, bg, cameras, settings.right_handed)
-        token = native.forward(scene, settings.options(pos.device), out)
+        try:
+            token = native.forward(scene, settings.options(pos.device), out)
+        except RuntimeError as error:
+            _reraise_with_snapshot(error, "forward", native, settings, pos.device, dict(
+                vert_pos=pos, vert_col=col, vert_rad=rad, opacity=opacity, bg_col=bg, cameras=cameras))
         ctx.native, ctx.settings, ctx.token = native, settings, token
         ctx.has_opacity = opacity is not None
         ctx.save_for_backward(pos, col, rad, opacity, bg, cameras, image, state, ends, moments)
@@ -114,5 +120,24 @@ class RenderFunction(torch.autograd.Function):
                 grad_moments = grad_moments.contiguous()
                 args.depth_moments, args.grad_depth_moments = _ptr(moments), _ptr(grad_moments)
             scene = _scene_args(pos, col, rad, opacity, bg, cameras, ctx.settings.right_handed)
-            ctx.native.backward(scene, ctx.settings.options(pos.device), args, grads, ctx.token)
+            try:
+                ctx.native.backward(scene, ctx.settings.options(pos.device), args, grads, ctx.token)
+            except RuntimeError as error:
+                _reraise_with_snapshot(error, "backward", ctx.native, ctx.settings, pos.device, dict(
+                    vert_pos=pos, vert_col=col, vert_rad=rad, opacity=opacity, bg_col=bg, cameras=cameras,
+                    grad_image=grad_image,
+                    grad_depth_moments=grad_moments if ctx.settings.want_depth_moments else None))
         return None, None, g_pos, g_col, g_rad, g_opa, g_bg, g_cam
+
+
+def _reraise_with_snapshot(error: RuntimeError, stage: str, native, settings: CallSettings,
+                           device: torch.device, tensors: dict) -> None:
+    """Re-raises a native failure; in debug mode first saves the call's inputs."""
+    if not debug_enabled(settings.debug):
+        raise error
+    try:
+        path = save_snapshot(stage, native, settings, device, tensors)
+    except Exception as save_error:  # the original failure matters more than the snapshot
+        raise RuntimeError(f"{error} (saving a debug snapshot failed too: {save_error})") from error
+    raise RuntimeError(f"{error}\n[pulsar_py debug] the call's inputs were saved to {path}; "
+                       f"reproduce with pulsar_py.replay({path!r})") from error

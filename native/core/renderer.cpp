@@ -3,6 +3,7 @@
 
 #include "backend.h"
 #include "errors.h"
+#include "tiling.h"
 
 namespace pulsar {
 
@@ -38,6 +39,10 @@ std::size_t Renderer::scratch_bytes() const { return backend_->scratch_bytes(); 
 
 void Renderer::check_call(const SceneArgs& scene, const RenderOptions& options) const {
   PULSAR_REQUIRE(scene.batch_size >= 1, "batch_size: expected >= 1, got ", scene.batch_size);
+  // Tiles of all cameras are numbered in 31 bits (the CUDA sort key keeps 32 for them).
+  const std::int64_t tiles = Tiling::of(config_.width, config_.height).n_tiles() * scene.batch_size;
+  PULSAR_REQUIRE(tiles < (std::int64_t(1) << 31), "batch_size: ", scene.batch_size,
+                 " cameras of ", config_.width, "x", config_.height, " pixels exceed 2^31 tiles");
   PULSAR_REQUIRE(scene.n_spheres >= 0 && scene.n_spheres <= (std::int64_t(1) << 31) - 1,
                  "n_spheres: expected 0..2^31-1, got ", scene.n_spheres);
   PULSAR_REQUIRE(scene.n_spheres == 0 || (scene.positions && scene.features && scene.radii),
