@@ -15,6 +15,13 @@ namespace {
 
 constexpr int kThreads = kTileSize * kTileSize;
 
+// Pixel of a thread within its tile: each warp covers an 8x4 block (not a 16x2 strip), so
+// a small sphere touches fewer warps and more of each touched warp's lanes.
+__device__ inline int2 thread_pixel(int thread) {
+  const int warp = thread / 32, lane = thread % 32;
+  return make_int2((warp % 2) * 8 + lane % 8, (warp / 2) * 4 + lane / 8);
+}
+
 // Feature accumulator: registers when the channel count is known at compile time
 // (C_STATIC > 0), else the pixel's own slot of the output image.
 template <typename T, int C_STATIC>
@@ -58,8 +65,9 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
   const std::int64_t item = blockIdx.x;
   const int b = int(item / (std::int64_t(tiles_x) * tiles_y));
   const int tile = int(item % (std::int64_t(tiles_x) * tiles_y));
-  const int x = (tile % tiles_x) * kTileSize + int(threadIdx.x) % kTileSize;
-  const int y = (tile / tiles_x) * kTileSize + int(threadIdx.x) / kTileSize;
+  const int2 local = thread_pixel(int(threadIdx.x));
+  const int x = (tile % tiles_x) * kTileSize + local.x;
+  const int y = (tile / tiles_x) * kTileSize + local.y;
   const bool inside = x < config.width && y < config.height;
   const int channels = config.n_channels;
   const CameraFrame<T> cam = camera_of<T>(scene, b, config.orthographic);
