@@ -45,6 +45,38 @@ struct CpuScratch {
   }
 };
 
+// One work item of the per-tile stages: a (camera, tile) pair and what its pixels share.
+template <typename T>
+struct TileWork {
+  int b;                         // camera
+  CameraFrame<T> cam;
+  SceneView<T> scene;
+  BlendParams<T> blend;
+  const SphereRecord<T>* records;  // this camera's [N] records
+  std::int64_t first, last;      // the tile's entries: entries[first .. last)
+  int x_begin, x_end, y_begin, y_end;  // the tile's pixels (clipped to the image)
+
+  static TileWork of(std::int64_t item, const RendererConfig& config, const SceneArgs& s,
+                     const RenderOptions& options, const CpuScratch& scratch) {
+    const Tiling tiling = Tiling::of(config.width, config.height);
+    const std::int64_t tile = item % tiling.n_tiles();
+    TileWork w;
+    w.b = int(item / tiling.n_tiles());
+    w.cam = camera_of<T>(s, w.b, config.orthographic);
+    w.scene = SceneView<T>::of(s, w.b, config.n_channels);
+    w.blend = blend_params_of(w.cam, config, options);
+    w.records = scratch.records.as<SphereRecord<T>>() + std::int64_t(w.b) * s.n_spheres;
+    const auto* offsets = scratch.tile_offsets.as<std::int64_t>();
+    w.first = offsets[item];
+    w.last = offsets[item + 1];
+    w.x_begin = int(tile % tiling.tiles_x) * kTileSize;
+    w.y_begin = int(tile / tiling.tiles_x) * kTileSize;
+    w.x_end = w.x_begin + kTileSize < config.width ? w.x_begin + kTileSize : config.width;
+    w.y_end = w.y_begin + kTileSize < config.height ? w.y_begin + kTileSize : config.height;
+    return w;
+  }
+};
+
 // Per-instance gradient layout of stage 3: [position 3, radius, opacity, features C].
 constexpr int kInstPos = 0, kInstRadius = 3, kInstOpacity = 4, kInstFeatures = 5;
 

@@ -20,11 +20,8 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
   const int channels = config.n_channels;
   const Tiling tiling = Tiling::of(config.width, config.height);
   const std::int64_t n_tiles = tiling.n_tiles();
-  const std::int64_t n = scene.n_spheres;
   const std::int64_t pixels = std::int64_t(config.width) * config.height;
   const int stride = kInstFeatures + channels;
-  const auto* records = scratch.records.as<SphereRecord<T>>();
-  const auto* offsets = scratch.tile_offsets.as<std::int64_t>();
   const auto* entries = scratch.entries.as<std::int32_t>();
   T* inst = scratch.instance_grads.reserve<T>(std::size_t(scratch.n_instances) * stride, "instance gradients");
   auto* tile_cam = scratch.tile_camera_grads.reserve<CameraGrad<T>>(std::size_t(scene.batch_size) * n_tiles, "camera gradients");
@@ -38,23 +35,19 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
   const bool want_blend = want_geometry || grads.opacities;
 
   parallel_for(scratch.threads, scene.batch_size * n_tiles, [&](std::int64_t item, int) {
-    const int b = int(item / n_tiles);
-    const std::int64_t tile = item % n_tiles;
-    const CameraFrame<T> cam = camera_of<T>(scene, b, config.orthographic);
-    const SceneView<T> sv = SceneView<T>::of(scene, b, channels);
-    const BlendParams<T> bp = blend_params_of(cam, config, options);
-    const SphereRecord<T>* rec = records + b * n;
-    const std::int64_t first = offsets[item], last = offsets[item + 1];
+    const TileWork<T> w = TileWork<T>::of(item, config, scene, options, scratch);
+    const int b = w.b;
+    const CameraFrame<T>& cam = w.cam;
+    const SceneView<T>& sv = w.scene;
+    const BlendParams<T>& bp = w.blend;
+    const SphereRecord<T>* rec = w.records;
+    const std::int64_t first = w.first, last = w.last;
     std::memset(inst + first * stride, 0, sizeof(T) * std::size_t((last - first) * stride));
     CameraGrad<T> cg;
     T* bg = tile_bg + item * channels;
     for (int ch = 0; ch < channels; ++ch) bg[ch] = T(0);
-    const int x_begin = int(tile % tiling.tiles_x) * kTileSize;
-    const int y_begin = int(tile / tiling.tiles_x) * kTileSize;
-    const int x_end = std::min(x_begin + kTileSize, config.width);
-    const int y_end = std::min(y_begin + kTileSize, config.height);
-    for (int y = y_begin; y < y_end; ++y) {
-      for (int x = x_begin; x < x_end; ++x) {
+    for (int y = w.y_begin; y < w.y_end; ++y) {
+      for (int x = w.x_begin; x < w.x_end; ++x) {
         const std::int64_t pix = std::int64_t(b) * pixels + std::int64_t(y) * config.width + x;
         const T* g_img = grad_image + pix * channels;
         const T* colour = image + pix * channels;

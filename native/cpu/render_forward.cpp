@@ -18,11 +18,8 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene,
   const int channels = config.n_channels, k_track = config.n_track;
   const Tiling tiling = Tiling::of(config.width, config.height);
   const std::int64_t n_tiles = tiling.n_tiles();
-  const std::int64_t n = scene.n_spheres;
   const std::int64_t pixels = std::int64_t(config.width) * config.height;
   const std::int64_t cap = options.max_n_hits < 0 ? std::numeric_limits<std::int64_t>::max() : options.max_n_hits;
-  const auto* records = scratch.records.as<SphereRecord<T>>();
-  const auto* offsets = scratch.tile_offsets.as<std::int64_t>();
   const auto* entries = scratch.entries.as<std::int32_t>();
   const std::size_t per_worker = std::size_t(channels + 2 * k_track);
   T* worker_mem = scratch.pixel_scratch.reserve<T>(per_worker * scratch.threads, "pixel scratch");
@@ -33,22 +30,18 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene,
   const int info_len = 3 + 2 * k_track;
 
   parallel_for(scratch.threads, scene.batch_size * n_tiles, [&](std::int64_t item, int worker) {
-    const int b = int(item / n_tiles);
-    const std::int64_t tile = item % n_tiles;
-    const CameraFrame<T> cam = camera_of<T>(scene, b, config.orthographic);
-    const SceneView<T> sv = SceneView<T>::of(scene, b, channels);
-    const BlendParams<T> bp = blend_params_of(cam, config, options);
-    const SphereRecord<T>* rec = records + b * n;
-    const std::int64_t first = offsets[item], last = offsets[item + 1];
+    const TileWork<T> w = TileWork<T>::of(item, config, scene, options, scratch);
+    const int b = w.b;
+    const CameraFrame<T>& cam = w.cam;
+    const SceneView<T>& sv = w.scene;
+    const BlendParams<T>& bp = w.blend;
+    const SphereRecord<T>* rec = w.records;
+    const std::int64_t first = w.first, last = w.last;
     T* accum = worker_mem + per_worker * worker;
     T* track_depth = accum + channels;
     auto* track_id = reinterpret_cast<std::int32_t*>(track_depth + k_track);
-    const int x_begin = int(tile % tiling.tiles_x) * kTileSize;
-    const int y_begin = int(tile / tiling.tiles_x) * kTileSize;
-    const int x_end = std::min(x_begin + kTileSize, config.width);
-    const int y_end = std::min(y_begin + kTileSize, config.height);
-    for (int y = y_begin; y < y_end; ++y) {
-      for (int x = x_begin; x < x_end; ++x) {
+    for (int y = w.y_begin; y < w.y_end; ++y) {
+      for (int x = w.x_begin; x < w.x_end; ++x) {
         const PixelRay<T> ray = pixel_ray(cam, x, y);
         OnlineSoftmax<T> blend = OnlineSoftmax<T>::start(bp);
         for (int ch = 0; ch < channels; ++ch) accum[ch] = sv.background[ch];
