@@ -16,6 +16,12 @@
 
 namespace pulsar {
 
+// Calls fn(float{}) or fn(double{}) for the call's dtype: the stages are templates.
+template <typename Fn>
+void dispatch_dtype(DType dtype, Fn&& fn) {
+  if (dtype == DType::Float64) fn(double{}); else fn(float{});
+}
+
 class Backend {
  public:
   virtual ~Backend() = default;

@@ -7,11 +7,6 @@ namespace pulsar {
 
 namespace {
 
-template <typename Fn>
-void dispatch(DType dtype, Fn&& fn) {
-  if (dtype == DType::Float64) fn(double{}); else fn(float{});
-}
-
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const RendererConfig& config) : config_(config) {
@@ -19,27 +14,27 @@ class CpuBackend final : public Backend {
   }
 
   void setup_and_bin(const SceneArgs& scene, const RenderOptions&) override {
-    dispatch(scene.dtype, [&](auto tag) {
+    dispatch_dtype(scene.dtype, [&](auto tag) {
       cpu_setup_and_bin<decltype(tag)>(config_, scene, scratch_);
     });
   }
 
   void render_forward(const SceneArgs& scene, const RenderOptions& options,
                       const ForwardOutputs& outputs) override {
-    dispatch(scene.dtype, [&](auto tag) {
+    dispatch_dtype(scene.dtype, [&](auto tag) {
       cpu_render_forward<decltype(tag)>(config_, scene, options, outputs, scratch_);
     });
   }
 
   void render_backward(const SceneArgs& scene, const RenderOptions& options, const BackwardArgs& args,
                        const GradientOutputs& grads) override {
-    dispatch(scene.dtype, [&](auto tag) {
+    dispatch_dtype(scene.dtype, [&](auto tag) {
       cpu_render_backward<decltype(tag)>(config_, scene, options, args, grads, scratch_);
     });
   }
 
   void reduce_gradients(const SceneArgs& scene, const RenderOptions&, const GradientOutputs& grads) override {
-    dispatch(scene.dtype, [&](auto tag) {
+    dispatch_dtype(scene.dtype, [&](auto tag) {
       cpu_reduce_gradients<decltype(tag)>(config_, scene, grads, scratch_);
     });
   }

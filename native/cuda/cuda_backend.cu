@@ -7,11 +7,6 @@ namespace pulsar {
 
 namespace {
 
-template <typename Fn>
-void dispatch(DType dtype, Fn&& fn) {
-  if (dtype == DType::Float64) fn(double{}); else fn(float{});
-}
-
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(const RendererConfig& config) : config_(config) {
@@ -31,7 +26,7 @@ class CudaBackend final : public Backend {
 
   void setup_and_bin(const SceneArgs& scene, const RenderOptions& options) override {
     DeviceGuard guard(config_.device_index);
-    dispatch(scene.dtype, [&](auto tag) {
+    dispatch_dtype(scene.dtype, [&](auto tag) {
       cuda_setup_and_bin<decltype(tag)>(config_, scene, stream(options), scratch_);
     });
   }
@@ -39,7 +34,7 @@ class CudaBackend final : public Backend {
   void render_forward(const SceneArgs& scene, const RenderOptions& options,
                       const ForwardOutputs& outputs) override {
     DeviceGuard guard(config_.device_index);
-    dispatch(scene.dtype, [&](auto tag) {
+    dispatch_dtype(scene.dtype, [&](auto tag) {
       cuda_render_forward<decltype(tag)>(config_, scene, options, outputs, stream(options), scratch_);
     });
   }
@@ -47,7 +42,7 @@ class CudaBackend final : public Backend {
   void render_backward(const SceneArgs& scene, const RenderOptions& options, const BackwardArgs& args,
                        const GradientOutputs& grads) override {
     DeviceGuard guard(config_.device_index);
-    dispatch(scene.dtype, [&](auto tag) {
+    dispatch_dtype(scene.dtype, [&](auto tag) {
       cuda_render_backward<decltype(tag)>(config_, scene, options, args, grads, stream(options), scratch_);
     });
   }
@@ -55,7 +50,7 @@ class CudaBackend final : public Backend {
   void reduce_gradients(const SceneArgs& scene, const RenderOptions& options,
                         const GradientOutputs& grads) override {
     DeviceGuard guard(config_.device_index);
-    dispatch(scene.dtype, [&](auto tag) {
+    dispatch_dtype(scene.dtype, [&](auto tag) {
       cuda_reduce_gradients<decltype(tag)>(config_, scene, grads, stream(options), scratch_);
     });
   }
