@@ -11,8 +11,12 @@ from __future__ import annotations
 import torch  # noqa: F401
 
 from . import _native
+from .camera import Camera
 from .camera_params import NativeCamera, camera_from_params
+from .debug import replay
+from .outputs import RenderResult
 from .renderer import Renderer
+from .sh import rgb_to_sh_dc, sh_to_color
 
 __version__ = _native.build_info()["version"]
 
@@ -22,4 +26,5 @@ def build_info() -> dict:
     return dict(_native.build_info())
 
 
-__all__ = ["Renderer", "NativeCamera", "camera_from_params", "build_info", "__version__"]
+__all__ = ["Renderer", "Camera", "RenderResult", "NativeCamera", "camera_from_params", "sh_to_color",
+           "rgb_to_sh_dc", "build_info", "replay", "__version__"]

@@ -22,12 +22,14 @@ quaternion, axis_angle or 6d; see ``pulsar_py.rotations``).
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
 from . import _checks
-from .camera_params import VALID_PARAM_LENGTHS, NativeCamera, axis_angle_to_matrix, rotation_6d_to_matrix
+from .camera_params import (VALID_PARAM_LENGTHS, NativeCamera, axis_angle_to_matrix, cross3, dot3, matvec3,
+                            normalize3, rotation_6d_to_matrix)
 from .rotations import ROTATION_SHAPES, check_rotation_repr, matrix_to_rotation, rotation_to_matrix
 
 #: Default distance of the native film from the eye, in world units (perspective). Any
@@ -45,8 +47,9 @@ ImageSize = Tuple[int, int]
 
 def _check_image_size(image_size: object) -> ImageSize:
     if (not isinstance(image_size, (tuple, list)) or len(image_size) != 2
-            or any(isinstance(s, bool) or not isinstance(s, int) for s in image_size)):
+            or any(isinstance(s, bool) or not isinstance(s, numbers.Integral) for s in image_size)):
         raise TypeError(f"image_size: expected (height, width) as two ints, got {image_size!r}")
+    image_size = (int(image_size[0]), int(image_size[1]))
     height = _checks.check_int("image_size[0] (height)", image_size[0], 1, _checks.MAX_IMAGE_SIDE)
     width = _checks.check_int("image_size[1] (width)", image_size[1], 1, _checks.MAX_IMAGE_SIDE)
     return height, width
@@ -81,9 +84,9 @@ def _reference_tensor(*values: object) -> torch.Tensor:
 def _batch_fields(fields: Dict[str, Tuple[torch.Tensor, int]]) -> Tuple[Dict[str, torch.Tensor], int, bool]:
     """Give every field a leading batch dim B.
 
-    fields: name -> (tensor, rank of one camera's value). A tensor of that rank is shared
-    by all cameras (expanded, so its gradient sums over them); one more dim is a batch.
-    Returns the batched fields, B and whether any input was batched.
+    fields: name -> (tensor, rank of one camera's value). A tensor of that rank, or a
+    batch of 1, is shared by all cameras (expanded, so its gradient sums over them); one
+    more dim is a batch. Returns the batched fields, B and whether any input was batched.
     """
     sizes = {}
     for name, (t, rank) in fields.items():
@@ -94,12 +97,13 @@ def _batch_fields(fields: Dict[str, Tuple[torch.Tensor, int]]) -> Tuple[Dict[str
                              f"got shape {tuple(t.shape)}")
     batch = max(sizes.values(), default=1)
     for name, size in sizes.items():
-        if size != batch:
+        if size not in (1, batch):
             raise ValueError(f"{name}: expected a batch of {batch} cameras like "
                              f"{', '.join(n for n, s in sizes.items() if s == batch)}, got {size}")
     out = {}
     for name, (t, rank) in fields.items():
-        out[name] = t if t.dim() == rank + 1 else t.unsqueeze(0).expand((batch,) + tuple(t.shape))
+        t = t if t.dim() == rank + 1 else t.unsqueeze(0)
+        out[name] = t if t.shape[0] == batch else t.expand((batch,) + tuple(t.shape[1:]))
     return out, batch, bool(sizes)
 
 
@@ -246,7 +250,7 @@ class Camera:
         (min_depth, max_depth are z_cam distances from it).
         """
         height, width = _check_image_size(image_size)
-        _check_rotation_matrix("R", R, t)
+        _check_rotation_matrix("R", R, _reference_tensor(R, t))
         return cls(matrix_to_rotation(R, check_rotation_repr("rotation_repr", rotation_repr)), t, fx,
                    fx if fy is None else fy, (width - 1) / 2 if cx is None else cx,
                    (height - 1) / 2 if cy is None else cy, (height, width), rotation_repr=rotation_repr,
@@ -296,18 +300,19 @@ class Camera:
             mirror = torch.tensor(_MIRROR_Z, dtype=like.dtype, device=like.device)
             eye_t, target_t, up_t = eye_t * mirror, target_t * mirror, up_t * mirror
         forward = target_t - eye_t
-        length = forward.detach().norm(dim=-1)
-        if bool((length == 0).any()):
+        if bool((dot3(forward, forward).detach() == 0).any()):
             raise ValueError(f"eye, target: expected different points, got eye == target ({eye_t.tolist()})")
-        z_axis = forward / forward.norm(dim=-1, keepdim=True)
+        # Element-wise vector maths throughout (as camera_params): a batch of cameras
+        # converts bitwise like its items.
+        z_axis = normalize3(forward)
         # x (image right) = z x up: with y = z x x pointing down, -up appears downwards.
-        x_raw = torch.cross(z_axis, up_t.expand_as(z_axis), dim=-1)
-        if bool((x_raw.detach().norm(dim=-1) < 1e-9 * up_t.detach().norm(dim=-1).clamp_min(1e-30)).any()):
+        x_raw = cross3(z_axis, up_t.expand_as(z_axis))
+        if bool((dot3(x_raw, x_raw).detach().sqrt() < 1e-9 * dot3(up_t, up_t).detach().sqrt().clamp_min(1e-30)).any()):
             raise ValueError(f"up: expected a direction not parallel to target - eye, got {up_t.tolist()}")
-        x_axis = x_raw / x_raw.norm(dim=-1, keepdim=True)
-        y_axis = torch.cross(z_axis, x_axis, dim=-1)
+        x_axis = normalize3(x_raw)
+        y_axis = cross3(z_axis, x_axis)
         matrix = torch.stack([x_axis, y_axis, z_axis], dim=-2)  # rows: camera axes in world
-        translation = -(matrix @ eye_t.expand_as(z_axis)[..., None])[..., 0]
+        translation = -matvec3(matrix, eye_t.expand_as(z_axis))
         if fx is None and fy is None:
             if orthographic:
                 raise ValueError("fx: expected pixels per world unit for an orthographic look_at camera, got None")
@@ -352,11 +357,11 @@ class Camera:
         m = rotation_6d_to_matrix(rot) if n_rot == 6 else axis_angle_to_matrix(rot)
         position = params[..., 0:3]
         if first_R_then_T:
-            position = (m @ position[..., None])[..., 0]
+            position = matvec3(m, position)
         # Camera axes in world: right = M e1, down = -M e2, forward = +-M e3. Rows of A.
         signs = torch.tensor([1.0, -1.0, -1.0 if right_handed else 1.0], dtype=params.dtype, device=params.device)
         world_to_camera = m.transpose(-1, -2) * signs[:, None]
-        translation = -(world_to_camera @ position[..., None])[..., 0]
+        translation = -matvec3(world_to_camera, position)
         focal, sensor_width = params[..., 3 + n_rot], params[..., 4 + n_rot]
         pixels_per_unit = width / sensor_width  # 1 / pixel size
         if length in (10, 13):
@@ -408,7 +413,7 @@ class Camera:
     def centre(self) -> torch.Tensor:
         """[B, 3] camera centre in world coordinates, ``-A^T t`` (orthographic: the origin
         of the camera frame)."""
-        return -(self.world_to_camera().transpose(-1, -2) @ self.translation[..., None])[..., 0]
+        return -matvec3(self.world_to_camera().transpose(-1, -2), self.translation)
 
     def project(self, points: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """Pixel coordinates of world points.
@@ -418,7 +423,7 @@ class Camera:
         Returns:
             uv [B, N, 2] (pixel (i, j) is centred at (i, j)) and z_cam [B, N].
         """
-        x_cam = (self.world_to_camera()[:, None] @ points[..., None])[..., 0] + self.translation[:, None]
+        x_cam = matvec3(self.world_to_camera()[:, None], points) + self.translation[:, None]
         x, y, z = x_cam.unbind(-1)
         if self.orthographic:
             u, v = self.fx[:, None] * x + self.cx[:, None], self.fy[:, None] * y + self.cy[:, None]
@@ -573,14 +578,14 @@ class Camera:
             checks.add((film <= 0).any(), lambda: _checks.fail(
                 f"camera.film_distance: expected values > 0 for a perspective camera, got {film.min().item()}"))
         if self.rotation_repr == "matrix":
-            error = _orthonormality_error(self.rotation)
+            error = _orthonormality_error(self.rotation.detach())
             checks.add(error > ORTHONORMAL_TOLERANCE, lambda: _checks.fail(
                 f"camera.rotation: expected a rotation matrix (|R R^T - I| <= {ORTHONORMAL_TOLERANCE}, det > 0), "
                 f"got an error of {error.item():.3g}; optimise a quaternion, axis_angle or 6d rotation instead "
                 "(Camera.with_rotation_repr)"))
         elif self.rotation_repr == "quaternion":
-            norm = self.rotation.norm(dim=-1)
-            checks.add((norm == 0).any(), lambda: _checks.fail("camera.rotation: expected non-zero quaternions"))
+            checks.add((self.rotation == 0).all(-1).any(),
+                       lambda: _checks.fail("camera.rotation: expected non-zero quaternions"))
 
     def validate(self) -> "Camera":
         """Run the value checks now (ValueError naming the field); returns self."""

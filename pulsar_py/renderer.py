@@ -72,6 +72,12 @@ class Renderer(torch.nn.Module):
         n_channels: C, feature channels per sphere (>= 1).
         n_track: K, closest hits per pixel reported in forward info (1..128).
         num_threads: CPU threads for the CPU backend; 0 uses every core.
+        deterministic: ask for bitwise reproducible results. Honoured at no cost: both
+            backends are deterministic by construction (fixed-order reductions, no
+            atomics), with or without this flag or torch.use_deterministic_algorithms.
+        debug: when a native call fails, save its inputs to a file named in the error
+            (pulsar_py.replay(path) repeats it); also PULSAR_PY_DEBUG=1. See
+            docs/reliability.md.
     """
 
     def __init__(
@@ -85,19 +91,26 @@ class Renderer(torch.nn.Module):
         n_channels: int = 3,
         n_track: int = 5,
         num_threads: int = 0,
+        deterministic: bool = False,
+        debug: bool = False,
     ) -> None:
         super().__init__()
         self.width = _checks.check_int("width", width, 1, _checks.MAX_IMAGE_SIDE)
         self.height = _checks.check_int("height", height, 1, _checks.MAX_IMAGE_SIDE)
         self.max_num_balls = None if max_num_balls is None else _checks.check_int("max_num_balls", max_num_balls, 1)
-        self.orthogonal_projection = bool(orthogonal_projection)
-        self.right_handed_system = bool(right_handed_system)
+        self.orthogonal_projection = _checks.check_bool("orthogonal_projection", orthogonal_projection)
+        self.right_handed_system = _checks.check_bool("right_handed_system", right_handed_system)
         self.background_normalized_depth = _checks.check_float(
             "background_normalized_depth", background_normalized_depth, 0.0, 1.0, low_open=True, high_open=True)
         self.n_channels = _checks.check_int("n_channels", n_channels, 1)
         self.n_track = _checks.check_int("n_track", n_track, 1, _checks.MAX_TRACK)
         self.num_threads = _checks.check_int("num_threads", num_threads, 0)
-        #: Check tensor values (NaN/Inf, ranges) on every call. On CUDA this costs a sync.
+        #: Always True in effect (docs/reliability.md, "Determinism"); kept for the record.
+        self.deterministic = _checks.check_bool("deterministic", deterministic)
+        #: Save a failing native call's inputs for pulsar_py.replay (pulsar_py/debug.py).
+        self.debug = _checks.check_bool("debug", debug)
+        #: Check tensor values (NaN/Inf, magnitudes, ranges) on every call: one device
+        #: sync per call on CUDA. False skips them (docs/reliability.md, "check_values").
         self.check_values = True
         # Tracks the module's device through .to(), .cuda(), .cpu().
         self.register_buffer("_device_tracker", torch.empty(0), persistent=False)
@@ -119,9 +132,11 @@ class Renderer(torch.nn.Module):
                             if isinstance(device, int) else torch.device(device))
         return super().cuda(device)
 
-    def _native_for(self, device: torch.device, orthographic: bool) -> "_native.Renderer":
+    def _native_for(self, device: torch.device, orthographic: Optional[bool] = None) -> "_native.Renderer":
         # One native renderer per device and projection (a Camera carries its own
-        # projection); the renderer's own projection keeps the plain device key.
+        # projection; None: the renderer's); the renderer's own keeps the plain device key.
+        if orthographic is None:
+            orthographic = self.orthogonal_projection
         key = _device_key(device)
         if bool(orthographic) != self.orthogonal_projection:
             key = key + ("orthographic" if orthographic else "perspective",)
@@ -163,7 +178,9 @@ class Renderer(torch.nn.Module):
             vert_pos: [B?, N, 3] sphere centres (world units).
             vert_col: [B?, N, C] features.
             vert_rad: [B?, N] radii (> 0, world units).
-            cam_params: [B?, L], L in {8, 10, 11, 13}: Pulsar camera vectors.
+            cam_params: [B?, L], L in {8, 10, 11, 13}: Pulsar camera vectors (the
+                renderer's projection and handedness apply), or a ``pulsar_py.Camera``
+                (its own projection and handedness apply; docs/cameras.md).
             gamma: blending softness in [1e-5, 1] (small: hard, 1: soft).
             max_depth: far depth (world units).
             min_depth: near depth; 0 means focal length + 2e-6.
@@ -182,107 +199,159 @@ class Renderer(torch.nn.Module):
         """
         checks = _checks.DeferredValueChecks() if self.check_values else None
         pos, col, rad, opacity, bg, batched = self._check_scene(vert_pos, vert_col, vert_rad, opacity, bg_col, checks)
-        cams = self._check_cam_params(cam_params, pos, checks)
-        batched = batched or cam_params.dim() == 2
-        camera = camera_from_params(cams, self.width, self.height, self.orthogonal_projection,
-                                    self.right_handed_system, first_R_then_T)
-        image, hits, info, _ = self._render(pos, col, rad, opacity, bg, camera, gamma, max_depth, min_depth,
-                                            percent_allowed_difference, max_n_hits, mode, return_forward_info,
-                                            checks)
-        result = image if mode == 0 else hits[..., None].to(pos.dtype)
-        if not batched:
+        camera, camera_batched = self._resolve_camera(cam_params, pos, checks, first_R_then_T, "cam_params")
+        raw = self._render(pos, col, rad, opacity, bg, camera, gamma, max_depth, min_depth,
+                           percent_allowed_difference, max_n_hits, mode, return_forward_info, checks)
+        info = raw.forward_info
+        result = raw.image if mode == 0 else raw.hit_count[..., None].to(pos.dtype)
+        if not (batched or camera_batched):
             result = result[0]
             info = info[0] if return_forward_info else info
         return (result, info) if return_forward_info else result
 
+    def render(
+        self,
+        vert_pos: torch.Tensor,
+        vert_col: torch.Tensor,
+        vert_rad: torch.Tensor,
+        camera: Union[Camera, torch.Tensor],
+        gamma: float,
+        max_depth: float,
+        min_depth: float = 0.0,
+        bg_col: Optional[torch.Tensor] = None,
+        opacity: Optional[torch.Tensor] = None,
+        percent_allowed_difference: float = 0.01,
+        max_n_hits: Optional[int] = None,
+        return_forward_info: bool = False,
+        sh_degree: Optional[int] = None,
+        mask: Optional[torch.Tensor] = None,
+        first_R_then_T: bool = False,
+    ) -> RenderResult:
+        """Render image, expected depth, coverage and depth distortion in one native call.
+
+        Args:
+            vert_pos: [B?, N, 3] sphere centres (world units).
+            vert_col: [B?, N, C] features, or with ``sh_degree`` spherical-harmonics
+                coefficients [B?, N, (sh_degree + 1)^2, C] (pulsar_py.sh): each camera
+                sees colour max(SH(d) + 0.5, 0), d the direction from its centre to the
+                sphere's (orthographic: its optical axis).
+            vert_rad: [B?, N] radii (> 0).
+            camera: a ``pulsar_py.Camera`` (its projection and handedness are used) or
+                Pulsar camera vectors [B?, L] (the renderer's flags apply).
+            gamma, max_depth, min_depth, bg_col, opacity, percent_allowed_difference,
+                max_n_hits, first_R_then_T: as for ``forward`` (first_R_then_T only with
+                camera vectors).
+            return_forward_info: also fill ``forward_info``.
+            sh_degree: None (plain features) or 0..3.
+            mask: [B?, N] bool, False marks padding: those spheres contribute nothing,
+                get zero gradients, and their values are ignored (they may hold anything,
+                NaN included). Lets B scenes with different sphere counts share one call
+                (pad each to N). They are moved behind the camera, where culling drops
+                them before any pixel work.
+
+        Returns:
+            RenderResult: image [B?, H, W, C], depth, coverage, distortion [B?, H, W]
+            (differentiable; see its docstring), hit_count and optional forward_info.
+            B is present when spheres, camera or mask were batched; a batch of cameras
+            with unbatched spheres renders the same spheres from every camera.
+        """
+        checks = _checks.DeferredValueChecks() if self.check_values else None
+        pos = _checks.check_tensor("vert_pos", vert_pos, dims=(2, 3), last=3, device=self.device)
+        camera_native, camera_batched = self._resolve_camera(camera, pos, checks, first_R_then_T, "camera")
+        col, rad = vert_col, vert_rad
+        if sh_degree is not None:
+            sh_degree = check_sh_degree(sh_degree)
+            _checks.check_tensor("vert_col", col, dims=(pos.dim() + 1,), dtype=pos.dtype, device=self.device)
+            want = tuple(pos.shape[:-1]) + (sh_n_coefficients(sh_degree), self.n_channels)
+            if tuple(col.shape) != want:
+                raise ValueError(f"vert_col: expected SH coefficients of shape {want} for sh_degree {sh_degree}, "
+                                 f"got {tuple(col.shape)}")
+        # Types, dtypes, devices and shapes now (values are checked on what is rendered).
+        self._check_scene(pos, col if sh_degree is None else col[..., 0, :], rad, opacity, bg_col, None)
+        mask_batched = False
+        if mask is not None:
+            mask, camera_native = self._check_mask(mask, pos, camera_native)
+            mask_batched = mask.dim() == 2
+            pos, col, rad, opacity = self._apply_mask(mask, pos, col, rad, opacity, camera_native,
+                                                      sh_degree is not None)
+        if sh_degree is not None:
+            col = self._sh_features(col, pos, camera_native, sh_degree)
+        pos, col, rad, opacity = _unify_sphere_batch(pos, col, rad, opacity)
+        pos, col, rad, opacity, bg, _ = self._check_scene(pos, col, rad, opacity, bg_col, checks)
+        if pos.dim() == 3:
+            camera_native = _expand_camera(camera_native, pos.shape[0], "camera")
+        raw = self._render(pos, col, rad, opacity, bg, camera_native, gamma, max_depth, min_depth,
+                           percent_allowed_difference, max_n_hits, 0, return_forward_info, checks,
+                           want_depth_moments=True)
+        moments = raw.depth_moments
+        depth, distortion = depth_from_moments(moments, raw.near[:, None, None], raw.far[:, None, None])
+        result = RenderResult(image=raw.image, depth=depth, coverage=moments[..., 0], distortion=distortion,
+                              hit_count=raw.hit_count, forward_info=raw.forward_info if return_forward_info else None)
+        if not (vert_pos.dim() == 3 or camera_batched or mask_batched):
+            result = RenderResult(**{k: (None if v is None else v[0]) for k, v in result.__dict__.items()})
+        return result
+
+    @torch.no_grad()
+    def visible(
+        self,
+        vert_pos: torch.Tensor,
+        vert_rad: torch.Tensor,
+        camera: Union[Camera, torch.Tensor],
+        max_depth: Optional[float] = None,
+        min_depth: float = 0.0,
+        first_R_then_T: bool = False,
+    ) -> torch.Tensor:
+        """Which spheres a camera can see (no gradient): bool [B?, N].
+
+        True when the sphere survives culling (model.md section 3: closest depth in
+        [min_depth, max_depth], centre in front) and its hit region's bounding box on the
+        image overlaps the pixel centres (pulsar_py.visibility): conservative, so a sphere
+        that renders into some pixel is always True, and a True sphere may still miss
+        every pixel centre.
+
+        Args:
+            vert_pos: [B?, N, 3]; vert_rad: [B?, N] (> 0).
+            camera: a ``pulsar_py.Camera`` or Pulsar camera vectors [B?, L].
+            max_depth: far depth (None: no far culling); min_depth: near depth (0 means
+                focal length / film distance + 2e-6), as for rendering.
+        """
+        pos = _checks.check_tensor("vert_pos", vert_pos, dims=(2, 3), last=3, device=self.device)
+        rad = _checks.check_tensor("vert_rad", vert_rad, dims=(pos.dim() - 1,), dtype=pos.dtype, device=self.device)
+        if rad.shape != pos.shape[:-1]:
+            raise ValueError(f"vert_rad: expected shape {tuple(pos.shape[:-1])} to match vert_pos, "
+                             f"got {tuple(rad.shape)}")
+        camera_native, camera_batched = self._resolve_camera(camera, pos, None, first_R_then_T, "camera")
+        min_depth_t = torch.as_tensor(min_depth, dtype=pos.dtype, device=pos.device)
+        near = torch.where(min_depth_t == 0, camera_native.focal + 2e-6, min_depth_t)
+        far = torch.full_like(near, float("inf") if max_depth is None else float(max_depth))
+        result = visible_spheres(pos, rad, camera_native, self.width, self.height, near, far)
+        return result if (pos.dim() == 3 or camera_batched) else result[0]
+
     # ----------------------------------------------------------------------------------
     def _check_scene(self, vert_pos, vert_col, vert_rad, opacity, bg_col, checks):
-        pos = _checks.check_tensor("vert_pos", vert_pos, dims=(2, 3), last=3)
-        dtype, device = pos.dtype, self.device
-        _checks.check_tensor("vert_pos", pos, dims=(2, 3), device=device)
-        col = _checks.check_tensor("vert_col", vert_col, dims=(pos.dim(),), last=self.n_channels,
-                                   dtype=dtype, device=device)
-        rad = _checks.check_tensor("vert_rad", vert_rad, dims=(pos.dim() - 1,), dtype=dtype, device=device)
-        n = pos.shape[-2]
-        if col.shape[:-1] != pos.shape[:-1]:
-            raise ValueError(f"vert_col: expected shape {tuple(pos.shape[:-1]) + (self.n_channels,)} "
-                             f"to match vert_pos {tuple(pos.shape)}, got {tuple(col.shape)}")
-        if rad.shape != pos.shape[:-1]:
-            raise ValueError(f"vert_rad: expected shape {tuple(pos.shape[:-1])} to match vert_pos "
-                             f"{tuple(pos.shape)}, got {tuple(rad.shape)}")
-        if opacity is not None:
-            _checks.check_tensor("opacity", opacity, dims=(pos.dim() - 1,), dtype=dtype, device=device)
-            if opacity.shape != pos.shape[:-1]:
-                raise ValueError(f"opacity: expected shape {tuple(pos.shape[:-1])} to match vert_pos, "
-                                 f"got {tuple(opacity.shape)}")
-        if bg_col is None:
-            bg = torch.ones(self.n_channels, dtype=dtype, device=device)
-        else:
-            bg = _checks.check_tensor("bg_col", bg_col, dims=(1,), last=self.n_channels, dtype=dtype, device=device)
-        if self.max_num_balls is not None and n > self.max_num_balls:
-            raise ValueError(f"vert_pos: expected at most max_num_balls={self.max_num_balls} spheres, got {n}")
-        if checks is not None:
-            for name, t in (("vert_pos", pos), ("vert_col", col), ("vert_rad", rad), ("bg_col", bg)):
-                checks.finite(name, t)
-            checks.in_range("vert_rad", rad, 0.0, float("inf"), low_open=True)
-            if opacity is not None:
-                checks.finite("opacity", opacity)
-                checks.in_range("opacity", opacity, 0.0, 1.0)
-        return (pos.contiguous(), col.contiguous(), rad.contiguous(),
-                None if opacity is None else opacity.contiguous(), bg.contiguous(), pos.dim() == 3)
+        """Contiguous (pos, col, rad, opacity, bg, batched) after _checks.check_scene."""
+        return _checks.check_scene(vert_pos, vert_col, vert_rad, opacity, bg_col, n_channels=self.n_channels,
+                                   device=self.device, max_num_balls=self.max_num_balls, checks=checks)
 
-    def _check_cam_params(self, cam_params, pos, checks) -> torch.Tensor:
-        cams = _checks.check_tensor("cam_params", cam_params, dims=(1, 2), dtype=pos.dtype, device=self.device)
-        if cams.shape[-1] not in VALID_PARAM_LENGTHS:
-            raise ValueError(f"cam_params: expected a last dimension of 8, 10, 11 or 13 values, "
-                             f"got shape {tuple(cams.shape)}")
-        if checks is not None:
-            checks.finite("cam_params", cams)
-        cams = cams if cams.dim() == 2 else cams[None]
-        if pos.dim() == 3 and cams.shape[0] != pos.shape[0]:
-            if cams.shape[0] != 1:
-                raise ValueError(f"cam_params: expected a batch of {pos.shape[0]} cameras like vert_pos, "
-                                 f"got {cams.shape[0]}")
-            cams = cams.expand(pos.shape[0], -1)
-        n_rot = 6 if cams.shape[-1] in (11, 13) else 3
-        focal, sensor = cams[:, 3 + n_rot], cams[:, 4 + n_rot]
-        if checks is not None:
-            checks.add((sensor <= 0).any(), lambda: _checks.fail(
-                f"cam_params: expected sensor width (index {4 + n_rot}) > 0, got {sensor.min().item()}"))
-            if self.orthogonal_projection:
-                checks.add((focal != 0).any(), lambda: _checks.fail(
-                    f"cam_params: expected focal length (index {3 + n_rot}) 0 for an orthographic renderer, "
-                    f"got {focal.abs().max().item()}"))
-            else:
-                checks.add((focal <= 0).any(), lambda: _checks.fail(
-                    f"cam_params: expected focal length (index {3 + n_rot}) > 0, got {focal.min().item()}"))
-        return cams
+    def _check_cam_params(self, cam_params, pos, checks, name: str = "cam_params") -> torch.Tensor:
+        """Camera vectors [B, L] after _checks.check_cam_params."""
+        return _checks.check_cam_params(cam_params, pos, device=self.device, orthographic=self.orthogonal_projection,
+                                        checks=checks, name=name)
 
     def _render(self, pos, col, rad, opacity, bg, camera: NativeCamera, gamma, max_depth, min_depth,
-                percent_allowed_difference, max_n_hits, mode, return_forward_info, checks=None):
+                percent_allowed_difference, max_n_hits, mode, return_forward_info, checks=None,
+                want_depth_moments: bool = False) -> _RawOutputs:
         """Shared by every entry point: depth range, settings, and the native call."""
-        gamma = _checks.check_float("gamma", gamma, 1e-5, 1.0)
-        percent = _checks.check_float("percent_allowed_difference", percent_allowed_difference, 0.0, 1.0, high_open=True)
-        mode = _checks.check_int("mode", mode, 0, 1)
-        if max_n_hits is None or max_n_hits == _UNLIMITED_HITS:
-            hit_cap = -1
-        else:
-            hit_cap = _checks.check_int("max_n_hits", max_n_hits, 1)
-        max_depth_t = torch.as_tensor(max_depth, dtype=pos.dtype, device=pos.device)
-        min_depth_t = torch.as_tensor(min_depth, dtype=pos.dtype, device=pos.device)
-        if max_depth_t.dim() != 0 or min_depth_t.dim() != 0:
-            raise ValueError("max_depth, min_depth: expected scalars")
+        gamma, percent, hit_cap, mode, return_forward_info = _checks.check_call_settings(
+            gamma, percent_allowed_difference, max_n_hits, mode, return_forward_info)
+        _checks.check_batch(camera.batch_size, self.width, self.height)
+        max_depth_t, min_depth_t = _checks.check_depth_range(max_depth, min_depth, pos.dtype, pos.device)
         near = torch.where(min_depth_t == 0, camera.focal + 2e-6, min_depth_t.expand_as(camera.focal))
         far = max_depth_t.expand_as(camera.focal)
         if checks is not None:
-            checks.add(~(torch.isfinite(far).all() & torch.isfinite(near).all()), lambda: _checks.fail(
-                f"max_depth, min_depth: expected finite values, got {max_depth}, {min_depth}"))
-            checks.add((near < 0).any(), lambda: _checks.fail(f"min_depth: expected >= 0, got {min_depth}"))
-            if not self.orthogonal_projection:
-                checks.add((near <= camera.focal).any(), lambda: _checks.fail(
-                    f"min_depth: expected > focal length {camera.focal.max().item()}, got {min_depth}"))
-            checks.add((far <= near).any(), lambda: _checks.fail(
-                f"max_depth: expected > min_depth ({near.max().item()}), got {max_depth}"))
+            _checks.add_depth_checks(checks, near, far, camera.focal, camera.orthographic, max_depth, min_depth)
+            # Backstop for any degenerate camera (rotation, sensor) the checks above miss.
+            checks.finite("camera (converted from cam_params or the Camera)", camera.packed())
             checks.run()
         wants_geometry_grad = torch.is_grad_enabled() and (
             pos.requires_grad or rad.requires_grad or camera.eye.requires_grad or camera.pdx.requires_grad)
@@ -293,9 +362,93 @@ class Renderer(torch.nn.Module):
         cameras = torch.cat([camera.packed(), near[:, None], far[:, None]], dim=-1).contiguous()
         settings = CallSettings(gamma=gamma, percent_allowed_difference=percent, max_n_hits=hit_cap,
                                 right_handed=camera.right_handed,
-                                want_forward_info=bool(return_forward_info))
-        native = self._native_for(pos.device)
-        return RenderFunction.apply(native, settings, pos, col, rad, opacity, bg, cameras)
+                                want_forward_info=bool(return_forward_info),
+                                want_depth_moments=bool(want_depth_moments), debug=self.debug)
+        native = self._native_for(pos.device, camera.orthographic)
+        image, hits, info, moments = RenderFunction.apply(native, settings, pos, col, rad, opacity, bg, cameras)
+        return _RawOutputs(image, hits, info, moments, near, far)
+
+    def _resolve_camera(self, camera, pos: torch.Tensor, checks, first_R_then_T: bool,
+                        name: str) -> Tuple[NativeCamera, bool]:
+        """(native camera, whether the camera input was batched) of a Camera or camera
+        vectors; expanded to pos's batch when spheres are batched and the camera is one."""
+        first_R_then_T = _checks.check_bool("first_R_then_T", first_R_then_T)
+        if isinstance(camera, Camera):
+            if first_R_then_T:
+                raise ValueError("first_R_then_T: applies to camera vectors only, not to a pulsar_py.Camera; got True")
+            if camera.dtype != pos.dtype:
+                raise TypeError(f"{name}: expected a Camera of dtype {pos.dtype} like vert_pos (mixed dtypes are "
+                                f"not cast), got {camera.dtype}")
+            if camera.device != self.device:
+                raise ValueError(f"{name}: expected a Camera on {self.device} (the renderer's device), "
+                                 f"got {camera.device}")
+            if checks is not None:
+                camera.add_value_checks(checks)
+            native = camera.native(self.width, self.height)
+            if pos.dim() == 3:
+                native = _expand_camera(native, pos.shape[0], name)
+            return native, camera.batched
+        if not isinstance(camera, torch.Tensor):
+            raise TypeError(f"{name}: expected a pulsar_py.Camera or camera vectors (torch.Tensor [B?, L]), "
+                            f"got {type(camera).__name__}")
+        cams = self._check_cam_params(camera, pos, checks, name)
+        native = camera_from_params(cams, self.width, self.height, self.orthogonal_projection,
+                                    self.right_handed_system, first_R_then_T)
+        return native, camera.dim() == 2
+
+    def _check_mask(self, mask, pos: torch.Tensor, camera: NativeCamera) -> Tuple[torch.Tensor, NativeCamera]:
+        """The validated mask [B?, N] and the camera expanded to its batch."""
+        if not isinstance(mask, torch.Tensor):
+            raise TypeError(f"mask: expected a torch.Tensor of dtype bool, got {type(mask).__name__}")
+        if mask.dtype != torch.bool:
+            raise TypeError(f"mask: expected dtype torch.bool, got {mask.dtype}")
+        if mask.device != self.device:
+            raise ValueError(f"mask: expected a tensor on {self.device} (the renderer's device), got {mask.device}")
+        n = pos.shape[-2]
+        if mask.dim() not in (1, 2) or mask.shape[-1] != n or (pos.dim() == 3 and mask.dim() == 2
+                                                                and mask.shape[0] != pos.shape[0]):
+            want = f"[{n}] or [{pos.shape[0]}, {n}]" if pos.dim() == 3 else f"[{n}] or [B, {n}]"
+            raise ValueError(f"mask: expected shape {want} like vert_pos {tuple(pos.shape)}, got {tuple(mask.shape)}")
+        if mask.dim() == 2:
+            camera = _expand_camera(camera, mask.shape[0], "camera")
+        return mask, camera
+
+    @staticmethod
+    def _apply_mask(mask, pos, col, rad, opacity, camera: NativeCamera, is_sh: bool):
+        """Replace masked-out spheres by finite stand-ins behind the camera (culled).
+
+        torch.where passes zero gradient to the replaced entries whatever they held.
+        A stand-in is a sphere of radius 1 at a distance > 1 straight behind the eye: its
+        centre is not in front (perspective) and its closest depth is negative
+        (orthographic), so culling drops it (model.md section 3) and it costs no pixel work.
+        """
+        eye, axis = camera.eye.detach(), camera.optical_axis().detach()  # [Bc, 3]
+        distance = _MASKED_DISTANCE + _MASKED_DISTANCE_REL * eye.abs().amax(-1, keepdim=True)
+        behind = eye - distance * axis  # [Bc, 3]
+        # One camera and nothing batched: keep the spheres unbatched.
+        per_camera = camera.batch_size > 1 or pos.dim() == 3 or mask.dim() == 2
+        behind = behind[:, None, :] if per_camera else behind[0]
+        keep = mask[..., None]
+        pos = torch.where(keep, pos, behind.to(pos.dtype))
+        rad = torch.where(mask, rad, torch.ones((), dtype=rad.dtype, device=rad.device))
+        col = torch.where(keep[..., None] if is_sh else keep, col, torch.zeros((), dtype=col.dtype, device=col.device))
+        if opacity is not None:
+            opacity = torch.where(mask, opacity, torch.ones((), dtype=opacity.dtype, device=opacity.device))
+        return pos, col, rad, opacity
+
+    @staticmethod
+    def _sh_features(coefficients, pos, camera: NativeCamera, degree: int) -> torch.Tensor:
+        """Per-camera colours [B?, N, C] of SH coefficients [B?, N, K, C]: B when the
+        spheres or the cameras are batched."""
+        per_camera = camera.batch_size > 1 or pos.dim() == 3
+        if camera.orthographic:
+            direction = camera.optical_axis()  # one view direction for every sphere
+            directions = direction[:, None, :] if per_camera else direction[0]
+            directions = directions.expand(pos.shape[:-1] + (3,) if not per_camera else
+                                           (camera.batch_size, pos.shape[-2], 3))
+        else:
+            directions = pos - (camera.eye[:, None, :] if per_camera else camera.eye[0])
+        return sh_to_color(coefficients, directions, degree)
 
     # ----------------------------------------------------------------------------------
     @staticmethod
@@ -305,6 +458,7 @@ class Renderer(torch.nn.Module):
         float32 forward info stores ids as int32 bits (Pulsar's layout); float64 stores
         the id's value.
         """
+        result_info = _checks.check_forward_info("result_info", result_info)
         n_track = (result_info.shape[-1] - 3) // 2
         slots = result_info[..., 3 : 3 + 2 * n_track : 2].detach().contiguous()
         if slots.dtype == torch.float32:
@@ -314,9 +468,35 @@ class Renderer(torch.nn.Module):
     @staticmethod
     def depth_map_from_result_info_nograd(result_info: torch.Tensor) -> torch.Tensor:
         """Intersection depth of the closest hit: [B?, H, W], -1 where nothing is hit."""
-        return result_info[..., 4].detach().clone()
+        return _checks.check_forward_info("result_info", result_info)[..., 4].detach().clone()
 
     def extra_repr(self) -> str:
         return (f"width={self.width}, height={self.height}, n_channels={self.n_channels}, n_track={self.n_track}, "
                 f"orthogonal_projection={self.orthogonal_projection}, "
                 f"right_handed_system={self.right_handed_system}")
+
+
+def _expand_camera(camera: NativeCamera, batch: int, name: str) -> NativeCamera:
+    """``camera`` with batch size ``batch``: unchanged, or its single camera repeated."""
+    if camera.batch_size == batch:
+        return camera
+    if camera.batch_size != 1:
+        raise ValueError(f"{name}: expected 1 camera or a batch of {batch} like the spheres/mask, "
+                         f"got {camera.batch_size}")
+    grow = lambda t: t.expand((batch,) + tuple(t.shape[1:]))  # noqa: E731
+    return NativeCamera(eye=grow(camera.eye), p00_rel=grow(camera.p00_rel), pdx=grow(camera.pdx),
+                        pdy=grow(camera.pdy), focal=grow(camera.focal), right_handed=camera.right_handed,
+                        orthographic=camera.orthographic)
+
+
+def _unify_sphere_batch(pos, col, rad, opacity):
+    """Per-sphere tensors all unbatched, or all batched with one B (the native call
+    shares spheres across cameras only when every per-sphere input is shared)."""
+    sizes = [t.shape[0] for t, rank in ((pos, 2), (col, 2), (rad, 1), (opacity, 1))
+             if t is not None and t.dim() == rank + 1]
+    if not sizes:
+        return pos, col, rad, opacity
+    batch = max(sizes)
+    grow = lambda t, rank: None if t is None else (  # noqa: E731
+        t if t.dim() == rank + 1 else t.unsqueeze(0).expand((batch,) + tuple(t.shape)))
+    return grow(pos, 2), grow(col, 2), grow(rad, 1), grow(opacity, 1)

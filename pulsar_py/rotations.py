@@ -22,7 +22,14 @@ from typing import Dict, Tuple
 
 import torch
 
-from .camera_params import axis_angle_to_matrix, rotation_6d_to_matrix
+from .camera_params import axis_angle_to_matrix, dot3, rotation_6d_to_matrix
+
+
+def _normalize4(q: torch.Tensor) -> torch.Tensor:
+    """q / |q| over the last dim (4), element by element: rounding independent of the
+    batch size, like camera_params' 3-vector helpers."""
+    squared = q[..., 0] * q[..., 0] + q[..., 1] * q[..., 1] + q[..., 2] * q[..., 2] + q[..., 3] * q[..., 3]
+    return q / squared.sqrt()[..., None]
 
 #: Trailing shape of each rotation parametrisation.
 ROTATION_SHAPES: Dict[str, Tuple[int, ...]] = {
@@ -42,7 +49,7 @@ def check_rotation_repr(name: str, rotation_repr: object) -> str:
 
 def quaternion_to_matrix(quaternion: torch.Tensor) -> torch.Tensor:
     """(w, x, y, z) [..., 4], any non-zero length -> rotation matrices [..., 3, 3]."""
-    w, x, y, z = torch.nn.functional.normalize(quaternion, dim=-1).unbind(-1)
+    w, x, y, z = _normalize4(quaternion).unbind(-1)
     rows = [
         1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y),
         2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x),
@@ -75,16 +82,16 @@ def matrix_to_quaternion(matrix: torch.Tensor) -> torch.Tensor:
     candidates = candidates / (2 * four_sq.sqrt())[..., None]
     best = four_sq.argmax(-1)
     q = torch.gather(candidates, -2, best[..., None, None].expand(best.shape + (1, 4)))[..., 0, :]
-    q = torch.nn.functional.normalize(q, dim=-1)
+    q = _normalize4(q)
     return torch.where(q[..., :1] < 0, -q, q)
 
 
 def quaternion_to_axis_angle(quaternion: torch.Tensor) -> torch.Tensor:
     """(w, x, y, z) [..., 4] -> axis-angle [..., 3] with angle in [0, pi]."""
-    q = torch.nn.functional.normalize(quaternion, dim=-1)
+    q = _normalize4(quaternion)
     q = torch.where(q[..., :1] < 0, -q, q)
     w, v = q[..., 0], q[..., 1:]
-    sin_half = v.norm(dim=-1)
+    sin_half = dot3(v, v).sqrt()
     angle = 2 * torch.atan2(sin_half, w)
     small = sin_half < 1e-8
     # angle / sin(angle/2) -> 2 as the angle -> 0.
@@ -94,7 +101,7 @@ def quaternion_to_axis_angle(quaternion: torch.Tensor) -> torch.Tensor:
 
 def axis_angle_to_quaternion(rotvec: torch.Tensor) -> torch.Tensor:
     """Axis-angle [..., 3] -> (w, x, y, z) [..., 4]."""
-    angle2 = (rotvec * rotvec).sum(-1)
+    angle2 = dot3(rotvec, rotvec)
     small = angle2 < 1e-8
     angle = torch.where(small, torch.ones_like(angle2), angle2).sqrt()
     # sin(a/2)/a with its series near 0.

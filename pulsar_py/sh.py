@@ -77,9 +77,15 @@ def sh_to_color(coefficients: torch.Tensor, directions: torch.Tensor, degree: in
     if coefficients.dim() < 2 or coefficients.shape[-2] != n_coeffs:
         raise ValueError(f"coefficients: expected [..., {n_coeffs}, C] for sh_degree {degree}, "
                          f"got shape {tuple(coefficients.shape)}")
-    unit = torch.nn.functional.normalize(directions, dim=-1)
+    # Element-wise sums (no reduction kernels): a batch rounds exactly like its items.
+    length = (directions[..., 0] * directions[..., 0] + directions[..., 1] * directions[..., 1]
+              + directions[..., 2] * directions[..., 2]).sqrt()
+    unit = directions / length.clamp_min(1e-30)[..., None]  # a zero direction gives colour C0 c0 + 0.5
     basis = sh_basis(unit, degree)  # [..., K]
-    return ((basis[..., :, None] * coefficients).sum(-2) + 0.5).clamp_min(0.0)
+    colour = basis[..., 0, None] * coefficients[..., 0, :]
+    for k in range(1, n_coeffs):
+        colour = colour + basis[..., k, None] * coefficients[..., k, :]
+    return (colour + 0.5).clamp_min(0.0)
 
 
 def rgb_to_sh_dc(colour: torch.Tensor) -> torch.Tensor:

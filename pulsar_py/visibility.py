@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from .camera_params import NativeCamera
+from .camera_params import NativeCamera, dot3
 from .reference import MIN_FORWARD_COSINE
 
 # Tiny-sphere rule: centre pixel within 0.75 pixel sizes (perspective), 0.5 px (orthographic).
@@ -32,7 +32,7 @@ _MARGIN_PX = 1e-3
 
 
 def _unit(v: torch.Tensor) -> torch.Tensor:
-    return v / v.norm(dim=-1, keepdim=True)
+    return v / dot3(v, v).sqrt()[..., None]
 
 
 @torch.no_grad()
@@ -47,17 +47,18 @@ def visible_spheres(pos: torch.Tensor, rad: torch.Tensor, camera: NativeCamera, 
         width, height: image size in pixels.
         near, far: [B] depth range (world units); far may be inf.
     """
-    right_len, down_len = camera.pdx.norm(dim=-1), camera.pdy.norm(dim=-1)  # pixel sides [B]
+    # Element-wise vector maths (camera_params' helpers): batches decide like their items.
+    right_len, down_len = dot3(camera.pdx, camera.pdx).sqrt(), dot3(camera.pdy, camera.pdy).sqrt()  # pixel sides [B]
     right, down, axis = _unit(camera.pdx), _unit(camera.pdy), camera.optical_axis()
     c = pos - camera.eye[:, None]  # [B, N, 3]
-    cam = torch.stack([(c * right[:, None]).sum(-1), (c * down[:, None]).sum(-1), (c * axis[:, None]).sum(-1)], -1)
+    cam = torch.stack([dot3(c, right[:, None]), dot3(c, down[:, None]), dot3(c, axis[:, None])], -1)
     near, far = near[:, None], far[:, None]
     pixel_size = (right_len * down_len).sqrt()[:, None]  # geometric mean [B, 1]
     if camera.orthographic:
         closest = cam[..., 2] - rad
         survives = (closest >= near) & (closest <= far)
         # Centre's film position in pixels: film origin p00 relative to the eye.
-        p00 = torch.stack([(camera.p00_rel * right).sum(-1), (camera.p00_rel * down).sum(-1)], -1)[:, None]
+        p00 = torch.stack([dot3(camera.p00_rel, right), dot3(camera.p00_rel, down)], -1)[:, None]
         u = (cam[..., 0] - p00[..., 0]) / right_len[:, None]
         v = (cam[..., 1] - p00[..., 1]) / down_len[:, None]
         tiny = rad / pixel_size < 1
@@ -66,15 +67,15 @@ def visible_spheres(pos: torch.Tensor, rad: torch.Tensor, camera: NativeCamera, 
         u_lo, u_hi, v_lo, v_hi = u - half_u, u + half_u, v - half_v, v + half_v
         unbounded = torch.zeros_like(survives)
     else:
-        dist = c.norm(dim=-1)
+        dist = dot3(c, c).sqrt()
         closest = dist - rad
         in_front = cam[..., 2] / dist >= MIN_FORWARD_COSINE
         survives = (closest >= near) & (closest <= far) & in_front
         focal = camera.focal[:, None]
         # Intrinsics in pixels: fx = f / |pdx|, principal point from p00 = f z - cx pdx - cy pdy.
         fx, fy = focal / right_len[:, None], focal / down_len[:, None]
-        cx = -(camera.p00_rel * right).sum(-1)[:, None] / right_len[:, None]
-        cy = -(camera.p00_rel * down).sum(-1)[:, None] / down_len[:, None]
+        cx = -dot3(camera.p00_rel, right)[:, None] / right_len[:, None]
+        cy = -dot3(camera.p00_rel, down)[:, None] / down_len[:, None]
         tiny = rad * focal / (dist * pixel_size) < 1
         sin_half = rad / (2 * dist)
         sin_half = torch.where(tiny, torch.clamp_min(sin_half, _TINY_CHORD_PX / 2 * pixel_size / focal), sin_half)
