@@ -49,6 +49,18 @@ CONSTRUCTOR_CASES = {
     "beta_0": (dict(background_normalized_depth=0.0), "background_normalized_depth"),
     "beta_1": (dict(background_normalized_depth=1.0), "background_normalized_depth"),
     "beta_nan": (dict(background_normalized_depth=math.nan), "background_normalized_depth"),
+    "beta_str": (dict(background_normalized_depth="0.5"), "background_normalized_depth"),
+    "n_channels_float": (dict(n_channels=3.0), "n_channels"),
+    "n_track_str": (dict(n_track="5"), "n_track"),
+    "n_track_bool": (dict(n_track=True), "n_track"),
+    "num_threads_negative": (dict(num_threads=-1), "num_threads"),
+    "max_num_balls_float": (dict(max_num_balls=10.5), "max_num_balls"),
+    # Flags are bools: 1, "yes" or None are rejected, not guessed.
+    "orthogonal_projection_int": (dict(orthogonal_projection=1), "orthogonal_projection"),
+    "orthogonal_projection_str": (dict(orthogonal_projection="yes"), "orthogonal_projection"),
+    "right_handed_system_none": (dict(right_handed_system=None), "right_handed_system"),
+    "deterministic_str": (dict(deterministic="no"), "deterministic"),
+    "debug_int": (dict(debug=1), "debug"),
 }
 
 
@@ -151,7 +163,82 @@ FORWARD_CASES = {
     "max_n_hits_float": (_set("max_n_hits", 2.5), "max_n_hits"),
     "percent_1": (_set("percent_allowed_difference", 1.0), "percent_allowed_difference"),
     "percent_negative": (_set("percent_allowed_difference", -0.01), "percent_allowed_difference"),
+    # more types
+    "col_half": (_edit("vert_col", lambda t: t.half()), "vert_col"),
+    "rad_list": (_edit("vert_rad", lambda t: t.tolist()), "vert_rad"),
+    "opacity_list": (_edit("opacity", lambda t: t.tolist()), "opacity"),
+    "bg_int": (_edit("bg_col", lambda t: (t * 10).int()), "bg_col"),
+    "cam_int": (_edit("cam_params", lambda t: t.long()), "cam_params"),
+    "cam_list": (_edit("cam_params", lambda t: t.tolist()), "cam_params"),
+    "opacity_3d": (_edit("opacity", lambda t: t[None, None]), "opacity"),
+    # devices ("meta" stands for any other device, on every machine)
+    "pos_other_device": (_edit("vert_pos", lambda t: t.to("meta")), "vert_pos"),
+    "col_other_device": (_edit("vert_col", lambda t: t.to("meta")), "vert_col"),
+    "rad_other_device": (_edit("vert_rad", lambda t: t.to("meta")), "vert_rad"),
+    "opacity_other_device": (_edit("opacity", lambda t: t.to("meta")), "opacity"),
+    "bg_other_device": (_edit("bg_col", lambda t: t.to("meta")), "bg_col"),
+    "cam_other_device": (_edit("cam_params", lambda t: t.to("meta")), "cam_params"),
+    # magnitudes whose squares overflow (float64 limit ~1.3e151)
+    "pos_huge": (_edit("vert_pos", _nan_at(5, 1e200)), "vert_pos"),
+    "rad_huge": (_edit("vert_rad", _nan_at(1, 1e200)), "vert_rad"),
+    "cam_position_huge": (_edit("cam_params", _nan_at(2, -1e200)), "cam_params"),
+    "cam_inf": (_edit("cam_params", _nan_at(7, math.inf)), "cam_params"),
+    # batches: empty, or more images than the native limit of 2^31 - 1 tiles per call
+    "pos_empty_batch": (lambda kw: _empty_batch(kw), "vert_pos"),
+    "cam_empty_batch": (_edit("cam_params", lambda t: t[None][:0]), "cam_params"),
+    # 6D rotations: Gram-Schmidt needs two non-zero, non-parallel rows
+    "cam_6d_zero_row": (lambda kw: _with_6d(kw, [0.0, 0.0, 0.0], [0.0, 1.0, 0.0]), "cam_params"),
+    "cam_6d_parallel_rows": (lambda kw: _with_6d(kw, [1.0, 2.0, 0.5], [2.0, 4.0, 1.0]), "cam_params"),
+    # scalar settings
+    "gamma_tensor_requires_grad": (_set("gamma", torch.tensor(0.1, dtype=torch.float64, requires_grad=True)),
+                                   "gamma"),
+    "gamma_tensor_2_values": (_set("gamma", torch.tensor([0.1, 0.2])), "gamma"),
+    "gamma_bool": (_set("gamma", True), "gamma"),
+    "gamma_none": (_set("gamma", None), "gamma"),
+    "percent_str": (_set("percent_allowed_difference", "0.01"), "percent_allowed_difference"),
+    "percent_nan": (_set("percent_allowed_difference", math.nan), "percent_allowed_difference"),
+    "percent_tensor_requires_grad": (_set("percent_allowed_difference",
+                                          torch.tensor(0.01, requires_grad=True)), "percent_allowed_difference"),
+    "max_depth_str": (_set("max_depth", "10"), "max_depth"),
+    "max_depth_none": (_set("max_depth", None), "max_depth"),
+    "max_depth_bool": (_set("max_depth", True), "max_depth"),
+    "max_depth_nan": (_set("max_depth", math.nan), "max_depth"),
+    "max_depth_tensor_1d": (_set("max_depth", torch.tensor([10.0, 11.0], dtype=torch.float64)), "max_depth"),
+    "max_depth_tensor_nan": (_set("max_depth", torch.tensor(math.nan, dtype=torch.float64)), "max_depth"),
+    "max_depth_tensor_int": (_set("max_depth", torch.tensor(10)), "max_depth"),
+    "max_depth_tensor_below_min_depth": (_set("max_depth", lambda kw: torch.tensor(kw["min_depth"] - 0.1,
+                                                                                  dtype=torch.float64)),
+                                         "max_depth"),
+    "min_depth_nan": (_set("min_depth", math.nan), "min_depth"),
+    "min_depth_str": (_set("min_depth", "0"), "min_depth"),
+    "min_depth_tensor_negative": (_set("min_depth", torch.tensor(-1.0, dtype=torch.float64)), "min_depth"),
+    "min_depth_tensor_below_focal": (_set("min_depth", lambda kw: 0.5 * kw["cam_params"][6].clone()),
+                                     "min_depth"),
+    "min_depth_0_far_below_focal": (lambda kw: {**kw, "min_depth": 0.0,
+                                                "max_depth": 0.5 * float(kw["cam_params"][6])}, "max_depth"),
+    "mode_str": (_set("mode", "0"), "mode"),
+    "mode_float": (_set("mode", 0.0), "mode"),
+    "mode_bool": (_set("mode", False), "mode"),
+    "max_n_hits_bool": (_set("max_n_hits", True), "max_n_hits"),
+    "max_n_hits_str": (_set("max_n_hits", "5"), "max_n_hits"),
+    "return_forward_info_int": (_set("return_forward_info", 1), "return_forward_info"),
+    "return_forward_info_str": (_set("return_forward_info", "yes"), "return_forward_info"),
+    "first_R_then_T_none": (_set("first_R_then_T", None), "first_R_then_T"),
+    "first_R_then_T_int": (_set("first_R_then_T", 0), "first_R_then_T"),
 }
+
+
+def _empty_batch(kw):
+    for name, dims in (("vert_pos", 2), ("vert_col", 2), ("vert_rad", 1), ("opacity", 1)):
+        kw[name] = kw[name][None][:0]
+    return kw
+
+
+def _with_6d(kw, row1, row2):
+    """cam_params [11]: position, a 6D rotation of the given rows, focal, sensor width."""
+    cam = kw["cam_params"]
+    kw["cam_params"] = torch.cat([cam[:3], torch.tensor(row1 + row2, dtype=cam.dtype, device=cam.device), cam[6:8]])
+    return kw
 
 
 def _batch(kw, n_cams, col_batch=None):
@@ -211,3 +298,155 @@ def test_cuda_requested_without_cuda_is_rejected():
             renderer.to("cuda")
         with pytest.raises(BAD_INPUT, match="(?i)device|cuda"):
             Renderer(16, 12).cuda()
+
+
+# ---------------------------------------------------------------------------------------
+# Limits that need their own set-up.
+def test_too_many_tiles_per_call_is_rejected_before_any_allocation():
+    """16384 x 16384 pixels are 2^20 tiles: 2047 cameras fit in 2^31 - 1 tiles, 2048 do not.
+    The check comes before outputs are allocated (2048 such images would need TBs)."""
+    from pulsar_py import _checks
+
+    _checks.check_batch(2047, 16384, 16384)
+    with pytest.raises(ValueError, match="batch"):
+        _checks.check_batch(2048, 16384, 16384)
+    scene, _, kwargs = _valid()
+    renderer = Renderer(16384, 16384, n_channels=3)
+    kwargs["cam_params"] = kwargs["cam_params"][None].repeat(2048, 1)
+    with pytest.raises(ValueError, match="batch size.*2048"):
+        renderer(**kwargs)
+
+
+def test_sphere_count_limit_is_checked():
+    """N must fit sphere ids in int32; an expanded (stride-0) tensor makes a huge N cheap."""
+    renderer = Renderer(16, 12)
+    n = 2**31
+    pos = torch.zeros(1, 3, dtype=torch.float64).expand(n, 3)
+    col = torch.zeros(1, 3, dtype=torch.float64).expand(n, 3)
+    rad = torch.ones(1, dtype=torch.float64).expand(n)
+    cam = torch.tensor([0, 0, 0, 0, 0, 0, 1.0, 1.0], dtype=torch.float64)
+    with pytest.raises(ValueError, match="vert_pos.*2\\^31"):
+        renderer(pos, col, rad, cam, 0.1, 10.0)
+
+
+INFO_CASES = {
+    "list": ([[0.0] * 5], TypeError),
+    "int_dtype": (torch.zeros(4, 5, 7, dtype=torch.int32), TypeError),
+    "even_width": (torch.zeros(4, 5, 8), ValueError),
+    "too_narrow": (torch.zeros(4, 5, 3), ValueError),
+    "2d": (torch.zeros(5, 7), ValueError),
+}
+
+
+@pytest.mark.parametrize("case", list(INFO_CASES))
+@pytest.mark.parametrize("method", ["sphere_ids_from_result_info_nograd", "depth_map_from_result_info_nograd"])
+def test_forward_info_helpers_reject(method, case):
+    info, error = INFO_CASES[case]
+    with pytest.raises(error, match="result_info"):
+        getattr(Renderer, method)(info)
+
+
+# ---------------------------------------------------------------------------------------
+# Renderer.render goes through the same checks (a few representative cases).
+RENDER_CASES = {
+    "rad_negative": (_edit("vert_rad", _nan_at(2, -0.1)), "vert_rad"),
+    "pos_nan": (_edit("vert_pos", _nan_at(4)), "vert_pos"),
+    "col_float32": (_edit("vert_col", lambda t: t.float()), "vert_col"),
+    "opacity_above_1": (_edit("opacity", _nan_at(2, 1.01)), "opacity"),
+    "camera_str": (_set("camera", "front"), "camera"),
+    "camera_nan": (_edit("camera", _nan_at(0)), "camera"),
+    "gamma_above_1": (_set("gamma", 1.5), "gamma"),
+    "max_depth_str": (_set("max_depth", "10"), "max_depth"),
+    "percent_1": (_set("percent_allowed_difference", 1.0), "percent_allowed_difference"),
+    "max_n_hits_0": (_set("max_n_hits", 0), "max_n_hits"),
+    "return_forward_info_int": (_set("return_forward_info", 1), "return_forward_info"),
+    "first_R_then_T_str": (_set("first_R_then_T", "no"), "first_R_then_T"),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", list(RENDER_CASES))
+def test_render_rejects(case, device):
+    edit, name = RENDER_CASES[case]
+    _, renderer, kwargs = _valid(device)
+    kwargs["camera"] = kwargs.pop("cam_params")
+    result = renderer.render(**kwargs)
+    assert bool(torch.isfinite(result.image).all())
+    with pytest.raises(BAD_INPUT, match=name):
+        renderer.render(**edit(dict(kwargs)))
+
+
+# ---------------------------------------------------------------------------------------
+# check_values: the switch for the checks that read tensor contents.
+VALUE_ONLY_CASES = ["pos_nan", "rad_negative", "opacity_above_1", "sensor_width_zero", "cam_nan",
+                    "min_depth_below_focal", "pos_huge", "cam_6d_zero_row"]
+STRUCTURAL_CASES = ["pos_int", "col_wrong_n", "gamma_0", "max_depth_inf", "mode_2", "pos_other_device",
+                    "return_forward_info_int", "cam_length_9"]
+
+
+@pytest.mark.parametrize("case", VALUE_ONLY_CASES + STRUCTURAL_CASES)
+def test_check_values_false_skips_only_the_value_checks(case):
+    """Value checks (which would sync a GPU) are skipped, and such input then reaches the
+    native code without crashing it; checks of types, shapes, devices and Python numbers
+    stay on."""
+    edit, name = FORWARD_CASES[case]
+    _, renderer, kwargs = _valid()
+    renderer.check_values = False
+    if case in STRUCTURAL_CASES:
+        with pytest.raises(BAD_INPUT, match=name):
+            renderer(**edit(kwargs))
+    else:
+        image = renderer(**edit(kwargs))
+        assert image.shape == (12, 16, 3)
+
+
+class _ReadCounter:
+    """Counts reads of tensor contents into Python (each one a device sync on CUDA)."""
+
+    READS = ("item", "tolist", "__bool__", "__float__", "__int__", "__index__", "numpy", "cpu")
+
+    def __init__(self, monkeypatch):
+        self.counts = {}
+        for name in self.READS:
+            original = getattr(torch.Tensor, name)
+
+            def counted(tensor, *args, _original=original, _name=name, **kwargs):
+                self.counts[_name] = self.counts.get(_name, 0) + 1
+                return _original(tensor, *args, **kwargs)
+
+            monkeypatch.setattr(torch.Tensor, name, counted)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("entry", ["forward", "render"])
+def test_a_valid_call_reads_tensor_values_once(entry, device, monkeypatch):
+    """Every value check of a call is read back in one batch (one sync on CUDA), and
+    backward reads nothing; with check_values = False a call reads nothing."""
+    _, renderer, kwargs = _valid(device)
+    kwargs["vert_pos"].requires_grad_(True)
+    if entry == "render":
+        kwargs["camera"] = kwargs.pop("cam_params")
+    call = renderer if entry == "forward" else (lambda **kw: renderer.render(**kw).image)
+    reads = _ReadCounter(monkeypatch)
+    image = call(**kwargs)
+    assert reads.counts == {"tolist": 1}
+    reads.counts.clear()
+    image.sum().backward()
+    assert reads.counts == {}
+    renderer.check_values = False
+    call(**kwargs)
+    assert reads.counts == {}
+    assert float(kwargs["vert_pos"].grad.abs().max()) > 0
+
+
+def test_numpy_scalars_are_accepted():
+    """Numbers may come from NumPy (numbers.Real / numbers.Integral); bools are not numbers."""
+    np = pytest.importorskip("numpy")
+    scene, _, kwargs = _valid()
+    renderer = Renderer(np.int64(16), np.int32(12), n_track=np.int64(5), orthogonal_projection=np.bool_(False),
+                        background_normalized_depth=np.float64(scene.beta))
+    expected = scene.renderer()(**kwargs)
+    kwargs.update(gamma=np.float64(kwargs["gamma"]), max_depth=np.float64(kwargs["max_depth"]),
+                  min_depth=np.float64(kwargs["min_depth"]), max_n_hits=np.int64(1000), mode=np.int64(0),
+                  return_forward_info=np.bool_(False))
+    torch.testing.assert_close(renderer(**kwargs), expected, rtol=0, atol=0)
