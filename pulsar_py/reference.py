@@ -192,7 +192,10 @@ def render_reference(
         # Online softmax (model.md section 5): weights relative to exp(m).
         m_new = torch.where(processed, torch.maximum(m, s), m)
         scale_old = torch.exp(m - m_new)
-        w_rel = torch.where(processed, kappa * opacity[k] * torch.exp(s - m_new), torch.zeros_like(s))
+        # The exponent is masked before exp: an unprocessed pixel's s - m can overflow, and
+        # a masked-out inf would still poison the gradient (0 * inf).
+        w_rel = torch.where(processed, kappa * opacity[k] * torch.exp(torch.where(processed, s - m_new, 0.0)),
+                            torch.zeros_like(s))
         norm_d = norm_d * scale_old + w_rel
         accum = accum * scale_old[:, None] + w_rel[:, None] * vert_col[k]
         moment_1 = moment_1 * scale_old + w_rel * n

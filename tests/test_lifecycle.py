@@ -186,6 +186,7 @@ def test_the_gil_is_released_during_native_work():
 _OUT_OF_MEMORY_CHILD = textwrap.dedent("""
     import resource, sys
     import torch, pulsar_py
+    torch.set_num_threads(1)  # no per-thread malloc arenas eating the address-space headroom
 
     def address_space():
         for line in open("/proc/self/status"):
@@ -219,6 +220,7 @@ _OUT_OF_MEMORY_CHILD = textwrap.dedent("""
 @pytest.mark.skipif(sys.platform != "linux", reason="limits the address space with RLIMIT_AS (Linux)")
 def test_allocation_failure_is_a_runtime_error_and_the_renderer_stays_usable(tmp_path):
     env = dict(os.environ, PULSAR_PY_DEBUG_DIR=str(tmp_path), CUDA_VISIBLE_DEVICES="",
+               OMP_NUM_THREADS="1", MALLOC_ARENA_MAX="2",
                PYTHONPATH=os.pathsep.join([str(Path(pulsar_py.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]))
     child = subprocess.run([sys.executable, "-c", _OUT_OF_MEMORY_CHILD], env=env, capture_output=True, text=True,
                            timeout=300)
