@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from .camera_params import NativeCamera
+from .outputs import depth_from_moments
 
 # Perspective culling: the centre must be in front, c.z / |c| >= this (model.md sec. 3).
 MIN_FORWARD_COSINE = 1e-6
@@ -235,18 +236,3 @@ def render_reference(
         distortion=distortion.reshape(shape),
     )
 
-
-def depth_from_moments(moments: torch.Tensor, min_depth: torch.Tensor, max_depth: torch.Tensor):
-    """Expected depth and depth distortion from the moments [..., 3] (M_0, M_1, M_2).
-
-    depth = min + range * M_1 / M_0 (world units; min_depth where nothing is hit);
-    distortion = range^2 * 2 (M_0 M_2 - M_1^2) = sum_ij a_i a_j (z_i - z_j)^2.
-    min_depth, max_depth broadcast against moments[..., 0].
-    """
-    m0, m1, m2 = moments.unbind(-1)
-    depth_range = max_depth - min_depth
-    hit = m0 > 0
-    mean_n = torch.where(hit, m1 / torch.where(hit, m0, torch.ones_like(m0)), torch.zeros_like(m0))
-    depth = min_depth + depth_range * mean_n
-    distortion = depth_range * depth_range * 2 * (m0 * m2 - m1 * m1)
-    return depth, distortion

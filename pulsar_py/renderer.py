@@ -11,8 +11,7 @@ from . import _checks, _native
 from ._autograd import CallSettings, RenderFunction
 from .camera import Camera
 from .camera_params import NativeCamera, VALID_PARAM_LENGTHS, camera_from_params
-from .outputs import RenderResult
-from .reference import depth_from_moments
+from .outputs import RenderResult, depth_from_moments
 from .sh import check_sh_degree, sh_n_coefficients, sh_to_color
 from .visibility import visible_spheres
 
