@@ -222,8 +222,10 @@ def test_allocation_failure_is_a_runtime_error_and_the_renderer_stays_usable(tmp
     env = dict(os.environ, PULSAR_PY_DEBUG_DIR=str(tmp_path), CUDA_VISIBLE_DEVICES="",
                OMP_NUM_THREADS="1", MALLOC_ARENA_MAX="2",
                PYTHONPATH=os.pathsep.join([str(Path(pulsar_py.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]))
+    # cwd elsewhere: `python -c` puts the working directory first on sys.path, and in the
+    # checkout's root that is the source folder pulsar_py/ without its compiled module.
     child = subprocess.run([sys.executable, "-c", _OUT_OF_MEMORY_CHILD], env=env, capture_output=True, text=True,
-                           timeout=300)
+                           timeout=300, cwd=tmp_path)
     assert child.returncode == 0, child.stderr[-3000:]
     out = child.stdout
     assert "ERROR:" in out, out + child.stderr[-2000:]
