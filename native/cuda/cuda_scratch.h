@@ -37,11 +37,12 @@ struct CudaScratch {
   DeviceBuffer spheres;         // GpuSphere<T> [B, N]
   DeviceBuffer tile_counts;     // uint32 [B * N]: tiles touched per sphere
   DeviceBuffer sphere_slots;    // int64 [B * N + 1]: exclusive scan of tile_counts
-  DeviceBuffer keys_in, keys_out;      // uint64 [n_instances]
-  DeviceBuffer slots_in, slots_out;    // int32 [n_instances]: unsorted slot u of a sorted position
-  DeviceBuffer entry_sphere;    // int32 [n_instances]: sphere index (within its camera) of a sorted position
-  DeviceBuffer slot_to_entry;   // int32 [n_instances]: sorted position of slot u
-  DeviceBuffer slot_sphere;     // int32 [n_instances]: sphere index of slot u
+  DeviceBuffer keys_a, keys_b;   // uint64 [n_instances]: the sort's double buffer
+  DeviceBuffer slots_a, slots_b; // int32 [n_instances]: slot u, then u of each sorted position
+  DeviceBuffer slot_sphere;      // int32 [n_instances]: sphere index of slot u
+  // After the sort, in the key buffer the sort left free (8 bytes per instance):
+  std::int32_t* entry_sphere = nullptr;   // [n_instances]: sphere index of a sorted position
+  std::int32_t* slot_to_entry = nullptr;  // [n_instances]: sorted position of slot u
   DeviceBuffer tile_ranges;     // int2 [B * n_tiles]: [begin, end) of each tile's sorted entries
   DeviceBuffer cub_temp;        // CUB workspace
   DeviceBuffer instance_grads;  // T [n_instances, 5 + C], by sorted position
@@ -52,8 +53,8 @@ struct CudaScratch {
 
   std::size_t bytes() const {
     return spheres.capacity() + tile_counts.capacity() + sphere_slots.capacity() +
-           keys_in.capacity() + keys_out.capacity() + slots_in.capacity() + slots_out.capacity() +
-           entry_sphere.capacity() + slot_to_entry.capacity() + slot_sphere.capacity() +
+           keys_a.capacity() + keys_b.capacity() + slots_a.capacity() + slots_b.capacity() +
+           slot_sphere.capacity() +
            tile_ranges.capacity() + cub_temp.capacity() + instance_grads.capacity() +
            tile_camera_grads.capacity() + tile_background_grads.capacity();
   }

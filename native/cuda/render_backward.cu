@@ -229,7 +229,7 @@ void launch(const RendererConfig& config, const SceneArgs& scene, const RenderOp
     throw std::invalid_argument("n_channels: " + std::to_string(config.n_channels) +
                                 " channels exceed the CUDA backward's shared memory");
   render_backward_kernel<T, C_STATIC><<<blocks, kThreads, dynamic, stream>>>(
-      config, scene, options, args, flags, s.spheres.as<GpuSphere<T>>(), s.entry_sphere.as<std::int32_t>(),
+      config, scene, options, args, flags, s.spheres.as<GpuSphere<T>>(), s.entry_sphere,
       s.tile_ranges.as<int2>(), inst, tile_camera, tile_background);
   PULSAR_CUDA_LAUNCH_CHECK("render_backward_kernel");
 }

@@ -129,26 +129,27 @@ void cuda_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, cu
   scratch.n_instances = count;
   if (count == 0) return;
 
-  auto* keys_in = scratch.keys_in.reserve<std::uint64_t>(std::size_t(count), "sort keys");
-  auto* keys_out = scratch.keys_out.reserve<std::uint64_t>(std::size_t(count), "sorted keys");
-  auto* slots_in = scratch.slots_in.reserve<std::int32_t>(std::size_t(count), "slots");
-  auto* slots_out = scratch.slots_out.reserve<std::int32_t>(std::size_t(count), "sorted slots");
+  cub::DoubleBuffer<std::uint64_t> keys(scratch.keys_a.reserve<std::uint64_t>(std::size_t(count), "sort keys"),
+                                        scratch.keys_b.reserve<std::uint64_t>(std::size_t(count), "sort keys"));
+  cub::DoubleBuffer<std::int32_t> slots(scratch.slots_a.reserve<std::int32_t>(std::size_t(count), "slots"),
+                                        scratch.slots_b.reserve<std::int32_t>(std::size_t(count), "slots"));
   auto* slot_sphere = scratch.slot_sphere.reserve<std::int32_t>(std::size_t(count), "slot spheres");
-  auto* entry_sphere = scratch.entry_sphere.reserve<std::int32_t>(std::size_t(count), "entry spheres");
-  auto* slot_to_entry = scratch.slot_to_entry.reserve<std::int32_t>(std::size_t(count), "slot positions");
   duplicate_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
-      config, scene, spheres, slots_of, keys_in, slots_in, slot_sphere);
+      config, scene, spheres, slots_of, keys.Current(), slots.Current(), slot_sphere);
   PULSAR_CUDA_LAUNCH_CHECK("duplicate_kernel");
 
+  // The double-buffer sort needs no workspace of the keys' size; the result is in
+  // Current(), and the other key buffer (8 bytes per instance) is free afterwards: it
+  // holds the two int32 maps the later stages read.
   const int end_bit = 32 + bit_width(std::uint64_t(total_tiles));
   std::size_t sort_bytes = 0;
-  PULSAR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys_in, keys_out, slots_in,
-                                                    slots_out, int(count), 0, end_bit, stream));
+  PULSAR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, slots, int(count), 0, end_bit, stream));
   temp = scratch.cub_temp.reserve<unsigned char>(sort_bytes, "CUB workspace");
-  PULSAR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, keys_in, keys_out, slots_in,
-                                                    slots_out, int(count), 0, end_bit, stream));
+  PULSAR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, keys, slots, int(count), 0, end_bit, stream));
+  scratch.entry_sphere = reinterpret_cast<std::int32_t*>(keys.Alternate());
+  scratch.slot_to_entry = scratch.entry_sphere + count;
   entries_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream>>>(
-      count, keys_out, slots_out, slot_sphere, entry_sphere, slot_to_entry, ranges);
+      count, keys.Current(), slots.Current(), slot_sphere, scratch.entry_sphere, scratch.slot_to_entry, ranges);
   PULSAR_CUDA_LAUNCH_CHECK("entries_kernel");
 }
 
