@@ -1,6 +1,9 @@
 """Command line: ``python -m pulsar_py <command>`` (also installed as ``pulsar-py``).
 
 Commands:
+    demo       joint optimisation of a camera and thousands of spheres (pulsar_py.demo)
+    render     render a PLY point cloud to a PNG (pulsar_py.render_cli)
+    selftest   compare this build's images and gradients with stored reference output
     sample     render the built-in sample scene to a PNG
     gradcheck  finite-difference check of every gradient (pulsar_py.gradcheck)
     bench      the benchmark driver (workloads W1-W6 of docs/benchmarks.md)
@@ -12,13 +15,20 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 # Commands whose arguments belong to another module's own parser: everything after the
 # command name is handed over unchanged (so ``bench --help`` shows the driver's help).
-_FORWARDED: Dict[str, str] = {
-    "gradcheck": "finite-difference check of every gradient (pulsar_py.gradcheck); see 'gradcheck --help'",
-    "bench": "benchmark driver, workloads W1-W6 (pulsar_py.bench); see 'bench --help'",
+# command -> (module under pulsar_py, help line)
+_FORWARDED: Dict[str, Tuple[str, str]] = {
+    "demo": ("demo", "joint camera + sphere optimisation demo (writes PNGs, a GIF, summary.json); "
+                     "see 'demo --help'"),
+    "render": ("render_cli", "render a PLY point cloud to a PNG; see 'render --help'"),
+    "selftest": ("selftest", "render built-in scenes on every backend and compare with stored reference "
+                             "output; see 'selftest --help'"),
+    "gradcheck": ("gradcheck", "finite-difference check of every gradient (pulsar_py.gradcheck); "
+                               "see 'gradcheck --help'"),
+    "bench": ("bench", "benchmark driver, workloads W1-W6 (pulsar_py.bench); see 'bench --help'"),
 }
 
 
@@ -53,7 +63,7 @@ def _build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--spheres", type=_positive_int, default=4800, help="number of spheres (default 4800)")
     sample.set_defaults(handler=_cmd_sample)
 
-    for name, text in _FORWARDED.items():
+    for name, (_module, text) in _FORWARDED.items():
         commands.add_parser(name, help=text, add_help=False)
 
     info = commands.add_parser("info", help="print version, compiled backends and compiler")
@@ -122,11 +132,12 @@ def _forwarded_main(name: str) -> Callable[[List[str]], Optional[int]]:
     (so the other commands work even where its module is missing)."""
     import importlib
 
+    module_name = f"pulsar_py.{_FORWARDED[name][0]}"
     try:
-        module = importlib.import_module(f"pulsar_py.{name}")
+        module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name == f"pulsar_py.{name}":
-            raise CommandError(f"{name}: this installation has no pulsar_py.{name} module") from None
+        if exc.name == module_name:
+            raise CommandError(f"{name}: this installation has no {module_name} module") from None
         raise
     return module.main
 

@@ -4,8 +4,9 @@ Pulsar's camera vector stores a rotation matrix M whose columns are the camera's
 axis (right), image "up" axis and the third axis z; the optical axis is ``+z`` in the
 default left-handed system and ``-z`` in a right-handed one (model.md section 2). The
 functions here build M from an eye, a target and an up direction, turn it into the
-axis-angle (8-value vector) or 6D (11-value vector) form, and measure the angle between
-two rotations, the pose error the demo and the examples report.
+axis-angle (8-value vector) or 6D (11-value vector) form (conversions of
+``pulsar_py.rotations``), and measure the angle between two rotations, the pose error
+the demo and the examples report.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Sequence, Union
 
 import torch
 
-from .camera_params import axis_angle_to_matrix, rotation_6d_to_matrix
+from .rotations import matrix_to_rotation, matrix_to_rotation_6d, rotation_to_matrix
 
 VectorLike = Union[torch.Tensor, Sequence[float]]
 
@@ -53,43 +54,17 @@ def look_at_matrix(eye: VectorLike, target: VectorLike, up: VectorLike = (0.0, 1
 
 
 def matrix_to_axis_angle(matrix: torch.Tensor) -> torch.Tensor:
-    """Rotation matrices [..., 3, 3] -> axis-angle vectors [..., 3] (radians, angle in [0, pi]).
-
-    Not differentiable at the identity (use the 6D form to optimise rotations); meant
-    for building camera vectors and for reporting.
-    """
-    m = matrix
-    cos = ((m[..., 0, 0] + m[..., 1, 1] + m[..., 2, 2] - 1) / 2).clamp(-1.0, 1.0)
-    angle = torch.acos(cos)
-    skew = torch.stack([m[..., 2, 1] - m[..., 1, 2], m[..., 0, 2] - m[..., 2, 0], m[..., 1, 0] - m[..., 0, 1]], -1)
-    sin = torch.sin(angle)
-    # General case: axis from the skew part.
-    general = skew / (2 * sin.clamp_min(1e-12))[..., None] * angle[..., None]
-    # Near pi the skew part vanishes: the axis is the largest column of (M + I) / 2.
-    sym = (m + torch.eye(3, dtype=m.dtype, device=m.device)) / 2
-    diag = torch.diagonal(sym, dim1=-2, dim2=-1)
-    column = torch.gather(sym, -1, diag.argmax(-1)[..., None, None].expand(*sym.shape[:-1], 1))[..., 0]
-    axis_pi = torch.nn.functional.normalize(column, dim=-1)
-    # Choose the sign that agrees with the (small) skew part.
-    sign = torch.where((axis_pi * skew).sum(-1, keepdim=True) < 0, -1.0, 1.0).to(m.dtype)
-    near_pi = (axis_pi * sign * angle[..., None])
-    small = angle < 1e-6
-    out = torch.where((math.pi - angle)[..., None] < 1e-3, near_pi, general)
-    return torch.where(small[..., None], skew / 2, out)
-
-
-def matrix_to_rotation_6d(matrix: torch.Tensor) -> torch.Tensor:
-    """[..., 3, 3] -> [..., 6]: the first two rows, Pulsar's 6D form (its rows are b1, b2, b3)."""
-    return torch.cat([matrix[..., 0, :], matrix[..., 1, :]], dim=-1)
+    """Rotation matrices [..., 3, 3] -> axis-angle vectors [..., 3] (radians, angle in [0, pi])."""
+    return matrix_to_rotation(matrix, "axis_angle")
 
 
 def rotation_from_params(cam_params: torch.Tensor) -> torch.Tensor:
     """The rotation matrix [..., 3, 3] of Pulsar camera vectors [..., L], L in {8, 10, 11, 13}."""
     length = cam_params.shape[-1]
     if length in (8, 10):
-        return axis_angle_to_matrix(cam_params[..., 3:6])
+        return rotation_to_matrix(cam_params[..., 3:6], "axis_angle")
     if length in (11, 13):
-        return rotation_6d_to_matrix(cam_params[..., 3:9])
+        return rotation_to_matrix(cam_params[..., 3:9], "6d")
     raise ValueError(f"cam_params: expected a last dimension of 8, 10, 11 or 13 values, got {length}")
 
 

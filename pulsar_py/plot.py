@@ -157,10 +157,13 @@ def line_plot(series: Sequence[Series], title: str, width: int = 480, height: in
     if x_hi <= x_lo:
         x_hi = x_lo + 1
 
-    # Plot area: room for the y labels at the left, title above, x labels below.
+    # Plot area: room for the y labels at the left, title (and legend) above, x labels below.
+    legend_w = sum(text_width(s.label, scale) + 4 * scale for s in series)
+    legend_own_line = text_width(title, scale) + 6 * scale + legend_w > width
     label_w = text_width("-0.00E-00", scale) + 2 * scale
     left, right = label_w + 2 * scale, width - 3 * scale
-    top, bottom = line_h + 3 * scale, height - line_h - 2 * scale
+    top = (2 if legend_own_line else 1) * line_h + 3 * scale
+    bottom = height - line_h - 2 * scale
     if right - left < 10 or bottom - top < 10:
         raise ValueError(f"width, height: expected a panel large enough for its labels, got {width}x{height}")
 
@@ -182,9 +185,10 @@ def line_plot(series: Sequence[Series], title: str, width: int = 480, height: in
 
     draw_text(image, title, left, scale, INK, scale)
     legend_x = width - 2 * scale
+    legend_y = scale + (line_h if legend_own_line else 0)
     for s in reversed(series):
         legend_x -= text_width(s.label, scale)
-        draw_text(image, s.label, legend_x, scale, s.colour, scale)
+        draw_text(image, s.label, legend_x, legend_y, s.colour, scale)
         legend_x -= 4 * scale
     hi_label = format_number(10 ** t_hi if log_y else t_hi)
     lo_label = format_number(10 ** t_lo if log_y else t_lo)

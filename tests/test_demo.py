@@ -1,0 +1,349 @@
+"""The demo (python -m pulsar_py demo) and its helpers: GIF writer, plots, look-at
+cameras, progress line."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import pulsar_py
+from pulsar_py.__main__ import main as cli_main
+from pulsar_py.camera_params import axis_angle_to_matrix, camera_from_params
+from pulsar_py.demo import (_render_views, blur_sigma, gaussian_blur, learning_rate_factor, run_demo, scale_gradient,
+                            view0_sphere_weight)
+from pulsar_py.demo_setup import DemoSettings, build_scene, perturb, pose_errors
+from pulsar_py.gif import decode_gif, encode_gif, lzw_decode, lzw_encode, read_gif
+from pulsar_py.look_at import (look_at_matrix, look_at_params, matrix_to_axis_angle, rotation_angle_deg,
+                               rotation_from_params, sensor_width_for_fov)
+from pulsar_py.plot import PALETTE, Series, draw_text, line_plot, stack_panels
+from pulsar_py.png import read_png
+from pulsar_py.progress import ProgressLine
+
+SUMMARY_KEYS = {"initial", "final", "steps", "seconds", "device"}
+ERROR_KEYS = {"rotation_error_deg", "translation_error", "focal_error", "psnr_db"}
+
+
+def _tiny(**overrides) -> DemoSettings:
+    """A demo small enough for a test: 64x48, ~600 + ~600 spheres."""
+    values = dict(width=64, height=48, n_spheres=600, floor_spacing=0.5, steps=10, gif_frames=4)
+    values.update(overrides)
+    return DemoSettings(**values)
+
+
+# ---------------------------------------------------------------------------------------
+# The optimisation
+
+
+def test_demo_recovers_the_pose_and_the_images_at_a_small_size():
+    # Smaller perturbation than the default (8 degrees), as 64x48 images hold less detail.
+    settings = _tiny(steps=100, rotation_error_deg=3.0, translation_error=0.2, focal_error=0.02)
+    summary = run_demo(settings, torch.device("cpu"), progress=False)
+    assert set(summary) == SUMMARY_KEYS
+    initial, final = summary["initial"], summary["final"]
+    assert set(initial) == set(final) == ERROR_KEYS
+    assert initial["rotation_error_deg"] == pytest.approx(3.0, abs=1e-3)
+    assert final["rotation_error_deg"] < initial["rotation_error_deg"] / 2.5, summary
+    assert final["psnr_db"] > initial["psnr_db"] + 6.0, summary
+    assert summary["steps"] == 100 and summary["device"] == "cpu" and summary["seconds"] > 0
+
+
+def test_perturbation_has_the_configured_sizes_and_truth_has_none():
+    settings = _tiny()
+    scene = build_scene(settings, torch.device("cpu"))
+    errors = pose_errors(perturb(scene, settings), scene)
+    assert errors["rotation_error_deg"] == pytest.approx(settings.rotation_error_deg, abs=1e-3)
+    assert errors["translation_error"] == pytest.approx(settings.translation_error, abs=1e-4)
+    assert errors["focal_error"] == pytest.approx(settings.focal_error, abs=1e-5)
+    truth = perturb(scene, _tiny(rotation_error_deg=0.0, translation_error=0.0, focal_error=0.0))
+    assert all(v < 1e-3 for v in pose_errors(truth, scene).values())
+    # The reference cameras are the true ones, and stay fixed.
+    assert torch.equal(truth.cam_params()[1:], scene.cam_params[1:])
+
+
+def test_view0_gradient_reaches_the_spheres_only_as_far_as_trusted():
+    settings = _tiny(views=2)
+    scene = build_scene(settings, torch.device("cpu"))
+    renderer = pulsar_py.Renderer(settings.width, settings.height)
+    grads = {}
+    for weight in (0.0, 0.5, 1.0):
+        params = perturb(scene, settings)
+        images = _render_views(renderer, scene, settings, params, view0_weight=weight)
+        (images[0] ** 2).sum().backward()  # a loss on view 0 alone
+        grads[weight] = (params.sphere_position.grad.clone(), params.camera_rotation.grad.clone())
+    assert float(grads[0.0][0].abs().max()) == 0.0
+    assert float(grads[1.0][0].abs().max()) > 0
+    assert torch.allclose(grads[0.5][0], 0.5 * grads[1.0][0], rtol=1e-5, atol=1e-9)
+    # The camera gets its full gradient whatever the weight.
+    assert float(grads[0.0][1].abs().max()) > 0
+    assert torch.allclose(grads[0.0][1], grads[1.0][1], rtol=1e-4, atol=1e-9)
+
+
+def test_schedules():
+    s = DemoSettings(steps=100)
+    assert learning_rate_factor(s, 0) == 1.0 and learning_rate_factor(s, 50) == 1.0
+    assert learning_rate_factor(s, 100) == pytest.approx(s.final_lr_fraction)
+    assert 0.05 < learning_rate_factor(s, 75) < 1.0
+    assert view0_sphere_weight(s, 0) == 0.0 and view0_sphere_weight(s, 50) == 0.0
+    assert view0_sphere_weight(s, 65) == pytest.approx(0.5)
+    assert view0_sphere_weight(s, 80) == 1.0 and view0_sphere_weight(s, 99) == 1.0
+    assert blur_sigma(s, 0) == pytest.approx(s.blur_start_px)
+    assert blur_sigma(s, 25) == pytest.approx(s.blur_start_px / 2)
+    assert blur_sigma(s, 50) == 0.0 and blur_sigma(s, 99) == 0.0
+
+
+def test_scale_gradient_keeps_the_value_and_scales_the_gradient():
+    x = torch.tensor([1.0, -2.0], requires_grad=True)
+    y = scale_gradient(x, 0.25)
+    assert torch.equal(y, x)
+    (y * torch.tensor([4.0, 8.0])).sum().backward()
+    assert x.grad.tolist() == [1.0, 2.0]
+
+
+def test_gaussian_blur_is_a_normalised_symmetric_filter():
+    images = torch.zeros(2, 31, 33, 3, dtype=torch.float64)
+    images[0, 15, 16, 1] = 1.0
+    blurred = gaussian_blur(images, 2.0)
+    assert blurred.shape == images.shape
+    assert float(blurred.sum()) == pytest.approx(1.0, abs=1e-12)  # the impulse is far from the border
+    plane = blurred[0, :, :, 1]
+    assert torch.allclose(plane, plane.flip(0)) and torch.allclose(plane, plane.flip(1))
+    assert float(plane[15, 16]) == pytest.approx(1 / (2 * math.pi * 4), rel=0.02)  # the Gaussian's peak
+    assert float(blurred[1].abs().max()) == 0 and float(blurred[0, :, :, 0].abs().max()) == 0
+    assert gaussian_blur(images, 0.1) is images
+
+
+def test_settings_are_checked():
+    with pytest.raises(ValueError, match="views"):
+        DemoSettings(views=1).check()
+    with pytest.raises(ValueError, match="steps"):
+        DemoSettings(steps=0).check()
+    with pytest.raises(ValueError, match="gamma"):
+        DemoSettings(gamma=2.0).check()
+
+
+def test_demo_is_deterministic():
+    a = run_demo(_tiny(steps=4), torch.device("cpu"), progress=False)
+    b = run_demo(_tiny(steps=4), torch.device("cpu"), progress=False)
+    a.pop("seconds"), b.pop("seconds")
+    assert a == b
+
+
+# ---------------------------------------------------------------------------------------
+# The command
+
+
+def test_demo_command_writes_every_output(tmp_path, capsys):
+    out = tmp_path / "demo"
+    args = ["demo", "--out", str(out), "--width", "48", "--height", "36", "--spheres", "240", "--steps", "12",
+            "--quiet", "--device", "cpu"]
+    assert cli_main(args) == 0
+    printed = capsys.readouterr().out
+    assert "rotation error 8.00 ->" in printed and "PSNR" in printed
+    names = {"target.png", "initial.png", "final.png", "optimisation.gif", "loss.png", "summary.json"}
+    assert names <= set(os.listdir(out))
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary) == SUMMARY_KEYS
+    assert set(summary["initial"]) == set(summary["final"]) == ERROR_KEYS
+    assert summary["steps"] == 12 and summary["device"] == "cpu"
+    assert summary["initial"]["rotation_error_deg"] == pytest.approx(8.0, abs=1e-3)
+    assert summary["initial"]["translation_error"] == pytest.approx(0.6, abs=1e-4)
+    assert summary["initial"]["focal_error"] == pytest.approx(0.06, abs=1e-5)
+    for name in ("target.png", "initial.png", "final.png"):
+        assert read_png(out / name).shape == (36, 3 * 48 + 2 * 2, 3)  # three views, 2-pixel gaps
+    target, final = read_png(out / "target.png").float(), read_png(out / "final.png").float()
+    initial = read_png(out / "initial.png").float()
+    assert float((final - target).abs().mean()) < float((initial - target).abs().mean())
+    frames = read_gif(out / "optimisation.gif")
+    assert len(frames) == 13  # every step (12 < gif_frames) and the end
+    assert all(f.shape == (36 + 14, 3 * 48 + 4, 3) for f in frames)
+    # The first frame's left third is the target (view 0) as in target.png, up to the palette.
+    assert float((frames[0][14:, :48].float() - target[:, :48]).abs().mean()) < 6.0
+    loss = read_png(out / "loss.png")
+    assert loss.shape == (150 + 150 + 170 + 2 * 4, 480, 3)
+    assert int((loss.int() - torch.tensor([255, 255, 255])).abs().sum(-1).ne(0).sum()) > 1000  # drawn on
+
+
+def test_demo_command_errors(tmp_path, capsys):
+    assert cli_main(["demo", "--steps", "0", "--out", str(tmp_path)]) == 2
+    assert "--steps" in capsys.readouterr().err
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    assert cli_main(["demo", "--out", str(blocker / "x"), "--width", "32", "--height", "24", "--spheres", "120",
+                     "--steps", "1", "--quiet", "--device", "cpu"]) == 1
+    assert "--out" in capsys.readouterr().err
+    if "cuda" not in pulsar_py.build_info()["backends"] or not torch.cuda.is_available():
+        assert cli_main(["demo", "--device", "cuda", "--out", str(tmp_path)]) == 1
+        assert "cuda" in capsys.readouterr().err
+
+
+def test_python_m_pulsar_py_demo_runs(tmp_path):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(Path(pulsar_py.__file__).resolve().parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
+    done = subprocess.run([sys.executable, "-m", "pulsar_py", "demo", "--out", "o", "--width", "32", "--height", "24",
+                           "--spheres", "120", "--steps", "3", "--device", "cpu"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "demo (cpu) [" in done.stderr  # the progress line
+    assert json.loads((tmp_path / "o" / "summary.json").read_text())["steps"] == 3
+
+
+# ---------------------------------------------------------------------------------------
+# GIF
+
+
+@pytest.mark.parametrize("data", [b"", b"\x07", bytes(range(256)) * 3, b"\x03" * 100000 + b"\x04" * 5])
+def test_lzw_round_trip_edge_cases(data):
+    assert lzw_decode(lzw_encode(data), 8, len(data)) == data
+
+
+def test_lzw_round_trip_through_table_resets():
+    gen = torch.Generator().manual_seed(0)
+    for alphabet in (2, 7, 256):
+        data = bytes(torch.randint(0, alphabet, (20000,), generator=gen).tolist())
+        assert lzw_decode(lzw_encode(data), 8, len(data)) == data
+
+
+def test_gif_with_few_colours_round_trips_exactly():
+    gen = torch.Generator().manual_seed(1)
+    palette = torch.randint(0, 256, (9, 3), generator=gen, dtype=torch.uint8)
+    frames = [palette[torch.randint(0, 9, (17, 23), generator=gen)] for _ in range(3)]
+    data = encode_gif(frames, frame_ms=50, loop=0)
+    assert data[:6] == b"GIF89a" and data[-1:] == b"\x3b" and b"NETSCAPE2.0" in data
+    decoded = decode_gif(data)
+    assert len(decoded) == 3
+    for got, want in zip(decoded, frames):
+        # Colours are quantised to 15-bit bins; 9 distinct colours keep their own entries.
+        assert int((got.int() - want.int()).abs().max()) <= 4
+
+
+def test_gif_of_smooth_images_is_close():
+    # Two-parameter colour ramps (like a rendered scene: few hues, many shades); one
+    # shared 256-colour palette for all frames.
+    y, x = torch.meshgrid(torch.linspace(0, 1, 40), torch.linspace(0, 1, 60), indexing="ij")
+    frames = [torch.stack([x, y * (1 - t / 8), torch.full_like(x, 0.3)], dim=-1) for t in range(4)]
+    decoded = decode_gif(encode_gif(frames))
+    for got, want in zip(decoded, frames):
+        assert float((got.float() / 255 - want).abs().mean()) < 0.02
+
+
+def test_gif_arguments_are_checked():
+    with pytest.raises(ValueError, match="frames"):
+        encode_gif([])
+    with pytest.raises(ValueError, match=r"frames\[1\]"):
+        encode_gif([torch.zeros(4, 4, 3), torch.zeros(4, 5, 3)])
+    with pytest.raises(ValueError, match="not a GIF"):
+        decode_gif(b"PNG....")
+
+
+# ---------------------------------------------------------------------------------------
+# Plots
+
+
+def test_line_plot_draws_the_curves_and_labels():
+    series = [Series("a", [1.0, 0.1, 0.01], PALETTE[0]), Series("b", [0.0, 2.0, 5.0], PALETTE[1])]
+    image = line_plot(series, "title", width=300, height=120)
+    assert image.shape == (120, 300, 3)
+    assert float(image.min()) >= 0 and float(image.max()) <= 1
+    for colour in (PALETTE[0], PALETTE[1]):
+        hit = (image - torch.tensor(colour, dtype=image.dtype)).abs().amax(-1) < 1e-6
+        assert int(hit.sum()) > 50  # the curve (and its legend entry)
+    ink = (image < 0.5).all(-1)
+    assert int(ink.sum()) > 200  # axes and text
+    with pytest.raises(ValueError, match="width, height"):
+        line_plot(series, "t", width=40, height=20)
+
+
+def test_draw_text_and_stack_panels():
+    canvas = torch.ones(9, 30, 3)
+    draw_text(canvas, "1", 0, 0, (0.0, 0.0, 0.0), scale=1)
+    assert int((canvas[:5, :3] == 0).all(-1).sum()) == 8  # the glyph "1" has 8 inked pixels
+    draw_text(canvas, "X", 28, 7)  # partly outside: clipped, no error
+    stacked = stack_panels([torch.zeros(3, 5, 3), torch.zeros(2, 5, 3)], gap=1)
+    assert stacked.shape == (6, 5, 3)
+    with pytest.raises(ValueError, match=r"panels\[1\]"):
+        stack_panels([torch.zeros(3, 5, 3), torch.zeros(3, 6, 3)])
+
+
+# ---------------------------------------------------------------------------------------
+# Look-at cameras and rotation helpers
+
+
+@pytest.mark.parametrize("right_handed", [False, True])
+def test_look_at_camera_looks_at_the_target_with_up_upwards(right_handed):
+    eye, target = torch.tensor([3.0, 2.0, -5.0], dtype=torch.float64), torch.tensor([0.0, 0.5, 1.0], dtype=torch.float64)
+    cams = {"axis_angle": look_at_params(eye, target, right_handed=right_handed),
+            "6d": look_at_params(eye, target, right_handed=right_handed, rotation="6d")}
+    assert cams["axis_angle"].shape == (8,) and cams["6d"].shape == (11,)
+    for cam in cams.values():
+        native = camera_from_params(cam[None], 21, 15, right_handed=right_handed)
+        to_target = torch.nn.functional.normalize(target - eye, dim=0)
+        assert torch.allclose(native.optical_axis()[0], to_target, atol=1e-12)
+        # The centre pixel (10, 7) looks at the target; pixel rows run downwards, i.e.
+        # against world +y.
+        centre = native.p00[0] + 10 * native.pdx[0] + 7 * native.pdy[0]
+        assert torch.allclose(torch.nn.functional.normalize(centre - eye, dim=0), to_target, atol=1e-12)
+        assert float(native.pdy[0][1]) < 0
+    with pytest.raises(ValueError, match="up"):
+        look_at_matrix(eye, eye + torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64))
+    with pytest.raises(ValueError, match="eye, target"):
+        look_at_matrix(eye, eye)
+
+
+def test_right_handed_look_at_is_not_mirrored():
+    # Camera on +z looking at the origin, y up: world +x appears on the right.
+    cam = look_at_params([0.0, 0.0, 5.0], [0.0, 0.0, 0.0], right_handed=True)
+    native = camera_from_params(cam[None], 8, 8, right_handed=True)
+    assert torch.allclose(native.pdx[0] / native.pdx[0].norm(), torch.tensor([1.0, 0, 0], dtype=torch.float64))
+
+
+def test_rotation_helpers():
+    gen = torch.Generator().manual_seed(0)
+    v = torch.randn(200, 3, generator=gen, dtype=torch.float64)
+    v = v / v.norm(dim=-1, keepdim=True) * torch.rand(200, 1, generator=gen, dtype=torch.float64) * 3.1
+    m = axis_angle_to_matrix(v)
+    assert torch.allclose(axis_angle_to_matrix(matrix_to_axis_angle(m)), m, atol=1e-9)
+    identity = torch.eye(3, dtype=torch.float64).expand(200, 3, 3)
+    assert torch.allclose(rotation_angle_deg(m, identity), torch.rad2deg(v.norm(dim=-1)), atol=1e-6)
+    cam = look_at_params([1.0, 2.0, 3.0], [0.0, 0.0, 0.0])
+    cam6 = look_at_params([1.0, 2.0, 3.0], [0.0, 0.0, 0.0], rotation="6d")
+    assert float(rotation_angle_deg(rotation_from_params(cam), rotation_from_params(cam6))) < 1e-9
+    assert sensor_width_for_fov(90.0, 2.0) == pytest.approx(4.0)
+    with pytest.raises(ValueError, match="cam_params"):
+        rotation_from_params(torch.zeros(9))
+
+
+# ---------------------------------------------------------------------------------------
+# Progress line
+
+
+def test_progress_line_in_a_log_prints_about_ten_lines():
+    stream = io.StringIO()
+    bar = ProgressLine(200, "job", stream=stream)
+    for i in range(1, 201):
+        bar.update(i, f"loss {i}")
+    bar.close()
+    lines = stream.getvalue().splitlines()
+    assert 10 <= len(lines) <= 11
+    assert lines[-1].startswith("job [########################] 200/200 loss 200")
+
+
+def test_progress_line_on_a_terminal_redraws_in_place():
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    stream = Terminal()
+    bar = ProgressLine(3, stream=stream)
+    for i in range(1, 4):
+        bar.update(i)
+    bar.close()
+    text = stream.getvalue()
+    assert text.startswith("\r[") and "3/3" in text and text.endswith("\n") and text.count("\n") == 1
