@@ -86,14 +86,20 @@ def test_memory_is_stable_over_10000_calls_of_varying_sizes():
         call(i)
         if i % 1000 == 0:
             assert native.scratch_bytes == scratch, f"scratch grew at call {i}"
-    tracemalloc.start()  # the last 1000 calls traced (tracing slows Python down)
-    try:
-        for i in range(9000, 10000):
-            call(i)
-        gc.collect()
-        traced = tracemalloc.get_traced_memory()[0]
-    finally:
-        tracemalloc.stop()
+    # The last 1000 calls traced (tracing slows Python down). Some interpreter and torch
+    # caches saturate late (seen with Python 3.12 and a CUDA build of torch): a window that
+    # retains memory is retried, up to twice; a leak retains memory in every window.
+    for window in range(3):
+        tracemalloc.start()
+        try:
+            for i in range(9000, 10000):
+                call(i)
+            gc.collect()
+            traced = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+        if traced < 16 << 10:
+            break
     blocks_10000, rss_10000 = sys.getallocatedblocks(), _rss_bytes()
     assert native.scratch_bytes == scratch
     # A leak of one Python object per call would be >= 1000 blocks and >= 48 kB here; what
