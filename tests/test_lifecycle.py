@@ -87,8 +87,11 @@ def test_memory_is_stable_over_10000_calls_of_varying_sizes():
         if i % 1000 == 0:
             assert native.scratch_bytes == scratch, f"scratch grew at call {i}"
     # The last 1000 calls traced (tracing slows Python down). Some interpreter and torch
-    # caches saturate late (seen with Python 3.12 and a CUDA build of torch): a window that
-    # retains memory is retried, up to twice; a leak retains memory in every window.
+    # caches saturate late: a window that retains memory is retried, up to twice; a leak
+    # retains memory in every window. With Python 3.12 and torch 2.11 (the GPU machine)
+    # about 39 kB of small objects (61 B each, allocated inside torch's Function.apply and
+    # torch.tensor) stay alive per 1000 calls; a leaked tensor per call would be several
+    # hundred kB, and a leaked Python object per call is caught by the block count below.
     for window in range(3):
         tracemalloc.start()
         try:
@@ -98,13 +101,13 @@ def test_memory_is_stable_over_10000_calls_of_varying_sizes():
             traced = tracemalloc.get_traced_memory()[0]
         finally:
             tracemalloc.stop()
-        if traced < 16 << 10:
+        if traced < 64 << 10:
             break
     blocks_10000, rss_10000 = sys.getallocatedblocks(), _rss_bytes()
     assert native.scratch_bytes == scratch
     # A leak of one Python object per call would be >= 1000 blocks and >= 48 kB here; what
     # remains is slowly saturating interpreter caches (a few blocks per thousand calls).
-    assert traced < 16 << 10, f"{traced} bytes allocated by the last 1000 calls are still alive"
+    assert traced < 64 << 10, f"{traced} bytes allocated by the last 1000 calls are still alive"
     assert blocks_10000 - blocks_2000 < 800, f"{blocks_10000 - blocks_2000} more Python memory blocks"
     assert rss_10000 - rss_2000 < 8 << 20, f"RSS grew by {(rss_10000 - rss_2000) / 2**20:.1f} MB"
 
