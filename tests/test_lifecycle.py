@@ -108,7 +108,8 @@ def test_memory_is_stable_over_10000_calls_of_varying_sizes():
     # A leak of one Python object per call would be >= 1000 blocks and >= 48 kB here; what
     # remains is slowly saturating interpreter caches (a few blocks per thousand calls).
     assert traced < 64 << 10, f"{traced} bytes allocated by the last 1000 calls are still alive"
-    assert blocks_10000 - blocks_2000 < 800, f"{blocks_10000 - blocks_2000} more Python memory blocks"
+    # 8000+ calls since blocks_2000: a leaked object per call would add >= 8000 blocks.
+    assert blocks_10000 - blocks_2000 < 2500, f"{blocks_10000 - blocks_2000} more Python memory blocks"
     assert rss_10000 - rss_2000 < 8 << 20, f"RSS grew by {(rss_10000 - rss_2000) / 2**20:.1f} MB"
 
 
