@@ -17,6 +17,8 @@ import sys
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from ._cli_args import positive_int
+
 # Commands whose arguments belong to another module's own parser: everything after the
 # command name is handed over unchanged (so ``bench --help`` shows the driver's help).
 # command -> (module under pulsar_py, help line)
@@ -36,16 +38,6 @@ class CommandError(Exception):
     """A user-facing error: printed without a traceback, exit status 1."""
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m pulsar_py",
@@ -58,9 +50,9 @@ def _build_parser() -> argparse.ArgumentParser:
                                              "of spheres) with pulsar_py.Renderer and write a PNG.")
     sample.add_argument("--out", required=True, help="PNG file to write (folders are created)")
     sample.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
-    sample.add_argument("--width", type=_positive_int, default=512, help="image width in pixels (default 512)")
-    sample.add_argument("--height", type=_positive_int, default=384, help="image height in pixels (default 384)")
-    sample.add_argument("--spheres", type=_positive_int, default=4800, help="number of spheres (default 4800)")
+    sample.add_argument("--width", type=positive_int, default=512, help="image width in pixels (default 512)")
+    sample.add_argument("--height", type=positive_int, default=384, help="image height in pixels (default 384)")
+    sample.add_argument("--spheres", type=positive_int, default=4800, help="number of spheres (default 4800)")
     sample.set_defaults(handler=_cmd_sample)
 
     for name, (_module, text) in _FORWARDED.items():

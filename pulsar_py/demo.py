@@ -41,6 +41,7 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
+from ._cli_args import positive_int
 from .demo_setup import DemoParameters, DemoScene, DemoSettings, build_scene, perturb, pose_errors
 from .gif import write_gif
 from .plot import PALETTE, Series, draw_text, line_plot, stack_panels
@@ -245,16 +246,6 @@ def _default_device() -> str:
     return "cuda" if "cuda" in build_info()["backends"] and torch.cuda.is_available() else "cpu"
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
 def _build_parser() -> argparse.ArgumentParser:
     defaults = DemoSettings()
     parser = argparse.ArgumentParser(
@@ -265,12 +256,12 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
                         help="backend (default: cuda when this build has it and a GPU is present, else cpu)")
     parser.add_argument("--out", default="pulsar_demo", help="output folder (default: ./pulsar_demo)")
-    parser.add_argument("--steps", type=_positive_int, default=defaults.steps,
+    parser.add_argument("--steps", type=positive_int, default=defaults.steps,
                         help=f"optimisation steps (default {defaults.steps})")
     parser.add_argument("--seed", type=int, default=defaults.seed, help="seed of the scene and perturbations")
-    parser.add_argument("--width", type=_positive_int, default=defaults.width, help="image width (default 160)")
-    parser.add_argument("--height", type=_positive_int, default=defaults.height, help="image height (default 120)")
-    parser.add_argument("--spheres", type=_positive_int, default=defaults.n_spheres,
+    parser.add_argument("--width", type=positive_int, default=defaults.width, help="image width (default 160)")
+    parser.add_argument("--height", type=positive_int, default=defaults.height, help="image height (default 120)")
+    parser.add_argument("--spheres", type=positive_int, default=defaults.n_spheres,
                         help=f"spheres on the knot (default {defaults.n_spheres}; the floor adds about 2000)")
     parser.add_argument("--quiet", action="store_true", help="no progress line")
     return parser
