@@ -5,27 +5,12 @@ import sys
 import tracemalloc
 from pathlib import Path
 
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from pulsar_py import Renderer  # noqa: E402
-from test_lifecycle import _scene_pool  # noqa: E402
+from test_lifecycle import varying_calls  # noqa: E402
 
-renderer = Renderer(8, 6, n_channels=2, n_track=3, num_threads=1)
-pool = _scene_pool(8, 6, 2)
-keys = list(pool)
-
-
-def call(i):
-    kwargs = pool[keys[(i * 7) % len(keys)]]
-    if i % 5 == 0:
-        image = renderer(**kwargs)
-        (image * image).sum().backward()
-        kwargs["vert_pos"].grad = kwargs["vert_col"].grad = None
-    else:
-        with torch.no_grad():
-            renderer(**kwargs, return_forward_info=i % 4 == 0)
-
+call = varying_calls(Renderer(8, 6, n_channels=2, n_track=3, num_threads=1))
 
 for i in range(3000):
     call(i)

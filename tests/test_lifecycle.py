@@ -57,9 +57,9 @@ def _scene_pool(width: int, height: int, n_channels: int) -> dict:
     return pool
 
 
-@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="RSS is read from /proc (Linux)")
-def test_memory_is_stable_over_10000_calls_of_varying_sizes():
-    renderer = Renderer(8, 6, n_channels=2, n_track=3, num_threads=1)
+def varying_calls(renderer: Renderer):
+    """call(i): the i-th of a sequence of calls cycling through sizes, batches, forward
+    info and backward (also used by benchmarks/leak_sites.py)."""
     pool = _scene_pool(8, 6, 2)
     keys = list(pool)
 
@@ -72,6 +72,14 @@ def test_memory_is_stable_over_10000_calls_of_varying_sizes():
         else:
             with torch.no_grad():
                 renderer(**kwargs, return_forward_info=i % 4 == 0)
+
+    return call
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="RSS is read from /proc (Linux)")
+def test_memory_is_stable_over_10000_calls_of_varying_sizes():
+    renderer = Renderer(8, 6, n_channels=2, n_track=3, num_threads=1)
+    call = varying_calls(renderer)
 
     for i in range(1000):  # warm-up: every size of the pool is seen (and torch's caches fill)
         call(i)

@@ -60,9 +60,8 @@ struct CudaScratch {
   }
 };
 
-// CameraGrad<T> flattened: eye, p00_rel, pdx, pdy, z_axis, x_unit, y_unit (3 each),
-// min_depth, max_depth.
-constexpr int kCameraGradValues = 23;
+// CameraGrad<T> flattened (CameraGrad::to_array).
+constexpr int kCameraGradValues = CameraGrad<float>::kValues;
 
 // Per-instance gradient layout: [position 3, radius, opacity, features C].
 constexpr int kGpuInstPos = 0, kGpuInstRadius = 3, kGpuInstOpacity = 4, kGpuInstFeatures = 5;

@@ -75,16 +75,7 @@ __global__ void reduce_camera_kernel(RendererConfig config, SceneArgs scene, std
   }
   __syncthreads();
   if (threadIdx.x != 0) return;
-  CameraGrad<T> g;
-  g.eye = load_vec3(total + 0);
-  g.p00_rel = load_vec3(total + 3);
-  g.pdx = load_vec3(total + 6);
-  g.pdy = load_vec3(total + 9);
-  g.z_axis = load_vec3(total + 12);
-  g.x_unit = load_vec3(total + 15);
-  g.y_unit = load_vec3(total + 18);
-  g.min_depth = total[21];
-  g.max_depth = total[22];
+  const CameraGrad<T> g = CameraGrad<T>::from_array(total);
   const CameraFrame<T> cam = camera_of<T>(scene, b, config.orthographic);
   frame_backward(cam, g, out + std::int64_t(b) * CAMERA_PARAMS);
 }

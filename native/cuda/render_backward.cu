@@ -31,6 +31,25 @@ __device__ T warp_sum(T v) {
   return v;
 }
 
+// Fixed-order block sum: value(k), k < count, summed over the block's threads into
+// out[0..count): shuffle trees per warp, then the warps in index order. scratch holds
+// kWarps * count values; the block synchronises before returning.
+template <typename T, typename ValueFn>
+__device__ void block_sum(int count, ValueFn value, T* scratch, T* out) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int k = 0; k < count; ++k) {
+    const T s = warp_sum(value(k));
+    if (lane == 0) scratch[warp * count + k] = s;
+  }
+  __syncthreads();
+  for (int k = threadIdx.x; k < count; k += kThreads) {
+    T s = 0;
+    for (int w = 0; w < kWarps; ++w) s += scratch[w * count + k];
+    out[k] = s;
+  }
+  __syncthreads();
+}
+
 // What the block stages per pixel of its tile (index q = ly * 16 + lx).
 template <typename T>
 struct PixelStage {
@@ -187,35 +206,14 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
   // Block reductions in a fixed order: camera terms, then background terms.
   __syncthreads();
   if (tile_camera) {
-    const T values[kCameraGradValues] = {cg.eye.x, cg.eye.y, cg.eye.z, cg.p00_rel.x, cg.p00_rel.y, cg.p00_rel.z,
-                                         cg.pdx.x, cg.pdx.y, cg.pdx.z, cg.pdy.x, cg.pdy.y, cg.pdy.z,
-                                         cg.z_axis.x, cg.z_axis.y, cg.z_axis.z, cg.x_unit.x, cg.x_unit.y, cg.x_unit.z,
-                                         cg.y_unit.x, cg.y_unit.y, cg.y_unit.z, cg.min_depth, cg.max_depth};
-#pragma unroll
-    for (int v = 0; v < kCameraGradValues; ++v) {
-      const T s = warp_sum(values[v]);
-      if (lane == 0) feature_acc[warp * kCameraGradValues + v] = s;
-    }
-    __syncthreads();
-    for (int v = threadIdx.x; v < kCameraGradValues; v += kThreads) {
-      T s = 0;
-      for (int w = 0; w < kWarps; ++w) s += feature_acc[w * kCameraGradValues + v];
-      tile_camera[item * kCameraGradValues + v] = s;
-    }
-    __syncthreads();
+    T values[kCameraGradValues];
+    cg.to_array(values);
+    block_sum(kCameraGradValues, [&](int k) { return values[k]; }, feature_acc,
+              tile_camera + item * kCameraGradValues);
   }
-  if (tile_background) {
-    for (int ch = 0; ch < channels; ++ch) {
-      const T s = warp_sum(own_inside ? grad_image[own_pix * channels + ch] * bg_share : T(0));
-      if (lane == 0) feature_acc[warp * channels + ch] = s;
-    }
-    __syncthreads();
-    for (int ch = threadIdx.x; ch < channels; ch += kThreads) {
-      T s = 0;
-      for (int w = 0; w < kWarps; ++w) s += feature_acc[w * channels + ch];
-      tile_background[item * channels + ch] = s;
-    }
-  }
+  if (tile_background)
+    block_sum(channels, [&](int ch) { return own_inside ? grad_image[own_pix * channels + ch] * bg_share : T(0); },
+              feature_acc, tile_background + item * channels);
 }
 
 template <typename T, int C_STATIC>
