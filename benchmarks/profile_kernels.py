@@ -16,6 +16,7 @@ WORKLOADS = {  # n, image side, radius formula scale (None: U(0,1)), has opacity
     "W3": (10_000, 512, None, True),
     "W4": (1_000_000, 1024, 0.038, True),
     "W5": (4_000_000, 1024, 0.019, True),
+    "W2": (1_000_000, 1000, None, True),
 }
 
 
@@ -60,6 +61,7 @@ def main():
             step()
         torch.cuda.synchronize()
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=60))
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15, max_name_column_width=60))
 
 
 if __name__ == "__main__":

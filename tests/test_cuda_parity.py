@@ -91,6 +91,58 @@ def test_cuda_matches_cpu(case, dtype):
         assert err <= GRAD_RTOL[dtype], f"{name}: relative error {err:.3g}"
 
 
+def _large_opaque_scene(dtype):
+    """About 900 spheres over each pixel, up to 40 px in radius and nearly opaque: early
+    termination stops pixels after a front part of their lists (performance.md's W1,
+    scaled down)."""
+    g = torch.Generator().manual_seed(11)
+    n = 10000
+    pos = torch.rand(n, 3, generator=g, dtype=torch.float64) * torch.tensor([8.0, 6.0, 20.0], dtype=torch.float64) \
+        + torch.tensor([-4.0, -3.0, 15.0], dtype=torch.float64)
+    col = torch.rand(n, 3, generator=g, dtype=torch.float64)
+    rad = 1.0 + 1.5 * torch.rand(n, generator=g, dtype=torch.float64)
+    opa = 0.8 + 0.2 * torch.rand(n, generator=g, dtype=torch.float64)
+    bg = torch.rand(3, generator=g, dtype=torch.float64)
+    cam = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 5.0, 2.0], dtype=torch.float64)
+    return [t.to(dtype) for t in (pos, col, rad, opa, bg, cam)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_cuda_depth_cut_is_exact_and_stores_less(dtype):
+    """The CUDA binning stores only what early termination can reach (tile_depth_bound.cu):
+    the same image, hit counts, tracked ids and gradients as the CPU, which walks whole
+    lists, with a fraction of the scratch of the same scene without termination."""
+    tensors = _large_opaque_scene(dtype)
+    renderer_kw = dict(width=96, height=80, n_channels=3, n_track=4)
+    call_kw = dict(gamma=0.1, max_depth=45.0, percent_allowed_difference=0.01)
+    cpu = _render_and_grad("cpu", tensors, renderer_kw, call_kw)
+    gpu = _render_and_grad("cuda", tensors, renderer_kw, call_kw)
+    pos, col, rad, opa, bg, cam = tensors
+    all_hits = Renderer(**renderer_kw)(pos, col, rad, cam, gamma=0.1, max_depth=45.0, opacity=opa,
+                                       percent_allowed_difference=0.0, mode=1)
+    assert cpu[1].float().mean() < 0.4 * all_hits.mean(), "termination should stop pixels early in this scene"
+    torch.testing.assert_close(gpu[0], cpu[0], atol=1e-5, rtol=0)
+    assert (gpu[1] == cpu[1]).float().mean() >= 0.999
+    ids_cpu = Renderer.sphere_ids_from_result_info_nograd(cpu[2])
+    ids_gpu = Renderer.sphere_ids_from_result_info_nograd(gpu[2])
+    assert (ids_cpu == ids_gpu).float().mean() >= 0.999
+    for name, g_gpu, g_cpu in zip(["pos", "col", "rad", "opa", "bg", "cam"], gpu[3], cpu[3]):
+        assert g_cpu.abs().max() > 0, f"{name}: zero gradient"
+        if dtype == torch.float64:
+            err = (g_gpu - g_cpu).abs().max() / g_cpu.abs().max()
+        else:
+            err = (g_gpu - g_cpu).norm() / g_cpu.norm()
+        assert err <= GRAD_RTOL[dtype], f"{name}: relative error {err:.3g}"
+    scratch = {}
+    for percent in (0.01, 0.0):
+        renderer = Renderer(**renderer_kw).cuda()
+        pos, col, rad, opa, bg, cam = (t.cuda() for t in tensors)
+        renderer(pos, col, rad, cam, gamma=0.1, max_depth=45.0, bg_col=bg, opacity=opa,
+                 percent_allowed_difference=percent)
+        scratch[percent] = renderer._natives[("cuda", torch.cuda.current_device())].scratch_bytes
+    assert scratch[0.01] < 0.5 * scratch[0.0], scratch
+
+
 def test_cuda_backward_is_deterministic():
     tensors = _scene(7, 200, 3, 2, False, torch.float32)
     kw = dict(width=64, height=48, n_channels=3)

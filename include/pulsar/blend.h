@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cmath>
+#include <limits>
 
 #include "pulsar/hd.h"
 
@@ -85,6 +86,48 @@ template <typename T>
 PULSAR_HD T termination_depth(const BlendParams<T>& p, const OnlineSoftmax<T>& state) {
   return p.min_depth +
          p.depth_range() * (T(1) - p.gamma * (std::log(state.D) + p.log_odds + state.m));
+}
+
+// The stopping rule of model.md section 6 with the logarithm deferred. After each hit
+// (after_hit) it keeps a cheap lower bound of termination_depth: ln D < e ln 2 for
+// D = mantissa * 2^e, mantissa in [0.5, 1), minus a slack far above the rounding of
+// either formula. An entry at or before the bound goes on without a logarithm; only one
+// beyond it needs the exact depth. The decisions are exactly termination_depth's.
+template <typename T>
+struct TerminationTest {
+  T low;       // <= termination_depth of the hits so far (+inf before the first)
+  T exact;     // termination_depth of the hits so far, when fresh
+  bool fresh;
+
+  PULSAR_HD static TerminationTest start() {
+    const T inf = std::numeric_limits<T>::infinity();
+    return {inf, inf, true};
+  }
+  PULSAR_HD void after_hit(const BlendParams<T>& p, const OnlineSoftmax<T>& state) {
+    int e;
+    std::frexp(state.D, &e);
+    const T log_d_above = T(e) * T(0.69314718055994531);
+    const T slack = T(1e-5) * (std::abs(p.min_depth) + p.depth_range());
+    low = p.min_depth + p.depth_range() * (T(1) - p.gamma * (log_d_above + p.log_odds + state.m)) - slack;
+    fresh = false;
+  }
+  // Whether an entry with closest depth zc stops the traversal.
+  PULSAR_HD bool stops(T zc, const BlendParams<T>& p, const OnlineSoftmax<T>& state) {
+    if (zc <= low) return false;
+    if (!fresh) {
+      exact = termination_depth(p, state);
+      fresh = true;
+    }
+    return zc > exact;
+  }
+};
+
+// The same depth for a total weight exp(log_weight) (background included), in double:
+// the CUDA binning bounds it from below-estimated weights (tile_depth_bound.cu).
+template <typename T>
+PULSAR_HD double termination_depth_for_weight(const BlendParams<T>& p, double log_weight) {
+  return double(p.min_depth) +
+         double(p.depth_range()) * (1.0 - double(p.gamma) * (log_weight + double(p.log_odds)));
 }
 
 }  // namespace pulsar

@@ -46,7 +46,7 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene,
         OnlineSoftmax<T> blend = OnlineSoftmax<T>::start(bp);
         for (int ch = 0; ch < channels; ++ch) accum[ch] = sv.background[ch];
         TrackedHits<T> tracked{track_depth, track_id, k_track, 0};
-        T tau = std::numeric_limits<T>::infinity();
+        TerminationTest<T> termination = TerminationTest<T>::start();
         T max_closest = T(-1);
         T mom[3] = {0, 0, 0};  // sum w n^k relative to exp(m)
         std::int64_t hits = 0;
@@ -54,7 +54,7 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene,
         for (std::int64_t e = first; e < last; ++e) {
           const std::int32_t i = entries[e];
           const SphereRecord<T>& r = rec[i];
-          if (r.closest_depth > tau || hits >= cap) break;
+          if (hits >= cap || termination.stops(r.closest_depth, bp, blend)) break;
           if (!r.bounds.contains(x, y)) continue;
           const T radius = sv.radii[i];
           const PairHit<T> h = evaluate_pair(cam, r.c, r.dist, radius, r.is_tiny, ray);
@@ -73,7 +73,7 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene,
           }
           ++hits;
           end = e - first + 1;
-          if (bp.early_stop) tau = termination_depth(bp, blend);
+          if (bp.early_stop) termination.after_hit(bp, blend);
           max_closest = r.closest_depth;
           if (info) tracked.insert(h.depth, i);
         }

@@ -27,7 +27,7 @@ class CudaBackend final : public Backend {
   void setup_and_bin(const SceneArgs& scene, const RenderOptions& options) override {
     DeviceGuard guard(config_.device_index);
     dispatch_dtype(scene.dtype, [&](auto tag) {
-      cuda_setup_and_bin<decltype(tag)>(config_, scene, stream(options), scratch_);
+      cuda_setup_and_bin<decltype(tag)>(config_, scene, options, stream(options), scratch_);
     });
   }
 

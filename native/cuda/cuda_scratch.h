@@ -1,10 +1,12 @@
 // The CUDA backend's persistent device scratch and the data its stages share.
 //
 // Binning: every (camera b, visible sphere i) pair gets a slot range of length
-// "tiles touched" (an exclusive scan over b*N + i gives sphere_slots). Each slot u holds
+// "tiles stored" (an exclusive scan over b*N + i gives sphere_slots). Each slot u holds
 // one (tile, sphere) instance with sort key (b * n_tiles + tile) << 32 | float bits of zc
 // (zc > 0, so its bits order like its value). A stable radix sort of the keys orders
-// every tile's instances by (zc, index); tile_ranges then marks each tile's run.
+// every tile's instances by (zc, index); tile_ranges then marks each tile's run. A tile
+// stores only the spheres with zc up to its depth bound (tile_depth_bound.cu): the ones
+// early termination can let a pixel of it reach.
 #pragma once
 
 #include <cstdint>
@@ -35,7 +37,10 @@ struct CudaScratch {
   int device = 0;
   int sm_count = 1;
   DeviceBuffer spheres;         // GpuSphere<T> [B, N]
-  DeviceBuffer tile_counts;     // uint32 [B * N]: tiles touched per sphere
+  DeviceBuffer depth_range;     // uint32 [B, 2]: ~bits of the smallest, bits of the largest visible zc
+  DeviceBuffer cover_histogram; // uint64 [B * n_tiles, buckets] (tile_depth_bound.cu)
+  DeviceBuffer tile_depth_bound;  // float [B * n_tiles]: no pixel processes a sphere with larger zc
+  DeviceBuffer tile_counts;     // int64 [B * N]: tiles stored per sphere
   DeviceBuffer sphere_slots;    // int64 [B * N + 1]: exclusive scan of tile_counts
   DeviceBuffer keys_a, keys_b;   // uint64 [n_instances]: the sort's double buffer
   DeviceBuffer slots_a, slots_b; // int32 [n_instances]: slot u, then u of each sorted position
@@ -52,7 +57,8 @@ struct CudaScratch {
   std::int64_t n_instances = 0;
 
   std::size_t bytes() const {
-    return spheres.capacity() + tile_counts.capacity() + sphere_slots.capacity() +
+    return spheres.capacity() + depth_range.capacity() + cover_histogram.capacity() +
+           tile_depth_bound.capacity() + tile_counts.capacity() + sphere_slots.capacity() +
            keys_a.capacity() + keys_b.capacity() + slots_a.capacity() + slots_b.capacity() +
            slot_sphere.capacity() +
            tile_ranges.capacity() + cub_temp.capacity() + instance_grads.capacity() +
@@ -67,8 +73,13 @@ constexpr int kCameraGradValues = CameraGrad<float>::kValues;
 constexpr int kGpuInstPos = 0, kGpuInstRadius = 3, kGpuInstOpacity = 4, kGpuInstFeatures = 5;
 
 template <typename T>
-void cuda_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, cudaStream_t stream,
-                        CudaScratch& scratch);
+void cuda_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
+                        cudaStream_t stream, CudaScratch& scratch);
+// Per tile of every camera, a depth beyond which no pixel processes a sphere (float
+// [B * n_tiles], in scratch), or null when early termination is off.
+template <typename T>
+const float* cuda_tile_depth_bound(const RendererConfig& config, const SceneArgs& scene,
+                                   const RenderOptions& options, cudaStream_t stream, CudaScratch& scratch);
 template <typename T>
 void cuda_render_forward(const RendererConfig& config, const SceneArgs& scene,
                          const RenderOptions& options, const ForwardOutputs& out, cudaStream_t stream,

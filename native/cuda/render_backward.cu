@@ -50,6 +50,14 @@ __device__ void block_sum(int count, ValueFn value, T* scratch, T* out) {
   __syncthreads();
 }
 
+// Perspective camera gradients reach the film through each pixel's ray direction d =
+// normalize(sensor offset). The backward of that normalisation is linear in dL/dd, so the
+// block sums dL/dd per pixel first and applies it once per pixel instead of once per
+// pair. Each warp owns one copy of the per-pixel sums (its lanes hold distinct pixels at
+// any time), so no two threads add into the same place and the sum order stays fixed.
+// Used when the copies fit the shared memory: float with up to about 400 channels;
+// never in double.
+
 // What the block stages per pixel of its tile (index q = ly * 16 + lx).
 template <typename T>
 struct PixelStage {
@@ -58,7 +66,7 @@ struct PixelStage {
   T mom[kThreads][3], grad_mom[kThreads][3];
 };
 
-template <typename T, int C_STATIC>
+template <typename T, int C_STATIC, bool RAY_SUMS>
 __global__ void __launch_bounds__(kThreads)
 render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions options, BackwardArgs args,
                        GradFlags flags, const GpuSphere<T>* spheres, const std::int32_t* entry_sphere,
@@ -67,6 +75,9 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
   __shared__ int max_end;
   extern __shared__ unsigned char smem_raw[];
   T* feature_acc = reinterpret_cast<T*>(smem_raw);  // [kWarps][C], also block-reduction scratch
+  // [kWarps][3][kThreads]: per-warp sums of dL/d(ray direction) per pixel (RAY_SUMS).
+  T* ray_grad = feature_acc + kWarps * max(kCameraGradValues, config.n_channels);
+  constexpr bool kOwnFeatureSums = C_STATIC > 0;  // per-lane registers, one reduction per entry
 
   const int channels = C_STATIC > 0 ? C_STATIC : config.n_channels;
   const int stride = kGpuInstFeatures + channels;
@@ -90,6 +101,8 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
   const bool own_inside = own_x < config.width && own_y < config.height;
   const std::int64_t own_pix = image_base + std::int64_t(own_y) * config.width + own_x;
   if (threadIdx.x == 0) max_end = 0;
+  if (RAY_SUMS && !cam.orthographic && tile_camera)
+    for (int k = threadIdx.x; k < kWarps * 3 * kThreads; k += kThreads) ray_grad[k] = T(0);
   __syncthreads();
   T bg_share = 0;
   if (own_inside) {
@@ -125,7 +138,9 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
     Vec3<T> c_world{0, 0, 0};
     if (cam.orthographic && flags.geometry) c_world = load_vec3(sv.positions + 3 * std::int64_t(id)) - cam.eye;
     T acc[5] = {0, 0, 0, 0, 0};  // position 3, radius, opacity
-    if (flags.features && lane == 0)
+    T feature_sum[kOwnFeatureSums ? C_STATIC : 1];
+    for (int k = 0; k < (kOwnFeatureSums ? C_STATIC : 1); ++k) feature_sum[k] = T(0);
+    if (!kOwnFeatureSums && flags.features && lane == 0)
       for (int k = 0; k < channels; ++k) feature_acc[warp * channels + k] = T(0);
     for (int k0 = 0; k0 < box_pixels; k0 += 32) {
       const int k = k0 + lane;
@@ -177,7 +192,14 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
                 Vec3<T> grad_ray{0, 0, 0};
                 intersect_perspective_backward(h, c, g.dist, g.radius, ray.dir, grad_kappa, grad_depth,
                                                grad_c, acc[3], grad_ray);
-                cg.add_sensor_offset(normalize_backward(sensor_rel, grad_ray), T(x), T(y));
+                if (RAY_SUMS) {
+                  T* mine = ray_grad + warp * 3 * kThreads + q;
+                  mine[0] += grad_ray.x;
+                  mine[kThreads] += grad_ray.y;
+                  mine[2 * kThreads] += grad_ray.z;
+                } else {
+                  cg.add_sensor_offset(normalize_backward(sensor_rel, grad_ray), T(x), T(y));
+                }
               }
               acc[0] += grad_c.x;
               acc[1] += grad_c.y;
@@ -187,24 +209,42 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
           }
         }
       }
-      if (flags.features)
+      if (flags.features && kOwnFeatureSums) {
+        if (active)
+          for (int ch = 0; ch < (kOwnFeatureSums ? C_STATIC : 1); ++ch) feature_sum[ch] += weight * g_img[ch];
+      } else if (flags.features) {
         for (int ch = 0; ch < channels; ++ch) {
           const T v = warp_sum(active ? weight * g_img[ch] : T(0));
           if (lane == 0) feature_acc[warp * channels + ch] += v;
         }
+      }
     }
     T* out = inst_grads + p * stride;
     for (int f = 0; f < 5; ++f) {
       const T v = warp_sum(acc[f]);
       if (lane == 0) out[f] = v;
     }
-    if (flags.features && lane == 0)
+    if (flags.features && kOwnFeatureSums) {
+      for (int ch = 0; ch < (kOwnFeatureSums ? C_STATIC : 1); ++ch) {
+        const T v = warp_sum(feature_sum[ch]);
+        if (lane == 0) out[kGpuInstFeatures + ch] = v;
+      }
+    } else if (flags.features && lane == 0) {
       for (int ch = 0; ch < channels; ++ch) out[kGpuInstFeatures + ch] = feature_acc[warp * channels + ch];
+    }
     __syncwarp();
   }
 
   // Block reductions in a fixed order: camera terms, then background terms.
   __syncthreads();
+  if (RAY_SUMS && !cam.orthographic && tile_camera && own_inside) {
+    Vec3<T> grad_ray{0, 0, 0};  // warps in index order
+    for (int w = 0; w < kWarps; ++w) {
+      const T* sums = ray_grad + w * 3 * kThreads + threadIdx.x;
+      grad_ray = grad_ray + make_vec3(sums[0], sums[kThreads], sums[2 * kThreads]);
+    }
+    cg.add_sensor_offset(normalize_backward(cam.sensor_offset(T(own_x), T(own_y)), grad_ray), T(own_x), T(own_y));
+  }
   if (tile_camera) {
     T values[kCameraGradValues];
     cg.to_array(values);
@@ -221,14 +261,21 @@ void launch(const RendererConfig& config, const SceneArgs& scene, const RenderOp
             const BackwardArgs& args, GradFlags flags, cudaStream_t stream, CudaScratch& s,
             T* inst, T* tile_camera, T* tile_background) {
   const unsigned blocks = unsigned(Tiling::of(config.width, config.height).n_tiles() * scene.batch_size);
+  constexpr std::size_t kLimit = 48 * 1024;  // shared memory per block without opting in
+  const std::size_t fixed = sizeof(PixelStage<T>) + sizeof(int);
   const std::size_t dynamic = kWarps * std::size_t(std::max(kCameraGradValues, config.n_channels)) * sizeof(T);
-  const std::size_t total = dynamic + sizeof(PixelStage<T>) + sizeof(int);
-  if (total > 48 * 1024)
+  const std::size_t ray_sums = kWarps * 3 * std::size_t(kThreads) * sizeof(T);
+  if (fixed + dynamic > kLimit)
     throw std::invalid_argument("n_channels: " + std::to_string(config.n_channels) +
                                 " channels exceed the CUDA backward's shared memory");
-  render_backward_kernel<T, C_STATIC><<<blocks, kThreads, dynamic, stream>>>(
-      config, scene, options, args, flags, s.spheres.as<GpuSphere<T>>(), s.entry_sphere,
-      s.tile_ranges.as<int2>(), inst, tile_camera, tile_background);
+  if (sizeof(T) == 4 && fixed + dynamic + ray_sums <= kLimit)
+    render_backward_kernel<T, C_STATIC, true><<<blocks, kThreads, dynamic + ray_sums, stream>>>(
+        config, scene, options, args, flags, s.spheres.as<GpuSphere<T>>(), s.entry_sphere,
+        s.tile_ranges.as<int2>(), inst, tile_camera, tile_background);
+  else
+    render_backward_kernel<T, C_STATIC, false><<<blocks, kThreads, dynamic, stream>>>(
+        config, scene, options, args, flags, s.spheres.as<GpuSphere<T>>(), s.entry_sphere,
+        s.tile_ranges.as<int2>(), inst, tile_camera, tile_background);
   PULSAR_CUDA_LAUNCH_CHECK("render_backward_kernel");
 }
 

@@ -82,7 +82,7 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
   FeatureAccum<T, C_STATIC> accum;
   if (inside) accum.init(sv.background, img, channels);
   OnlineSoftmax<T> blend = OnlineSoftmax<T>::start(bp);
-  T tau = std::numeric_limits<T>::infinity();
+  TerminationTest<T> termination = TerminationTest<T>::start();
   T max_closest = T(-1);
   T mom[3] = {0, 0, 0};
   std::int64_t hits = 0;
@@ -105,7 +105,7 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
     const int batch_size = min(kThreads, range.y - start);
     for (int j = 0; j < batch_size && !done; ++j) {
       const GpuSphere<T>& g = batch[j];
-      if (g.closest_depth > tau || hits >= cap) {
+      if (hits >= cap || termination.stops(g.closest_depth, bp, blend)) {
         done = true;
         break;
       }
@@ -125,7 +125,7 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
       }
       ++hits;
       end = start + j - range.x + 1;
-      if (bp.early_stop) tau = termination_depth(bp, blend);
+      if (bp.early_stop) termination.after_hit(bp, blend);
       max_closest = g.closest_depth;
       if (WITH_INFO) tracked.insert(h.depth, batch_id[j]);
     }

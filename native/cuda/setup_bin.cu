@@ -1,6 +1,7 @@
 // Stage 1 on CUDA: per-sphere setup and binning into per-tile lists ordered by
-// (closest depth, sphere index). One host synchronisation: the instance count is read
-// back once to size the sort (documented in docs/design.md).
+// (closest depth, sphere index), each cut at its tile's depth bound (tile_depth_bound.cu).
+// One host synchronisation: the instance count is read back once to size the sort
+// (documented in docs/design.md).
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 
@@ -10,67 +11,114 @@ namespace pulsar {
 
 namespace {
 
+// Records the smallest and largest visible zc of camera b (float bits order like the
+// values: zc > 0). The smallest is kept as the maximum of the complemented bits, so one
+// zero fill initialises both. A warp whose lanes share a camera reduces first.
+__device__ void record_depth_range(std::uint32_t* depth_range, int b, bool visible, float zc) {
+  const unsigned full = 0xffffffffu;
+  const std::uint32_t bits = __float_as_uint(zc);
+  std::uint32_t lo = visible ? ~bits : 0u, hi = visible ? bits : 0u;
+  const int first_camera = __shfl_sync(full, b, 0);
+  const bool one_camera = __all_sync(full, first_camera == b);
+  if (one_camera) {
+    for (int offset = 16; offset > 0; offset /= 2) {
+      lo = max(lo, __shfl_down_sync(full, lo, offset));
+      hi = max(hi, __shfl_down_sync(full, hi, offset));
+    }
+    if (threadIdx.x % 32 != 0) return;
+  }
+  if (hi != 0) {
+    atomicMax(depth_range + 2 * b, lo);
+    atomicMax(depth_range + 2 * b + 1, hi);
+  }
+}
+
 template <typename T>
 __global__ void setup_spheres_kernel(RendererConfig config, SceneArgs scene, GpuSphere<T>* spheres,
-                                     std::int64_t* tile_counts) {
+                                     std::uint32_t* depth_range) {
+  const std::int64_t n = scene.n_spheres;
+  const std::int64_t item = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  // Lanes past the end stay for the warp reduction of the depth range.
+  const bool valid = item < n * scene.batch_size;
+  const int b = valid ? int(item / n) : scene.batch_size - 1;
+  SphereSetup<T> s;
+  s.visible = false;
+  if (valid) {
+    const std::int64_t i = item % n;
+    const CameraFrame<T> cam = camera_of<T>(scene, b, config.orthographic);
+    const SceneView<T> sv = SceneView<T>::of(scene, b, config.n_channels);
+    const Vec3<T> p = load_vec3(sv.positions + 3 * i);
+    const T radius = sv.radii[i];
+    s = setup_sphere(cam, p, radius, config.width, config.height);
+    const Vec3<T> c = p - cam.eye;
+    GpuSphere<T> g;
+    if (cam.orthographic) {
+      g.cx = dot(c, cam.x_unit); g.cy = dot(c, cam.y_unit); g.cz = dot(c, cam.z_axis);
+    } else {
+      g.cx = c.x; g.cy = c.y; g.cz = c.z;
+    }
+    g.dist = norm(c);
+    g.radius = radius;
+    g.opacity = sv.opacity(i);
+    g.closest_depth = s.closest_depth;
+    g.x0 = std::int16_t(s.visible ? s.bounds.x0 : 1);
+    g.x1 = std::int16_t(s.visible ? s.bounds.x1 : 0);
+    g.y0 = std::int16_t(s.visible ? s.bounds.y0 : 1);
+    g.y1 = std::int16_t(s.visible ? s.bounds.y1 : 0);
+    g.flags = s.is_tiny ? 1 : 0;
+    spheres[item] = g;
+  }
+  record_depth_range(depth_range, b, s.visible, s.visible ? float(s.closest_depth) : 0.f);
+}
+
+// Calls fn(tile index within its camera, running index) for each tile of the sphere's
+// bounds that stores it: all of them, or those whose depth bound (of this camera's
+// tiles; null: none) is at least the sphere's zc.
+template <typename T, typename Fn>
+__device__ void for_each_stored_tile(const GpuSphere<T>& g, int tiles_x, const float* bound, Fn fn) {
+  if (g.x0 > g.x1 || g.y0 > g.y1) return;
+  const float zc = float(g.closest_depth);
+  int k = 0;
+  for (int ty = g.y0 / kTileSize; ty <= g.y1 / kTileSize; ++ty)
+    for (int tx = g.x0 / kTileSize; tx <= g.x1 / kTileSize; ++tx) {
+      const int tile = ty * tiles_x + tx;
+      if (bound == nullptr || zc <= bound[tile]) fn(tile, k++);
+    }
+}
+
+template <typename T>
+__global__ void count_kernel(RendererConfig config, SceneArgs scene, const GpuSphere<T>* spheres,
+                             const float* bound, std::int64_t* tile_counts) {
   const std::int64_t n = scene.n_spheres;
   const std::int64_t item = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (item >= n * scene.batch_size) return;
-  const int b = int(item / n);
-  const std::int64_t i = item % n;
-  const CameraFrame<T> cam = camera_of<T>(scene, b, config.orthographic);
-  const SceneView<T> sv = SceneView<T>::of(scene, b, config.n_channels);
-  const Vec3<T> p = load_vec3(sv.positions + 3 * i);
-  const T radius = sv.radii[i];
-  const SphereSetup<T> s = setup_sphere(cam, p, radius, config.width, config.height);
-  const Vec3<T> c = p - cam.eye;
-  GpuSphere<T> g;
-  if (cam.orthographic) {
-    g.cx = dot(c, cam.x_unit); g.cy = dot(c, cam.y_unit); g.cz = dot(c, cam.z_axis);
-  } else {
-    g.cx = c.x; g.cy = c.y; g.cz = c.z;
-  }
-  g.dist = norm(c);
-  g.radius = radius;
-  g.opacity = sv.opacity(i);
-  g.closest_depth = s.closest_depth;
-  g.x0 = std::int16_t(s.visible ? s.bounds.x0 : 1);
-  g.x1 = std::int16_t(s.visible ? s.bounds.x1 : 0);
-  g.y0 = std::int16_t(s.visible ? s.bounds.y0 : 1);
-  g.y1 = std::int16_t(s.visible ? s.bounds.y1 : 0);
-  g.flags = s.is_tiny ? 1 : 0;
-  spheres[item] = g;
+  const Tiling tiling = Tiling::of(config.width, config.height);
+  const float* camera_bound = bound ? bound + (item / n) * tiling.n_tiles() : nullptr;
   std::int64_t count = 0;
-  if (s.visible) {
-    const std::int64_t tw = s.bounds.x1 / kTileSize - s.bounds.x0 / kTileSize + 1;
-    const std::int64_t th = s.bounds.y1 / kTileSize - s.bounds.y0 / kTileSize + 1;
-    count = tw * th;
-  }
+  for_each_stored_tile(spheres[item], tiling.tiles_x, camera_bound, [&](int, int) { ++count; });
   tile_counts[item] = count;
 }
 
 template <typename T>
 __global__ void duplicate_kernel(RendererConfig config, SceneArgs scene, const GpuSphere<T>* spheres,
-                                 const std::int64_t* sphere_slots, std::uint64_t* keys,
+                                 const float* bound, const std::int64_t* sphere_slots, std::uint64_t* keys,
                                  std::int32_t* slots, std::int32_t* slot_sphere) {
   const std::int64_t n = scene.n_spheres;
   const std::int64_t item = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (item >= n * scene.batch_size) return;
   const GpuSphere<T> g = spheres[item];
-  if (g.x0 > g.x1 || g.y0 > g.y1) return;
-  const int b = int(item / n);
-  const int tiles_x = (config.width + kTileSize - 1) / kTileSize;
-  const int tiles_y = (config.height + kTileSize - 1) / kTileSize;
-  const std::uint64_t tile_base = std::uint64_t(b) * std::uint64_t(tiles_x) * std::uint64_t(tiles_y);
+  const Tiling tiling = Tiling::of(config.width, config.height);
+  const std::int64_t b = item / n;
+  const float* camera_bound = bound ? bound + b * tiling.n_tiles() : nullptr;
+  const std::uint64_t tile_base = std::uint64_t(b) * std::uint64_t(tiling.n_tiles());
   const std::uint32_t depth_bits = __float_as_uint(float(g.closest_depth));
-  std::int64_t u = sphere_slots[item];
-  for (int ty = g.y0 / kTileSize; ty <= g.y1 / kTileSize; ++ty) {
-    for (int tx = g.x0 / kTileSize; tx <= g.x1 / kTileSize; ++tx, ++u) {
-      keys[u] = ((tile_base + std::uint64_t(ty) * tiles_x + tx) << 32) | depth_bits;
-      slots[u] = std::int32_t(u);
-      slot_sphere[u] = std::int32_t(item % n);
-    }
-  }
+  const std::int64_t first = sphere_slots[item];
+  for_each_stored_tile(g, tiling.tiles_x, camera_bound, [&](int tile, int k) {
+    const std::int64_t u = first + k;
+    keys[u] = ((tile_base + std::uint64_t(tile)) << 32) | depth_bits;
+    slots[u] = std::int32_t(u);
+    slot_sphere[u] = std::int32_t(item % n);
+  });
 }
 
 __global__ void entries_kernel(std::int64_t count, const std::uint64_t* keys, const std::int32_t* slots,
@@ -95,12 +143,13 @@ int bit_width(std::uint64_t v) {
 }  // namespace
 
 template <typename T>
-void cuda_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, cudaStream_t stream,
-                        CudaScratch& scratch) {
+void cuda_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
+                        cudaStream_t stream, CudaScratch& scratch) {
   const std::int64_t items = scene.n_spheres * scene.batch_size;
   const Tiling tiling = Tiling::of(config.width, config.height);
   const std::int64_t total_tiles = tiling.n_tiles() * scene.batch_size;
   auto* spheres = scratch.spheres.reserve<GpuSphere<T>>(std::size_t(items), "sphere records");
+  auto* depth_range = scratch.depth_range.reserve<std::uint32_t>(2 * std::size_t(scene.batch_size), "depth range");
   auto* counts = scratch.tile_counts.reserve<std::int64_t>(std::size_t(items), "tile counts");
   auto* slots_of = scratch.sphere_slots.reserve<std::int64_t>(std::size_t(items) + 1, "sphere slots");
   auto* ranges = scratch.tile_ranges.reserve<int2>(std::size_t(total_tiles), "tile ranges");
@@ -109,8 +158,12 @@ void cuda_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, cu
   scratch.n_instances = 0;
   if (items == 0) return;
   constexpr int kThreads = 256;
-  setup_spheres_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(config, scene, spheres, counts);
+  PULSAR_CUDA_CHECK(cudaMemsetAsync(depth_range, 0, 2 * sizeof(std::uint32_t) * std::size_t(scene.batch_size), stream));
+  setup_spheres_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(config, scene, spheres, depth_range);
   PULSAR_CUDA_LAUNCH_CHECK("setup_spheres_kernel");
+  const float* bound = cuda_tile_depth_bound<T>(config, scene, options, stream, scratch);
+  count_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(config, scene, spheres, bound, counts);
+  PULSAR_CUDA_LAUNCH_CHECK("count_kernel");
 
   // Inclusive scan into slots_of[1..]: slots_of[k] = instances of items before k.
   std::size_t scan_bytes = 0;
@@ -135,7 +188,7 @@ void cuda_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, cu
                                         scratch.slots_b.reserve<std::int32_t>(std::size_t(count), "slots"));
   auto* slot_sphere = scratch.slot_sphere.reserve<std::int32_t>(std::size_t(count), "slot spheres");
   duplicate_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
-      config, scene, spheres, slots_of, keys.Current(), slots.Current(), slot_sphere);
+      config, scene, spheres, bound, slots_of, keys.Current(), slots.Current(), slot_sphere);
   PULSAR_CUDA_LAUNCH_CHECK("duplicate_kernel");
 
   // The double-buffer sort needs no workspace of the keys' size; the result is in
@@ -153,7 +206,9 @@ void cuda_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, cu
   PULSAR_CUDA_LAUNCH_CHECK("entries_kernel");
 }
 
-template void cuda_setup_and_bin<float>(const RendererConfig&, const SceneArgs&, cudaStream_t, CudaScratch&);
-template void cuda_setup_and_bin<double>(const RendererConfig&, const SceneArgs&, cudaStream_t, CudaScratch&);
+template void cuda_setup_and_bin<float>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
+                                        cudaStream_t, CudaScratch&);
+template void cuda_setup_and_bin<double>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
+                                         cudaStream_t, CudaScratch&);
 
 }  // namespace pulsar

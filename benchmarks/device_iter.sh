@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# One development iteration on the GPU machine: build for sm_90, the CUDA parity and
+# golden tests, the benchmark (workloads in $WORKLOADS, default all) and kernel profiles
+# of the workloads in $PROFILE (default W4). Usage: bash benchmarks/device_iter.sh
+set -uo pipefail
+export PULSAR_CUDA_ARCHITECTURES=${PULSAR_CUDA_ARCHITECTURES:-90}
+export PYTHONUNBUFFERED=1
+out=${OUT:-/tmp/pulsar_out}
+mkdir -p "$out"
+start=$(date +%s)
+python3 -m pip install --no-build-isolation --no-deps -q . 2>&1 | tail -3
+echo "build: $(( $(date +%s) - start )) s"
+(cd tests && python3 -m pytest -q -x -p no:cacheprovider test_cuda_parity.py test_golden.py ${TESTS:-} 2>&1 | tail -6)
+python3 benchmarks/run.py --device cuda --json "$out/bench.json" --quiet ${WORKLOADS:+--workloads $WORKLOADS} 2>&1 | tail -12
+for w in ${PROFILE:-W4}; do python3 benchmarks/profile_kernels.py "$w" 2>&1 | grep -v "^-" | head -60; done

@@ -1,0 +1,171 @@
+// Stage 1b on CUDA: per tile, a depth beyond which no pixel of the tile processes any
+// sphere, so that binning stores only the (tile, sphere) instances early termination can
+// reach (model.md section 6). Large spheres otherwise touch dozens of tiles each and
+// most of those instances lie far behind where every pixel stops.
+//
+// Why it is exact: let S be spheres that certainly hit every pixel of a tile, each with
+// zc at most E and weight at least w_i there. A pixel that reaches an entry with
+// zc > E has processed all of S (they come earlier in its list and are hits), so its
+// total weight is at least W = exp(s_bg) + sum w_i and its termination depth at most
+// tau(W) (termination depth falls as weight grows). It stops at any entry with
+// zc > max(E, tau(W)). Taking S = the certain spheres of the first k depth buckets gives
+// one bound per k; the tile keeps the smallest, plus a margin for rounding.
+//
+// Certain spheres and their weights come from covered_closeness (tile_cover.h) at the
+// tile's corner pixels; the depth of a hit is at most o1 <= t (perspective) or |cz|
+// (orthographic), which bounds the exponent from below. Weights are summed as fixed-point
+// integers relative to exp(s_ref), the largest exponent any hit can have, so the sums
+// are exact and the bound does not depend on the order of the atomics.
+#include <cmath>
+
+#include "cuda_scratch.h"
+#include "pulsar/blend.h"
+#include "pulsar/tile_cover.h"
+
+namespace pulsar {
+
+namespace {
+
+constexpr double kFixedOne = 4294967296.0;  // 2^32: weight 1 (relative to exp(s_ref))
+// Largest histogram: 2^22 cells of 8 bytes (32 MiB); the bucket count shrinks first.
+constexpr std::int64_t kMaxHistogramCells = std::int64_t(1) << 22;
+constexpr int kMaxBuckets = 64, kMinBuckets = 4;
+// Below this projected radius (pixels) the core region cannot hold a 16 x 16 tile.
+constexpr double kMinCoverRadiusPx = 22.0;
+
+// Per-camera range of the visible spheres' zc (float bits, see depth_range_of).
+struct DepthRange {
+  float zmin, zmax;
+  bool empty;
+};
+
+__device__ DepthRange depth_range_of(const std::uint32_t* depth_range, int b) {
+  const std::uint32_t lo = depth_range[2 * b], hi = depth_range[2 * b + 1];
+  return DepthRange{__uint_as_float(~lo), __uint_as_float(hi), hi == 0};
+}
+
+// Largest exponent any hit of camera b can have: opacity 1 at the smallest zc.
+template <typename T>
+__device__ double reference_exponent(const BlendParams<T>& bp, const DepthRange& range) {
+  const double n = (double(range.zmin) - double(bp.min_depth)) * double(bp.inv_range);
+  return (1.0 - n) * double(bp.inv_gamma);
+}
+
+__device__ int bucket_of(float zc, const DepthRange& range, int buckets) {
+  const float width = range.zmax - range.zmin;
+  if (!(width > 0)) return buckets - 1;
+  const int k = int((zc - range.zmin) / width * float(buckets));
+  return k < 0 ? 0 : (k >= buckets ? buckets - 1 : k);
+}
+
+template <typename T>
+__global__ void cover_kernel(RendererConfig config, SceneArgs scene, RenderOptions options,
+                             const GpuSphere<T>* spheres, const std::uint32_t* depth_range,
+                             unsigned long long* histogram, int buckets) {
+  const std::int64_t n = scene.n_spheres;
+  const std::int64_t item = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (item >= n * scene.batch_size) return;
+  const GpuSphere<T> g = spheres[item];
+  if (g.x0 > g.x1 || g.y0 > g.y1 || !(g.opacity > T(0))) return;
+  const int b = int(item / n);
+  const CameraFrame<T> cam = camera_of<T>(scene, b, config.orthographic);
+  const double radius_px = cam.orthographic
+                               ? double(g.radius) / double(cam.pixel_size)
+                               : double(g.radius) * double(cam.focal) / (double(g.dist) * double(cam.pixel_size));
+  if (radius_px < kMinCoverRadiusPx) return;
+  const Vec3<T> c = make_vec3(g.cx, g.cy, g.cz);
+  // core_region_bounds wants centre - eye in world units; orthographic records keep the
+  // camera-frame coordinates, which map back through the frame's unit axes.
+  const Vec3<T> c_world = cam.orthographic ? g.cx * cam.x_unit + g.cy * cam.y_unit + g.cz * cam.z_axis : c;
+  const PixelBounds core = clamp_bounds(core_region_bounds(cam, c_world, g.dist, g.radius, config.width,
+                                                           config.height), config.width, config.height);
+  if (core.empty()) return;
+  const BlendParams<T> bp = blend_params_of(cam, config, options);
+  const DepthRange range = depth_range_of(depth_range, b);
+  // Exponent bound: depth of any hit <= o1 <= t (perspective) or |cz| (orthographic).
+  const double far_depth = cam.orthographic ? fabs(double(g.cz)) : double(g.dist);
+  const double n_far = (far_depth - double(bp.min_depth)) * double(bp.inv_range);
+  const double s_low = double(g.opacity) * (1.0 - n_far) * double(bp.inv_gamma);
+  const double relative = double(g.opacity) * exp(s_low - reference_exponent(bp, range));
+  const int k = bucket_of(float(g.closest_depth), range, buckets);
+  const int tiles_x = (config.width + kTileSize - 1) / kTileSize;
+  const int tiles_y = (config.height + kTileSize - 1) / kTileSize;
+  unsigned long long* tile_hist = histogram + std::int64_t(b) * tiles_x * tiles_y * buckets;
+  // Tiles whose pixels (clipped to the image) all lie in the core.
+  for (int ty = (core.y0 + kTileSize - 1) / kTileSize; ty * kTileSize <= core.y1; ++ty) {
+    const int py0 = ty * kTileSize, py1 = min(py0 + kTileSize - 1, config.height - 1);
+    if (py1 > core.y1) break;
+    for (int tx = (core.x0 + kTileSize - 1) / kTileSize; tx * kTileSize <= core.x1; ++tx) {
+      const int px0 = tx * kTileSize, px1 = min(px0 + kTileSize - 1, config.width - 1);
+      if (px1 > core.x1) break;
+      const T kappa = covered_closeness(cam, c, g.dist, g.radius, px0, py0, px1, py1);
+      // 0.999: margin for the rounding of kappa here against the forward's.
+      const double w = fmin(1.0, 0.999 * double(kappa) * relative);
+      const auto fixed = static_cast<unsigned long long>(w * kFixedOne);
+      if (fixed > 0) atomicAdd(tile_hist + (std::int64_t(ty) * tiles_x + tx) * buckets + k, fixed);
+    }
+  }
+}
+
+template <typename T>
+__global__ void tile_bound_kernel(RendererConfig config, SceneArgs scene, RenderOptions options,
+                                  const std::uint32_t* depth_range, const unsigned long long* histogram,
+                                  int buckets, std::int64_t n_tiles, float* bound) {
+  const std::int64_t item = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (item >= n_tiles * scene.batch_size) return;
+  const int b = int(item / n_tiles);
+  const DepthRange range = depth_range_of(depth_range, b);
+  double best = INFINITY;
+  if (!range.empty) {
+    const CameraFrame<T> cam = camera_of<T>(scene, b, config.orthographic);
+    const BlendParams<T> bp = blend_params_of(cam, config, options);
+    const double s_ref = reference_exponent(bp, range);
+    const double background = exp(double(bp.bg_exponent) - s_ref);
+    const double width = double(range.zmax) - double(range.zmin);
+    unsigned long long sum = 0;
+    for (int k = 0; k < buckets; ++k) {
+      sum += histogram[item * buckets + k];
+      const double total = double(sum) / kFixedOne + background;
+      if (!(total > 0)) continue;
+      const double tau = termination_depth_for_weight(bp, log(total) + s_ref);
+      const double edge = k == buckets - 1 ? double(range.zmax) : double(range.zmin) + width * (k + 1) / buckets;
+      best = fmin(best, fmax(edge, tau));
+    }
+    // Margin for the forward's rounding of tau and of zc (float keys): far above both.
+    best += 1e-4 * double(bp.depth_range()) + 1e-5 * fabs(best);
+  }
+  bound[item] = float(best) < best ? nextafterf(float(best), INFINITY) : float(best);
+}
+
+}  // namespace
+
+template <typename T>
+const float* cuda_tile_depth_bound(const RendererConfig& config, const SceneArgs& scene,
+                                   const RenderOptions& options, cudaStream_t stream, CudaScratch& scratch) {
+  if (!(options.percent_allowed_difference > 0) || scene.n_spheres == 0) return nullptr;
+  const std::int64_t n_tiles = Tiling::of(config.width, config.height).n_tiles();
+  const std::int64_t total_tiles = n_tiles * scene.batch_size;
+  const int buckets = int(std::min<std::int64_t>(kMaxBuckets, kMaxHistogramCells / total_tiles));
+  if (buckets < kMinBuckets) return nullptr;  // too many tiles for the histogram: no cut
+  auto* histogram = scratch.cover_histogram.reserve<unsigned long long>(
+      std::size_t(total_tiles) * buckets, "tile cover histogram");
+  auto* bound = scratch.tile_depth_bound.reserve<float>(std::size_t(total_tiles), "tile depth bounds");
+  PULSAR_CUDA_CHECK(cudaMemsetAsync(histogram, 0, sizeof(unsigned long long) * std::size_t(total_tiles) * buckets, stream));
+  constexpr int kThreads = 256;
+  const std::int64_t items = scene.n_spheres * scene.batch_size;
+  cover_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
+      config, scene, options, scratch.spheres.as<GpuSphere<T>>(), scratch.depth_range.as<std::uint32_t>(),
+      histogram, buckets);
+  PULSAR_CUDA_LAUNCH_CHECK("cover_kernel");
+  tile_bound_kernel<T><<<blocks_for(total_tiles, kThreads), kThreads, 0, stream>>>(
+      config, scene, options, scratch.depth_range.as<std::uint32_t>(), histogram, buckets, n_tiles, bound);
+  PULSAR_CUDA_LAUNCH_CHECK("tile_bound_kernel");
+  return bound;
+}
+
+template const float* cuda_tile_depth_bound<float>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
+                                                   cudaStream_t, CudaScratch&);
+template const float* cuda_tile_depth_bound<double>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
+                                                    cudaStream_t, CudaScratch&);
+
+}  // namespace pulsar
