@@ -10,6 +10,9 @@ mkdir -p "$out"
 start=$(date +%s)
 python3 -m pip install --no-build-isolation --no-deps -q . 2>&1 | tail -3
 echo "build: $(( $(date +%s) - start )) s"
-(cd tests && python3 -m pytest -q -x -p no:cacheprovider test_cuda_parity.py test_golden.py ${TESTS:-} 2>&1 | tail -6)
+# TESTS: pytest arguments (default: the CUDA parity and golden tests; "." for all).
+(cd tests && python3 -m pytest -q -p no:cacheprovider ${TESTS:-test_cuda_parity.py test_golden.py} 2>&1 | tail -15) > "$out/tests.txt"
+cat "$out/tests.txt"
 python3 benchmarks/run.py --device cuda --json "$out/bench.json" --quiet ${WORKLOADS:+--workloads $WORKLOADS} 2>&1 | tail -12
-for w in ${PROFILE:-W4}; do python3 benchmarks/profile_kernels.py "$w" 2>&1 | grep -v "^-" | head -60; done
+for w in ${PROFILE:-W4}; do python3 benchmarks/profile_kernels.py "$w" 2>&1 | grep -v "^-" | head -45 > "$out/profile_$w.txt"; done
+grep -h "wall" "$out"/profile_*.txt

@@ -1,4 +1,5 @@
-"""The one autograd Function around the native renderer.
+"""The autograd Functions around the native core: the renderer, and the camera
+conversion (Pulsar camera vectors -> packed cameras) that feeds it.
 
 Forward allocates the outputs with torch (the caller owns outputs) and passes raw
 pointers to the native core; backward routes ``ctx.needs_input_grad`` into the native
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from . import _native
 from .debug import debug_enabled, save_snapshot
@@ -128,6 +130,75 @@ class RenderFunction(torch.autograd.Function):
                     grad_image=grad_image,
                     grad_depth_moments=grad_moments if ctx.settings.want_depth_moments else None))
         return None, None, g_pos, g_col, g_rad, g_opa, g_bg, g_cam
+
+
+class CameraParamsFunction(torch.autograd.Function):
+    """packed = CameraParamsFunction.apply(cam_params, width, height, orthographic,
+    right_handed, first_R_then_T, min_depth, max_depth).
+
+    Pulsar camera vectors cam_params [B, L] (L in {8, 10, 11, 13}, float32/float64, on
+    the CPU or CUDA) -> packed native cameras [B, 15] (include/pulsar/camera.h: eye,
+    p00_rel, pdx, pdy, focal, resolved min_depth, max_depth), in one native op each way
+    instead of ~60 tiny torch ops (include/pulsar/camera_params.h). Same values and
+    gradients as ``camera_from_params`` followed by the near/far resolution of
+    ``Renderer._render`` (min_depth 0: focal length + 2e-6; focal length 0 when
+    orthographic). min_depth and max_depth are plain numbers (no gradient). The backward
+    is the exact derivative of the native forward; it is not itself differentiable.
+    """
+
+    @staticmethod
+    def forward(ctx, cam_params: torch.Tensor, width: int, height: int, orthographic: bool, right_handed: bool,
+                first_R_then_T: bool, min_depth: float, max_depth: float) -> torch.Tensor:
+        cam_params = cam_params.contiguous()
+        args = _camera_params_args(cam_params, width, height, orthographic, right_handed, first_R_then_T,
+                                   min_depth, max_depth)
+        packed = torch.empty((cam_params.shape[0], _native.CAMERA_PARAMS), dtype=cam_params.dtype,
+                             device=cam_params.device)
+        _native.camera_params_to_packed(args, packed.data_ptr())
+        ctx.args = args  # reused by backward (its pointer is refreshed from the saved tensor)
+        ctx.save_for_backward(cam_params)
+        return packed
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_packed: torch.Tensor):
+        grad_params = None
+        if ctx.needs_input_grad[0]:
+            (cam_params,) = ctx.saved_tensors
+            grad_packed = grad_packed.contiguous()
+            grad_params = torch.empty_like(cam_params)
+            args = ctx.args
+            args.params = cam_params.data_ptr()
+            if cam_params.device.type == "cuda":  # backward may run on another stream than forward
+                args.stream = torch.cuda.current_stream(cam_params.device).cuda_stream
+            _native.camera_params_backward(args, grad_packed.data_ptr(), grad_params.data_ptr())
+        return grad_params, None, None, None, None, None, None, None
+
+
+def _camera_params_args(cam_params: torch.Tensor, width: int, height: int, orthographic: bool, right_handed: bool,
+                        first_R_then_T: bool, min_depth: float, max_depth: float) -> "_native.CameraParamsArgs":
+    """The native arguments for contiguous cam_params [B, L] (the native side checks L,
+    B, the image size and the pointers; the tensor's own properties are checked here)."""
+    if cam_params.dim() != 2:
+        raise ValueError(f"cam_params: expected a tensor of shape [B, L], got shape {tuple(cam_params.shape)}")
+    if cam_params.dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"cam_params: expected dtype torch.float32 or torch.float64, got {cam_params.dtype}")
+    if cam_params.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"cam_params: expected a tensor on cpu or cuda, got {cam_params.device}")
+    args = _native.CameraParamsArgs()
+    args.dtype = _native.DType.float64 if cam_params.dtype == torch.float64 else _native.DType.float32
+    device = cam_params.device
+    if device.type == "cuda":
+        args.device = _native.DeviceKind.cuda
+        args.device_index = device.index if device.index is not None else torch.cuda.current_device()
+        args.stream = torch.cuda.current_stream(device).cuda_stream
+    args.batch_size = cam_params.shape[0]
+    args.length = cam_params.shape[-1]
+    args.width, args.height = width, height
+    args.orthographic, args.right_handed, args.first_R_then_T = orthographic, right_handed, first_R_then_T
+    args.min_depth, args.max_depth = float(min_depth), float(max_depth)
+    args.params = cam_params.data_ptr()
+    return args
 
 
 def _reraise_with_snapshot(error: RuntimeError, stage: str, native, settings: CallSettings,

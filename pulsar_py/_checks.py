@@ -105,11 +105,20 @@ def check_depth(name: str, value: object, dtype: torch.dtype, device: torch.devi
                 f"{name}: expected a float or a 0-dim floating tensor, got a tensor of shape "
                 f"{tuple(value.shape)} and dtype {value.dtype}")
         return value.to(dtype=dtype, device=device)
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+    return torch.tensor(_check_depth_number(name, value), dtype=dtype, device=device)
+
+
+def _is_real_number(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
+def _check_depth_number(name: str, value: object) -> float:
+    """A depth given as a number: finite and >= 0, as a float."""
+    if not _is_real_number(value):
         raise TypeError(f"{name}: expected a float, got {type(value).__name__} {_short(value)}")
     if not (math.isfinite(float(value)) and float(value) >= 0):
         raise ValueError(f"{name}: expected a finite value >= 0, got {value}")
-    return torch.tensor(float(value), dtype=dtype, device=device)
+    return float(value)
 
 
 def check_depth_range(max_depth: object, min_depth: object, dtype: torch.dtype,
@@ -119,9 +128,32 @@ def check_depth_range(max_depth: object, min_depth: object, dtype: torch.dtype,
     far = check_depth("max_depth", max_depth, dtype, device)
     near = check_depth("min_depth", min_depth, dtype, device)
     numbers_given = not isinstance(max_depth, torch.Tensor) and not isinstance(min_depth, torch.Tensor)
-    if numbers_given and float(max_depth) <= float(min_depth):
-        raise ValueError(f"max_depth: expected > min_depth ({min_depth}), got {max_depth}")
+    if numbers_given:
+        _check_depth_order(max_depth, min_depth)
     return far, near
+
+
+def depth_numbers(max_depth: object, min_depth: object) -> Optional[Tuple[float, float]]:
+    """(min_depth, max_depth) as floats when both are plain real numbers, else None.
+
+    Plain numbers can go to the native camera conversion, which resolves the near/far
+    depths itself (no tensors built from them); tensors keep their graph on the torch path.
+    """
+    if _is_real_number(max_depth) and _is_real_number(min_depth):
+        return float(min_depth), float(max_depth)
+    return None
+
+
+def check_depth_numbers(max_depth: object, min_depth: object) -> None:
+    """check_depth_range for two plain numbers, without making tensors of them."""
+    _check_depth_number("max_depth", max_depth)
+    _check_depth_number("min_depth", min_depth)
+    _check_depth_order(max_depth, min_depth)
+
+
+def _check_depth_order(max_depth: object, min_depth: object) -> None:
+    if float(max_depth) <= float(min_depth):
+        raise ValueError(f"max_depth: expected > min_depth ({min_depth}), got {max_depth}")
 
 
 def add_depth_checks(checks: "DeferredValueChecks", near: torch.Tensor, far: torch.Tensor,

@@ -79,6 +79,30 @@ class GradientOutputs:
     cameras: int
     def __init__(self) -> None: ...
 
+class CameraParamsArgs:
+    """Pulsar camera vectors [B, L] -> packed cameras [B, 15] (include/pulsar/camera_params.h)."""
+    dtype: DType
+    device: DeviceKind
+    device_index: int
+    stream: int  # cudaStream_t as an integer; 0 on the CPU
+    batch_size: int  # B >= 1
+    length: int  # L in {8, 10, 11, 13}
+    width: int
+    height: int
+    orthographic: bool
+    right_handed: bool
+    first_R_then_T: bool
+    min_depth: float  # 0: focal length + 2e-6
+    max_depth: float
+    params: int  # [B, L]
+    def __init__(self) -> None: ...
+
+def camera_params_to_packed(args: CameraParamsArgs, packed: int) -> None:
+    """Writes packed [B, 15]: eye, p00_rel, pdx, pdy, focal, resolved min_depth, max_depth."""
+
+def camera_params_backward(args: CameraParamsArgs, grad_packed: int, grad_params: int) -> None:
+    """Writes grad_params [B, L] = (d packed / d params)^T grad_packed [B, 15]."""
+
 class Renderer:
     def __init__(self, config: RendererConfig) -> None: ...
     def forward(self, scene: SceneArgs, options: RenderOptions, outputs: ForwardOutputs) -> int: ...
@@ -88,5 +112,7 @@ class Renderer:
     def config(self) -> RendererConfig: ...
     @property
     def scratch_bytes(self) -> int: ...
+    @property
+    def binned_instances(self) -> int: ...
 
 def build_info() -> Dict[str, Union[str, bool, Tuple[str, ...]]]: ...

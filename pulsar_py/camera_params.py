@@ -5,11 +5,17 @@ world position of the centre of film pixel (0, 0) (``p00``), the world steps bet
 pixel centres along image x and y (``pdx``, ``pdy``) and the focal length. Everything
 here is plain differentiable torch code, so gradients of those vectors reach position,
 rotation, focal length, sensor width and the (real-valued) principal-point offsets.
+
+``camera_from_params`` is the reference implementation. The renderer's hot path uses its
+native twin (include/pulsar/camera_params.h, through ``_autograd.CameraParamsFunction``):
+one op forward and one backward instead of ~60 tiny torch ops each way; the tests hold
+the two to the same values and gradients (tests/test_camera_native.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Optional, Tuple
 
 import torch
 
@@ -51,6 +57,12 @@ class NativeCamera:
         focal: [B] distance from the eye to the sensor plane; exactly 0 if orthographic.
         right_handed: the optical axis is ``-normalize(pdy x pdx)`` instead of ``+``.
         orthographic: rays are parallel to the optical axis.
+        native_packed: None, or the [B, 15] packed cameras (include/pulsar/camera.h) made
+            by the native conversion, of which the five tensors above are views; its
+            columns 13, 14 hold the near/far depths resolved from ``native_depths``.
+        native_depths: (min_depth, max_depth) as given to the native conversion, when
+            ``native_packed`` is set: the renderer passes ``native_packed`` on as is when
+            a call's depth range equals it.
     """
 
     eye: torch.Tensor
@@ -60,6 +72,17 @@ class NativeCamera:
     focal: torch.Tensor
     right_handed: bool
     orthographic: bool
+    native_packed: Optional[torch.Tensor] = field(default=None, repr=False)
+    native_depths: Optional[Tuple[float, float]] = None
+
+    @classmethod
+    def from_packed(cls, packed: torch.Tensor, right_handed: bool, orthographic: bool,
+                    depths: Tuple[float, float]) -> "NativeCamera":
+        """The camera of packed cameras [B, 15] resolved with depths (min, max): its
+        tensors are views (slices) of ``packed``, which it carries along."""
+        return cls(eye=packed[:, 0:3], p00_rel=packed[:, 3:6], pdx=packed[:, 6:9], pdy=packed[:, 9:12],
+                   focal=packed[:, 12], right_handed=right_handed, orthographic=orthographic,
+                   native_packed=packed, native_depths=depths)
 
     @property
     def batch_size(self) -> int:
@@ -77,6 +100,8 @@ class NativeCamera:
 
     def packed(self) -> torch.Tensor:
         """[B, 13] = eye, p00_rel, pdx, pdy, focal: the layout the native core reads."""
+        if self.native_packed is not None:
+            return self.native_packed[:, :13]
         return torch.cat([self.eye, self.p00_rel, self.pdx, self.pdy, self.focal[:, None]], dim=-1)
 
 

@@ -8,7 +8,7 @@ from typing import NamedTuple, Optional, Tuple, Union
 import torch
 
 from . import _checks, _native
-from ._autograd import CallSettings, RenderFunction
+from ._autograd import CallSettings, CameraParamsFunction, RenderFunction
 from .camera import Camera
 from .camera_params import NativeCamera, VALID_PARAM_LENGTHS, camera_from_params
 from .outputs import RenderResult, depth_from_moments
@@ -198,7 +198,8 @@ class Renderer(torch.nn.Module):
         """
         checks = _checks.DeferredValueChecks() if self.check_values else None
         pos, col, rad, opacity, bg, batched = self._check_scene(vert_pos, vert_col, vert_rad, opacity, bg_col, checks)
-        camera, camera_batched = self._resolve_camera(cam_params, pos, checks, first_R_then_T, "cam_params")
+        camera, camera_batched = self._resolve_camera(cam_params, pos, checks, first_R_then_T, "cam_params",
+                                                      depths=_checks.depth_numbers(max_depth, min_depth))
         raw = self._render(pos, col, rad, opacity, bg, camera, gamma, max_depth, min_depth,
                            percent_allowed_difference, max_n_hits, mode, return_forward_info, checks)
         info = raw.forward_info
@@ -256,7 +257,8 @@ class Renderer(torch.nn.Module):
         """
         checks = _checks.DeferredValueChecks() if self.check_values else None
         pos = _checks.check_tensor("vert_pos", vert_pos, dims=(2, 3), last=3, device=self.device)
-        camera_native, camera_batched = self._resolve_camera(camera, pos, checks, first_R_then_T, "camera")
+        camera_native, camera_batched = self._resolve_camera(camera, pos, checks, first_R_then_T, "camera",
+                                                             depths=_checks.depth_numbers(max_depth, min_depth))
         col, rad = vert_col, vert_rad
         if sh_degree is not None:
             sh_degree = check_sh_degree(sh_degree)
@@ -344,9 +346,18 @@ class Renderer(torch.nn.Module):
         gamma, percent, hit_cap, mode, return_forward_info = _checks.check_call_settings(
             gamma, percent_allowed_difference, max_n_hits, mode, return_forward_info)
         _checks.check_batch(camera.batch_size, self.width, self.height)
-        max_depth_t, min_depth_t = _checks.check_depth_range(max_depth, min_depth, pos.dtype, pos.device)
-        near = torch.where(min_depth_t == 0, camera.focal + 2e-6, min_depth_t.expand_as(camera.focal))
-        far = max_depth_t.expand_as(camera.focal)
+        depths = _checks.depth_numbers(max_depth, min_depth)
+        if camera.native_packed is not None and depths is not None and camera.native_depths == depths:
+            # Hot path: the native conversion already resolved near/far into the packed
+            # cameras [B, 15]; no tensor is built from the depth numbers.
+            _checks.check_depth_numbers(max_depth, min_depth)
+            cameras = camera.native_packed.contiguous()  # a copy only when expanded
+            near, far = cameras[:, 13], cameras[:, 14]
+        else:
+            max_depth_t, min_depth_t = _checks.check_depth_range(max_depth, min_depth, pos.dtype, pos.device)
+            near = torch.where(min_depth_t == 0, camera.focal + 2e-6, min_depth_t.expand_as(camera.focal))
+            far = max_depth_t.expand_as(camera.focal)
+            cameras = None
         if checks is not None:
             _checks.add_depth_checks(checks, near, far, camera.focal, camera.orthographic, max_depth, min_depth)
             # Backstop for any degenerate camera (rotation, sensor) the checks above miss.
@@ -358,7 +369,8 @@ class Renderer(torch.nn.Module):
             warnings.warn(f"gamma={gamma} < 1e-3: geometry and camera gradients become very sharp and "
                           "may be unstable for optimisation", stacklevel=3)
             self._warned_small_gamma = True
-        cameras = torch.cat([camera.packed(), near[:, None], far[:, None]], dim=-1).contiguous()
+        if cameras is None:
+            cameras = torch.cat([camera.packed(), near[:, None], far[:, None]], dim=-1).contiguous()
         settings = CallSettings(gamma=gamma, percent_allowed_difference=percent, max_n_hits=hit_cap,
                                 right_handed=camera.right_handed,
                                 want_forward_info=bool(return_forward_info),
@@ -367,10 +379,17 @@ class Renderer(torch.nn.Module):
         image, hits, info, moments = RenderFunction.apply(native, settings, pos, col, rad, opacity, bg, cameras)
         return _RawOutputs(image, hits, info, moments, near, far)
 
-    def _resolve_camera(self, camera, pos: torch.Tensor, checks, first_R_then_T: bool,
-                        name: str) -> Tuple[NativeCamera, bool]:
+    def _resolve_camera(self, camera, pos: torch.Tensor, checks, first_R_then_T: bool, name: str,
+                        depths: Optional[Tuple[float, float]] = None) -> Tuple[NativeCamera, bool]:
         """(native camera, whether the camera input was batched) of a Camera or camera
-        vectors; expanded to pos's batch when spheres are batched and the camera is one."""
+        vectors; expanded to pos's batch when spheres are batched and the camera is one.
+
+        Camera vectors with ``depths`` = (min_depth, max_depth) given as numbers are
+        converted by one native op (CameraParamsFunction) into packed cameras [B, 15],
+        near/far included, which the returned camera carries for ``_render``; without
+        ``depths`` (tensor depths, ``visible``) the torch reference camera_from_params
+        converts them.
+        """
         first_R_then_T = _checks.check_bool("first_R_then_T", first_R_then_T)
         if isinstance(camera, Camera):
             if first_R_then_T:
@@ -391,8 +410,14 @@ class Renderer(torch.nn.Module):
             raise TypeError(f"{name}: expected a pulsar_py.Camera or camera vectors (torch.Tensor [B?, L]), "
                             f"got {type(camera).__name__}")
         cams = self._check_cam_params(camera, pos, checks, name)
-        native = camera_from_params(cams, self.width, self.height, self.orthogonal_projection,
-                                    self.right_handed_system, first_R_then_T)
+        if depths is not None:
+            min_depth, max_depth = depths
+            packed = CameraParamsFunction.apply(cams, self.width, self.height, self.orthogonal_projection,
+                                                self.right_handed_system, first_R_then_T, min_depth, max_depth)
+            native = NativeCamera.from_packed(packed, self.right_handed_system, self.orthogonal_projection, depths)
+        else:
+            native = camera_from_params(cams, self.width, self.height, self.orthogonal_projection,
+                                        self.right_handed_system, first_R_then_T)
         return native, camera.dim() == 2
 
     def _check_mask(self, mask, pos: torch.Tensor, camera: NativeCamera) -> Tuple[torch.Tensor, NativeCamera]:
@@ -483,6 +508,9 @@ def _expand_camera(camera: NativeCamera, batch: int, name: str) -> NativeCamera:
         raise ValueError(f"{name}: expected 1 camera or a batch of {batch} like the spheres/mask, "
                          f"got {camera.batch_size}")
     grow = lambda t: t.expand((batch,) + tuple(t.shape[1:]))  # noqa: E731
+    if camera.native_packed is not None:  # keep the views of one packed tensor
+        return NativeCamera.from_packed(grow(camera.native_packed), camera.right_handed, camera.orthographic,
+                                        camera.native_depths)
     return NativeCamera(eye=grow(camera.eye), p00_rel=grow(camera.p00_rel), pdx=grow(camera.pdx),
                         pdy=grow(camera.pdy), focal=grow(camera.focal), right_handed=camera.right_handed,
                         orthographic=camera.orthographic)

@@ -92,15 +92,15 @@ def test_cuda_matches_cpu(case, dtype):
 
 
 def _large_opaque_scene(dtype):
-    """About 900 spheres over each pixel, up to 40 px in radius and nearly opaque: early
-    termination stops pixels after a front part of their lists (performance.md's W1,
+    """About 1300 spheres of 14 to 48 px radius over each pixel, nearly opaque: early
+    termination stops pixels after about a quarter of their hits (performance.md's W1,
     scaled down)."""
     g = torch.Generator().manual_seed(11)
-    n = 10000
+    n = 6000
     pos = torch.rand(n, 3, generator=g, dtype=torch.float64) * torch.tensor([8.0, 6.0, 20.0], dtype=torch.float64) \
         + torch.tensor([-4.0, -3.0, 15.0], dtype=torch.float64)
     col = torch.rand(n, 3, generator=g, dtype=torch.float64)
-    rad = 1.0 + 1.5 * torch.rand(n, generator=g, dtype=torch.float64)
+    rad = 2.0 + 1.0 * torch.rand(n, generator=g, dtype=torch.float64)
     opa = 0.8 + 0.2 * torch.rand(n, generator=g, dtype=torch.float64)
     bg = torch.rand(3, generator=g, dtype=torch.float64)
     cam = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 5.0, 2.0], dtype=torch.float64)
@@ -111,7 +111,7 @@ def _large_opaque_scene(dtype):
 def test_cuda_depth_cut_is_exact_and_stores_less(dtype):
     """The CUDA binning stores only what early termination can reach (tile_depth_bound.cu):
     the same image, hit counts, tracked ids and gradients as the CPU, which walks whole
-    lists, with a fraction of the scratch of the same scene without termination."""
+    lists, from a fraction of the instances the same scene stores without termination."""
     tensors = _large_opaque_scene(dtype)
     renderer_kw = dict(width=96, height=80, n_channels=3, n_track=4)
     call_kw = dict(gamma=0.1, max_depth=45.0, percent_allowed_difference=0.01)
@@ -133,14 +133,16 @@ def test_cuda_depth_cut_is_exact_and_stores_less(dtype):
         else:
             err = (g_gpu - g_cpu).norm() / g_cpu.norm()
         assert err <= GRAD_RTOL[dtype], f"{name}: relative error {err:.3g}"
-    scratch = {}
+    stored = {}
     for percent in (0.01, 0.0):
         renderer = Renderer(**renderer_kw).cuda()
         pos, col, rad, opa, bg, cam = (t.cuda() for t in tensors)
         renderer(pos, col, rad, cam, gamma=0.1, max_depth=45.0, bg_col=bg, opacity=opa,
                  percent_allowed_difference=percent)
-        scratch[percent] = renderer._natives[("cuda", torch.cuda.current_device())].scratch_bytes
-    assert scratch[0.01] < 0.5 * scratch[0.0], scratch
+        stored[percent] = renderer._natives[("cuda", torch.cuda.current_device())].binned_instances
+    # About a quarter of the hits are processed; the bound is looser than that ideal
+    # (spheres under 22 px radius never count as covering a tile): 0.61 on an H100.
+    assert 0 < stored[0.01] < 0.75 * stored[0.0], stored
 
 
 def test_cuda_backward_is_deterministic():

@@ -111,6 +111,9 @@ class Renderer {
   const RendererConfig& config() const { return config_; }
   // Bytes of scratch the Renderer currently owns (host or device).
   std::size_t scratch_bytes() const;
+  // (tile, sphere) instances the last binning stored (a diagnostic: on CUDA, those up to
+  // each tile's depth bound).
+  std::int64_t binned_instances() const;
 
  private:
   void check_call(const SceneArgs& scene, const RenderOptions& options) const;
@@ -121,6 +124,34 @@ class Renderer {
   std::uint64_t binned_token_ = 0;  // token of the binning the backend holds; 0: none
   std::uint64_t next_token_ = 1;
 };
+
+// Pulsar camera vectors -> packed native cameras, in one call (include/pulsar/
+// camera_params.h holds the conversion; model.md section 2 its meaning). Replaces ~60
+// tiny framework ops per direction on the hot path. Pointers are to contiguous arrays of
+// `dtype` on `device`; B = batch_size, L = length.
+struct CameraParamsArgs {
+  DType dtype = DType::Float32;
+  DeviceKind device = DeviceKind::CPU;
+  int device_index = 0;           // CUDA device ordinal
+  void* stream = nullptr;         // CUDA stream (cudaStream_t); ignored on the CPU
+  int batch_size = 1;             // B >= 1
+  int length = 8;                 // L in {8, 10, 11, 13}
+  int width = 0, height = 0;      // image size in pixels (>= 1)
+  bool orthographic = false;      // focal length ignored, packed as 0
+  bool right_handed = false;      // optical axis negated
+  bool first_R_then_T = false;    // eye = M * position
+  double min_depth = 0.0;         // near depth, world units; 0: focal length + 2e-6
+  double max_depth = 1.0;         // far depth, world units (stored, not validated)
+  const void* params = nullptr;   // [B, L] camera vectors
+};
+
+// Writes packed [B, 15] (camera.h layout: eye, p00_rel, pdx, pdy, focal, resolved
+// min_depth, max_depth). Asynchronous on CUDA (enqueued on args.stream).
+void camera_params_to_packed(const CameraParamsArgs& args, void* packed);
+
+// Writes grad_params [B, L] = (d packed / d params)^T grad_packed, for grad_packed
+// [B, 15]: the exact derivative of camera_params_to_packed (every element is written).
+void camera_params_backward(const CameraParamsArgs& args, const void* grad_packed, void* grad_params);
 
 struct BuildInfo {
   std::string version;

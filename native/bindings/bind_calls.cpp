@@ -1,5 +1,6 @@
-// Call structs. Pointer fields are exchanged with Python as integers (data_ptr()); the
-// Python layer (pulsar_py/_checks.py) has validated every tensor behind them.
+// Call structs, and the camera conversion calls. Pointer fields are exchanged with Python
+// as integers (data_ptr()); the Python layer (pulsar_py/_checks.py, _autograd.py) has
+// validated every tensor behind them.
 #include <cstdint>
 
 #include "bindings.h"
@@ -61,6 +62,39 @@ void bind_calls(py::module_& m) {
   pointer_field(grads, "opacities", &GradientOutputs::opacities);
   pointer_field(grads, "background", &GradientOutputs::background);
   pointer_field(grads, "cameras", &GradientOutputs::cameras);
+
+  py::class_<CameraParamsArgs> cam(m, "CameraParamsArgs");
+  cam.def(py::init<>())
+      .def_readwrite("dtype", &CameraParamsArgs::dtype)
+      .def_readwrite("device", &CameraParamsArgs::device)
+      .def_readwrite("device_index", &CameraParamsArgs::device_index)
+      .def_readwrite("batch_size", &CameraParamsArgs::batch_size)
+      .def_readwrite("length", &CameraParamsArgs::length)
+      .def_readwrite("width", &CameraParamsArgs::width)
+      .def_readwrite("height", &CameraParamsArgs::height)
+      .def_readwrite("orthographic", &CameraParamsArgs::orthographic)
+      .def_readwrite("right_handed", &CameraParamsArgs::right_handed)
+      .def_readwrite("first_R_then_T", &CameraParamsArgs::first_R_then_T)
+      .def_readwrite("min_depth", &CameraParamsArgs::min_depth)
+      .def_readwrite("max_depth", &CameraParamsArgs::max_depth);
+  pointer_field(cam, "stream", &CameraParamsArgs::stream);
+  pointer_field(cam, "params", &CameraParamsArgs::params);
+
+  // One native op each way for the camera conversion (the GIL is kept: both are a few
+  // hundred flops per camera on the CPU and a kernel launch on CUDA).
+  m.def(
+      "camera_params_to_packed",
+      [](const CameraParamsArgs& args, std::uintptr_t packed) {
+        camera_params_to_packed(args, reinterpret_cast<void*>(packed));
+      },
+      py::arg("args"), py::arg("packed"));
+  m.def(
+      "camera_params_backward",
+      [](const CameraParamsArgs& args, std::uintptr_t grad_packed, std::uintptr_t grad_params) {
+        camera_params_backward(args, reinterpret_cast<const void*>(grad_packed),
+                               reinterpret_cast<void*>(grad_params));
+      },
+      py::arg("args"), py::arg("grad_packed"), py::arg("grad_params"));
 }
 
 }  // namespace pulsar::bindings

@@ -14,7 +14,8 @@ void bind_renderer(py::module_& m) {
       .def("backward", &Renderer::backward, py::arg("scene"), py::arg("options"), py::arg("args"),
            py::arg("grads"), py::arg("forward_token"), py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("config", &Renderer::config)
-      .def_property_readonly("scratch_bytes", &Renderer::scratch_bytes);
+      .def_property_readonly("scratch_bytes", &Renderer::scratch_bytes)
+      .def_property_readonly("binned_instances", &Renderer::binned_instances);
 }
 
 }  // namespace pulsar::bindings

@@ -6,7 +6,7 @@
 namespace pulsar::bindings {
 
 void bind_config(pybind11::module_& m);    // enums, RendererConfig, options
-void bind_calls(pybind11::module_& m);     // SceneArgs and the forward/backward structs
+void bind_calls(pybind11::module_& m);     // SceneArgs, the forward/backward structs, camera conversion
 void bind_renderer(pybind11::module_& m);  // Renderer
 void bind_build_info(pybind11::module_& m);
 

@@ -33,6 +33,7 @@ class Backend {
   virtual void reduce_gradients(const SceneArgs& scene, const RenderOptions& options,
                                 const GradientOutputs& grads) = 0;
   virtual std::size_t scratch_bytes() const = 0;
+  virtual std::int64_t binned_instances() const = 0;
 };
 
 std::unique_ptr<Backend> make_cpu_backend(const RendererConfig& config);

@@ -36,6 +36,7 @@ Renderer::Renderer(const RendererConfig& config) : config_(config) {
 Renderer::~Renderer() = default;
 
 std::size_t Renderer::scratch_bytes() const { return backend_->scratch_bytes(); }
+std::int64_t Renderer::binned_instances() const { return backend_->binned_instances(); }
 
 void Renderer::check_call(const SceneArgs& scene, const RenderOptions& options) const {
   PULSAR_REQUIRE(scene.batch_size >= 1, "batch_size: expected >= 1, got ", scene.batch_size);

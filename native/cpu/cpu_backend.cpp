@@ -40,6 +40,7 @@ class CpuBackend final : public Backend {
   }
 
   std::size_t scratch_bytes() const override { return scratch_.bytes(); }
+  std::int64_t binned_instances() const override { return scratch_.n_instances; }
 
  private:
   RendererConfig config_;

@@ -56,6 +56,7 @@ class CudaBackend final : public Backend {
   }
 
   std::size_t scratch_bytes() const override { return scratch_.bytes(); }
+  std::int64_t binned_instances() const override { return scratch_.n_instances; }
 
  private:
   static cudaStream_t stream(const RenderOptions& options) {

@@ -124,7 +124,10 @@ __global__ void tile_bound_kernel(RendererConfig config, SceneArgs scene, Render
     const double width = double(range.zmax) - double(range.zmin);
     unsigned long long sum = 0;
     for (int k = 0; k < buckets; ++k) {
-      sum += histogram[item * buckets + k];
+      const unsigned long long added = histogram[item * buckets + k];
+      // Without new weight, tau stays and the edge only grows: no better bound.
+      if (k > 0 && added == 0) continue;
+      sum += added;
       const double total = double(sum) / kFixedOne + background;
       if (!(total > 0)) continue;
       const double tau = termination_depth_for_weight(bp, log(total) + s_ref);
