@@ -146,16 +146,27 @@ def make_inputs(workload: Workload, device: torch.device, dtype: torch.dtype = t
 # Timing and memory
 
 
-def scratch_bytes(renderer: torch.nn.Module, device: torch.device) -> Optional[int]:
-    """Bytes of scratch the renderer's native object for ``device`` holds (host memory on
-    the CPU, device memory on CUDA); None when the renderer has none (e.g. a peer)."""
+def _native_of(renderer: torch.nn.Module, device: torch.device):
+    """The renderer's native object for ``device``, or None (nothing rendered, or a peer)."""
     natives = getattr(renderer, "_natives", None)
     if not isinstance(natives, dict):
         return None
     index = device.index if device.index is not None else (
         torch.cuda.current_device() if device.type == "cuda" else 0)
-    native = natives.get((device.type, index))
+    return natives.get((device.type, index))
+
+
+def scratch_bytes(renderer: torch.nn.Module, device: torch.device) -> Optional[int]:
+    """Bytes of scratch the renderer's native object for ``device`` holds (host memory on
+    the CPU, device memory on CUDA); None when the renderer has none (e.g. a peer)."""
+    native = _native_of(renderer, device)
     return None if native is None else int(native.scratch_bytes)
+
+
+def binned_instances(renderer: torch.nn.Module, device: torch.device) -> Optional[int]:
+    """(tile, sphere) instances the renderer's last binning stored; None for a peer."""
+    native = _native_of(renderer, device)
+    return None if native is None else int(native.binned_instances)
 
 
 def _sync(device: torch.device) -> None:
@@ -237,6 +248,7 @@ class Measurement:
     allocator_peak_fwd_bwd_mib: Optional[float]
     scratch_mib: Optional[float]
     device_used_growth_mib: Optional[float]
+    binned_instances: Optional[int] = None  # (tile, sphere) instances of the last binning
     image: Optional[torch.Tensor] = None   # last forward image (for the peer comparison)
 
 
@@ -296,6 +308,7 @@ def measure(renderer_factory: Callable[[], torch.nn.Module], inputs: Inputs, dev
         raise RuntimeError(f"benchmark: the backward produced no gradient for {', '.join(missing)}")
     used_after = probe.device_used()
     scratch = scratch_bytes(renderer, device)
+    instances = binned_instances(renderer, device)
     del renderer
     memory = None
     if peak_bwd is not None or scratch is not None:
@@ -307,7 +320,7 @@ def measure(renderer_factory: Callable[[], torch.nn.Module], inputs: Inputs, dev
         allocator_peak_fwd_mib=mib(peak_fwd), allocator_peak_fwd_bwd_mib=mib(peak_bwd),
         scratch_mib=mib(scratch),
         device_used_growth_mib=None if used_before is None else (used_after - used_before) / MIB,
-        image=image)
+        binned_instances=instances, image=image)
 
 
 # ----------------------------------------------------------------------------------------
