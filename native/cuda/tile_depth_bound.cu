@@ -30,8 +30,9 @@ constexpr double kFixedOne = 4294967296.0;  // 2^32: weight 1 (relative to exp(s
 // Largest histogram: 2^22 cells of 8 bytes (32 MiB); the bucket count shrinks first.
 constexpr std::int64_t kMaxHistogramCells = std::int64_t(1) << 22;
 constexpr int kMaxBuckets = 64, kMinBuckets = 4;
-// Below this projected radius (pixels) the core region cannot hold a 16 x 16 tile.
-constexpr double kMinCoverRadiusPx = 22.0;
+// Below this projected radius (pixels) the core (kCoreChord of it) cannot hold a 16 x 16
+// tile, whose half diagonal is 11.3 px.
+constexpr double kMinCoverRadiusPx = 15.5;
 
 // Per-camera range of the visible spheres' zc (float bits, see depth_range_of).
 struct DepthRange {
