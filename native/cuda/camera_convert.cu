@@ -44,14 +44,21 @@ void check_device_index(int device_index) {
 
 int blocks_for(int batch) { return (batch + kThreads - 1) / kThreads; }
 
-}  // namespace
-
-void cuda_camera_params_to_packed(const CameraParamsArgs& args, void* packed) {
+// Common to both entry points: the device, its guard, the spec and the stream; calls
+// launch(T{}, spec, stream) for the call's dtype.
+template <typename Launch>
+void on_device(const CameraParamsArgs& args, Launch launch) {
   check_device_index(args.device_index);
   DeviceGuard guard(args.device_index);
   const CameraParamsSpec spec = camera_params_spec(args);
   const auto stream = static_cast<cudaStream_t>(args.stream);
-  dispatch_dtype(args.dtype, [&](auto tag) {
+  dispatch_dtype(args.dtype, [&](auto tag) { launch(tag, spec, stream); });
+}
+
+}  // namespace
+
+void cuda_camera_params_to_packed(const CameraParamsArgs& args, void* packed) {
+  on_device(args, [&](auto tag, const CameraParamsSpec& spec, cudaStream_t stream) {
     using T = decltype(tag);
     camera_to_packed_kernel<T><<<blocks_for(args.batch_size), kThreads, 0, stream>>>(
         spec, args.batch_size, static_cast<const T*>(args.params), static_cast<T*>(packed));
@@ -60,11 +67,7 @@ void cuda_camera_params_to_packed(const CameraParamsArgs& args, void* packed) {
 }
 
 void cuda_camera_params_backward(const CameraParamsArgs& args, const void* grad_packed, void* grad_params) {
-  check_device_index(args.device_index);
-  DeviceGuard guard(args.device_index);
-  const CameraParamsSpec spec = camera_params_spec(args);
-  const auto stream = static_cast<cudaStream_t>(args.stream);
-  dispatch_dtype(args.dtype, [&](auto tag) {
+  on_device(args, [&](auto tag, const CameraParamsSpec& spec, cudaStream_t stream) {
     using T = decltype(tag);
     camera_backward_kernel<T><<<blocks_for(args.batch_size), kThreads, 0, stream>>>(
         spec, args.batch_size, static_cast<const T*>(args.params), static_cast<const T*>(grad_packed),
