@@ -7,5 +7,5 @@ export PYTHONUNBUFFERED=1
 start=$(date +%s)
 python3 -m pip install --no-build-isolation --no-deps -q . 2>&1 | tail -5 || exit 1
 echo "build: $(( $(date +%s) - start )) s"
-python3 -c "import pulsar_py, torch; print(pulsar_py.build_info(), torch.cuda.get_device_name())"
+(cd /tmp && python3 -c "import pulsar_py, torch; print(pulsar_py.build_info(), torch.cuda.get_device_name())")
 cd tests && python3 -m pytest -q -x -p no:cacheprovider "$@" 2>&1 | tail -30
