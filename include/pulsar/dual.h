@@ -146,35 +146,32 @@ template <typename T, int N>
 PULSAR_HD Dual<T, N>& operator-=(Dual<T, N>& a, const Dual<T, N>& b) { return a = a - b; }
 
 // ---------------------------------------------------------------- functions (found by ADL)
+// f(a) for a scalar function f with value f(a.v) and slope f'(a.v): the chain rule.
+template <typename T, int N>
+PULSAR_HD Dual<T, N> chain(const Dual<T, N>& a, T value, T slope) {
+  Dual<T, N> r;
+  r.v = value;
+  for (int k = 0; k < N; ++k) r.d[k] = slope * a.d[k];
+  return r;
+}
 // sqrt(x)' = x' / (2 sqrt(x)): infinite at x = 0, where callers must not differentiate.
 template <typename T, int N>
 PULSAR_HD Dual<T, N> sqrt(const Dual<T, N>& a) {
   using std::sqrt;
-  Dual<T, N> r;
-  r.v = sqrt(a.v);
-  const T scale = T(0.5) / r.v;
-  for (int k = 0; k < N; ++k) r.d[k] = scale * a.d[k];
-  return r;
+  const T root = sqrt(a.v);
+  return chain(a, root, T(0.5) / root);
 }
 template <typename T, int N>
 PULSAR_HD Dual<T, N> sin(const Dual<T, N>& a) {
   using std::cos;
   using std::sin;
-  Dual<T, N> r;
-  r.v = sin(a.v);
-  const T slope = cos(a.v);
-  for (int k = 0; k < N; ++k) r.d[k] = slope * a.d[k];
-  return r;
+  return chain(a, T(sin(a.v)), T(cos(a.v)));
 }
 template <typename T, int N>
 PULSAR_HD Dual<T, N> cos(const Dual<T, N>& a) {
   using std::cos;
   using std::sin;
-  Dual<T, N> r;
-  r.v = cos(a.v);
-  const T slope = -sin(a.v);
-  for (int k = 0; k < N; ++k) r.d[k] = slope * a.d[k];
-  return r;
+  return chain(a, T(cos(a.v)), T(-sin(a.v)));
 }
 
 }  // namespace pulsar
