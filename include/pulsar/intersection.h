@@ -18,6 +18,17 @@ namespace pulsar {
 // perspective: the chord delta < this * pixel_size * t / focal (model.md section 4).
 constexpr double kTinyCentreRadiusPx = 0.75;
 
+// Per (camera, sphere) constants of the pair tests, computed once per call by the setup
+// stage (pair_terms in pixel_ray.h) so that the per-pixel work divides by nothing that
+// belongs to the sphere.
+template <typename T>
+struct PairTerms {
+  T inv_radius;    // 1 / r
+  T inv_two_dist;  // perspective: 1 / (2 |c|); orthographic: 0 (unused)
+  T tiny_radius;   // where the tiny-sphere rule applies: perspective, the chord below which
+                   // it hits (0.75 ps t / f); orthographic, 0. Negative: it does not apply
+};
+
 template <typename T>
 struct PairHit {
   bool hit = false;     // processed as a hit: inside, or the tiny-sphere rule
@@ -32,10 +43,10 @@ struct PairHit {
   T half_chord = 0;     // h
 };
 
-// Shared tail: closeness and depth from delta, o1 and l.
+// Shared tail: closeness and depth from delta, o1 and l. inv_r = 1 / r.
 template <typename T>
-PULSAR_HD void finish_hit(PairHit<T>& h, T r) {
-  h.kappa = h.tiny ? T(1) : (T(1) - h.delta / r);
+PULSAR_HD void finish_hit(PairHit<T>& h, T r, T inv_r) {
+  h.kappa = h.tiny ? T(1) : (T(1) - h.delta * inv_r);
   h.kappa = h.kappa < T(0) ? T(0) : (h.kappa > T(1) ? T(1) : h.kappa);
   const T rest = r - h.perp;
   h.half_chord = (h.inside && rest > T(0)) ? std::sqrt((r + h.perp) * rest) : T(0);
@@ -44,59 +55,60 @@ PULSAR_HD void finish_hit(PairHit<T>& h, T r) {
 
 // Twin of finish_hit: dL/dkappa, dL/dz -> dL/ddelta, dL/do1, dL/dl, dL/dr.
 template <typename T>
-PULSAR_HD void finish_hit_backward(const PairHit<T>& h, T r, T grad_kappa, T grad_depth,
+PULSAR_HD void finish_hit_backward(const PairHit<T>& h, T r, T inv_r, T grad_kappa, T grad_depth,
                                    T& grad_delta, T& grad_o1, T& grad_perp, T& grad_r) {
   grad_delta = T(0);
   grad_perp = T(0);
   if (!h.tiny) {  // kappa = 1 - delta / r
-    grad_delta = -grad_kappa / r;
-    grad_r += grad_kappa * h.delta / (r * r);
+    grad_delta = -grad_kappa * inv_r;
+    grad_r += grad_kappa * h.delta * inv_r * inv_r;
   }
   grad_o1 = grad_depth;  // z = o1 - h
   if (h.half_chord > T(0)) {  // h = sqrt(r^2 - l^2): dh/dr = r/h, dh/dl = -l/h
-    const T grad_h = -grad_depth;
-    grad_r += grad_h * r / h.half_chord;
-    grad_perp = -grad_h * h.perp / h.half_chord;
+    const T grad_h_per_h = -grad_depth / h.half_chord;
+    grad_r += grad_h_per_h * r;
+    grad_perp = -grad_h_per_h * h.perp;
   }
 }
 
-// Perspective. c = centre - eye, t = |c| (> 0), r the radius, d the pixel's unit ray.
-// is_tiny: the sphere projects to under one pixel; tiny_radius = 0.75 * ps * t / f.
+// Perspective. c = centre - eye, t = |c| (> 0), r the radius, k its PairTerms, d the
+// pixel's unit ray.
 //
 // model.md defines o1 = min(c.d, t) and l = sqrt((t + o1)(t - o1)). With |d| = 1 the chord
 // gives both without cancellation: c.d = t - delta^2 / (2t) (never above t, so the min is
 // that value) and l = delta sqrt(1 - delta^2 / (4 t^2)). In float32 the literal forms lose
 // most digits of l for a sphere far away (t - o1 ~ l^2 / 2t), these keep them.
 template <typename T>
-PULSAR_HD PairHit<T> intersect_perspective(Vec3<T> c, T t, T r, bool is_tiny, T tiny_radius,
-                                           Vec3<T> d) {
+PULSAR_HD PairHit<T> intersect_perspective(Vec3<T> c, T t, T r, const PairTerms<T>& k, Vec3<T> d) {
   PairHit<T> h;
   h.delta = norm(c - t * d);
   h.inside = h.delta <= r;
-  h.tiny = is_tiny && h.delta < tiny_radius;
+  h.tiny = h.delta < k.tiny_radius;  // never when negative
   h.hit = h.inside || h.tiny;
   if (!h.hit) return h;
-  const T q = h.delta / (T(2) * t);  // sin(phi / 2), phi the angle between c and d
+  const T q = h.delta * k.inv_two_dist;  // sin(phi / 2), phi the angle between c and d
   h.o1 = t - h.delta * q;
   h.perp = h.delta * std::sqrt(T(1) - q * q);
-  finish_hit(h, r);
+  finish_hit(h, r, k.inv_radius);
   return h;
 }
 
 // Twin of intersect_perspective: accumulates dL/dc, dL/dr and dL/dd.
 template <typename T>
-PULSAR_HD void intersect_perspective_backward(const PairHit<T>& h, Vec3<T> c, T t, T r, Vec3<T> d,
-                                              T grad_kappa, T grad_depth, Vec3<T>& grad_c,
-                                              T& grad_r, Vec3<T>& grad_d) {
+PULSAR_HD void intersect_perspective_backward(const PairHit<T>& h, Vec3<T> c, T t, T r,
+                                              const PairTerms<T>& k, Vec3<T> d, T grad_kappa,
+                                              T grad_depth, Vec3<T>& grad_c, T& grad_r,
+                                              Vec3<T>& grad_d) {
   T grad_delta, grad_o1, grad_perp;
-  finish_hit_backward(h, r, grad_kappa, grad_depth, grad_delta, grad_o1, grad_perp, grad_r);
+  finish_hit_backward(h, r, k.inv_radius, grad_kappa, grad_depth, grad_delta, grad_o1, grad_perp, grad_r);
   // o1 = t - delta^2 / (2t); l = delta w with w = sqrt(1 - q^2), q = delta / (2t).
-  const T q = h.delta / (T(2) * t);
+  const T q = h.delta * k.inv_two_dist;
   const T w = std::sqrt(T(1) - q * q);
+  const T q2_per_w = q * q / w;
   T grad_t = grad_o1 * (T(1) + q * q * T(2));
   grad_delta -= grad_o1 * T(2) * q;
-  grad_delta += grad_perp * (w - q * q / w);
-  grad_t += grad_perp * T(2) * q * q * q / w;
+  grad_delta += grad_perp * (w - q2_per_w);
+  grad_t += grad_perp * T(2) * q * q2_per_w;
   // delta = |u|, u = c - t d.
   if (h.delta > T(0) && grad_delta != T(0)) {
     const Vec3<T> u = c - t * d;
@@ -105,38 +117,41 @@ PULSAR_HD void intersect_perspective_backward(const PairHit<T>& h, Vec3<T> c, T 
     grad_t -= dot(grad_u, d);
     grad_d -= t * grad_u;
   }
-  grad_c += (grad_t / t) * c;  // t = |c|
+  grad_c += (grad_t * T(2) * k.inv_two_dist) * c;  // t = |c|
 }
 
 // Orthographic. (a, b) = (centre - sensor point) in the unit pixel frame, cz = the
-// centre's depth along the optical axis from the eye. is_tiny: r < pixel size; the
-// centre pixel test is |a| < pixel_width / 2 and |b| < pixel_height / 2.
+// centre's depth along the optical axis from the eye, k the sphere's PairTerms (the
+// tiny-sphere rule applies when r < pixel size; its centre pixel test is
+// |a| < pixel_width / 2 and |b| < pixel_height / 2).
 template <typename T>
-PULSAR_HD PairHit<T> intersect_orthographic(T a, T b, T cz, T r, bool is_tiny, T pixel_width,
+PULSAR_HD PairHit<T> intersect_orthographic(T a, T b, T cz, T r, const PairTerms<T>& k, T pixel_width,
                                             T pixel_height) {
   PairHit<T> h;
   h.delta = std::sqrt(a * a + b * b);
   h.inside = h.delta <= r;
-  h.tiny = is_tiny && std::abs(a) < T(0.5) * pixel_width && std::abs(b) < T(0.5) * pixel_height;
+  h.tiny = k.tiny_radius >= T(0) && std::abs(a) < T(0.5) * pixel_width &&
+           std::abs(b) < T(0.5) * pixel_height;
   h.hit = h.inside || h.tiny;
   if (!h.hit) return h;
   h.o1 = std::abs(cz);
   h.perp = h.delta;
-  finish_hit(h, r);
+  finish_hit(h, r, k.inv_radius);
   return h;
 }
 
 // Twin of intersect_orthographic: accumulates dL/da, dL/db, dL/dcz, dL/dr.
 template <typename T>
 PULSAR_HD void intersect_orthographic_backward(const PairHit<T>& h, T a, T b, T cz, T r,
-                                               T grad_kappa, T grad_depth, T& grad_a, T& grad_b,
-                                               T& grad_cz, T& grad_r) {
+                                               const PairTerms<T>& k, T grad_kappa, T grad_depth,
+                                               T& grad_a, T& grad_b, T& grad_cz, T& grad_r) {
   T grad_delta, grad_o1, grad_perp;
-  finish_hit_backward(h, r, grad_kappa, grad_depth, grad_delta, grad_o1, grad_perp, grad_r);
+  finish_hit_backward(h, r, k.inv_radius, grad_kappa, grad_depth, grad_delta, grad_o1, grad_perp, grad_r);
   grad_delta += grad_perp;  // l = delta
   if (h.delta > T(0)) {
-    grad_a += grad_delta * a / h.delta;
-    grad_b += grad_delta * b / h.delta;
+    const T grad_per_delta = grad_delta / h.delta;
+    grad_a += grad_per_delta * a;
+    grad_b += grad_per_delta * b;
   }
   grad_cz += cz >= T(0) ? grad_o1 : -grad_o1;  // o1 = |cz|
 }

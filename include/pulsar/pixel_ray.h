@@ -30,16 +30,32 @@ PULSAR_HD PixelRay<T> pixel_ray(const CameraFrame<T>& cam, int x, int y) {
   return r;
 }
 
+// The per-sphere constants of evaluate_pair for a sphere of radius `radius` at distance
+// dist = |centre - eye|; is_tiny: it projects to under one pixel (sphere_setup.h).
+template <typename T>
+PULSAR_HD PairTerms<T> pair_terms(const CameraFrame<T>& cam, T dist, T radius, bool is_tiny) {
+  PairTerms<T> k;
+  k.inv_radius = T(1) / radius;
+  if (cam.orthographic) {
+    k.inv_two_dist = T(0);
+    k.tiny_radius = is_tiny ? T(0) : T(-1);
+  } else {
+    k.inv_two_dist = T(1) / (T(2) * dist);
+    k.tiny_radius = is_tiny ? T(kTinyCentreRadiusPx) * cam.pixel_size * dist / cam.focal : T(-1);
+  }
+  return k;
+}
+
 // Evaluates one pixel-sphere pair. c: perspective, centre - eye in world coordinates;
-// orthographic, the same vector in the camera frame (x_unit, y_unit, z_axis). dist = |c|.
+// orthographic, the same vector in the camera frame (x_unit, y_unit, z_axis). dist = |c|;
+// k = pair_terms(cam, dist, radius, is_tiny).
 template <typename T>
 PULSAR_HD PairHit<T> evaluate_pair(const CameraFrame<T>& cam, Vec3<T> c, T dist, T radius,
-                                   bool is_tiny, const PixelRay<T>& ray) {
+                                   const PairTerms<T>& k, const PixelRay<T>& ray) {
   if (cam.orthographic)
-    return intersect_orthographic(c.x - ray.sx, c.y - ray.sy, c.z, radius, is_tiny,
-                                  cam.pixel_width, cam.pixel_height);
-  const T tiny_radius = T(kTinyCentreRadiusPx) * cam.pixel_size * dist / cam.focal;
-  return intersect_perspective(c, dist, radius, is_tiny, tiny_radius, ray.dir);
+    return intersect_orthographic(c.x - ray.sx, c.y - ray.sy, c.z, radius, k, cam.pixel_width,
+                                  cam.pixel_height);
+  return intersect_perspective(c, dist, radius, k, ray.dir);
 }
 
 }  // namespace pulsar

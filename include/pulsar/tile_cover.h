@@ -61,9 +61,10 @@ template <typename T>
 PULSAR_HD T covered_closeness(const CameraFrame<T>& cam, Vec3<T> c, T dist, T r, int x0, int y0, int x1,
                               int y1) {
   T smallest = T(1);
+  const PairTerms<T> k = pair_terms(cam, dist, r, false);
   for (int corner = 0; corner < 4; ++corner) {
     const int x = (corner & 1) ? x1 : x0, y = (corner & 2) ? y1 : y0;
-    const PairHit<T> h = evaluate_pair(cam, c, dist, r, false, pixel_ray(cam, x, y));
+    const PairHit<T> h = evaluate_pair(cam, c, dist, r, k, pixel_ray(cam, x, y));
     if (!h.inside) return T(0);
     smallest = h.kappa < smallest ? h.kappa : smallest;
   }

@@ -22,7 +22,7 @@ struct SphereRecord {
   T dist;             // perspective: |c|; orthographic: unused
   T closest_depth;    // zc, world units
   PixelBounds bounds; // pixels the sphere may hit (clamped to the image)
-  bool is_tiny;
+  PairTerms<T> terms; // per-sphere constants of the pair tests
 };
 
 struct CpuScratch {

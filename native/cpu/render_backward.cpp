@@ -68,7 +68,7 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
           const SphereRecord<T>& r = rec[i];
           if (!r.bounds.contains(x, y)) continue;
           const T radius = sv.radii[i];
-          const PairHit<T> h = evaluate_pair(cam, r.c, r.dist, radius, r.is_tiny, ray);
+          const PairHit<T> h = evaluate_pair(cam, r.c, r.dist, radius, r.terms, ray);
           if (!h.hit) continue;
           const T opacity = sv.opacity(i);
           const T n_depth = normalized_depth(bp, h.depth);
@@ -103,7 +103,7 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
           if (cam.orthographic) {
             T ga = 0, gb = 0, gcz = 0;
             intersect_orthographic_backward(h, r.c.x - ray.sx, r.c.y - ray.sy, r.c.z, radius,
-                                            grad_kappa, grad_depth, ga, gb, gcz, grad_r);
+                                            r.terms, grad_kappa, grad_depth, ga, gb, gcz, grad_r);
             grad_c = ga * cam.x_unit + gb * cam.y_unit + gcz * cam.z_axis;
             // a = (c - S).x_unit, b = (c - S).y_unit, cz = c.z_axis, all in world terms.
             const Vec3<T> c_world = load_vec3(sv.positions + 3 * std::int64_t(i)) - cam.eye;
@@ -112,7 +112,7 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
             cg.z_axis += gcz * c_world;
             grad_sensor -= ga * cam.x_unit + gb * cam.y_unit;
           } else {
-            intersect_perspective_backward(h, r.c, r.dist, radius, ray.dir, grad_kappa, grad_depth,
+            intersect_perspective_backward(h, r.c, r.dist, radius, r.terms, ray.dir, grad_kappa, grad_depth,
                                            grad_c, grad_r, grad_ray);
           }
           gi[kInstPos + 0] += grad_c.x;

@@ -57,7 +57,7 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene,
           if (hits >= cap || termination.stops(r.closest_depth, bp, blend)) break;
           if (!r.bounds.contains(x, y)) continue;
           const T radius = sv.radii[i];
-          const PairHit<T> h = evaluate_pair(cam, r.c, r.dist, radius, r.is_tiny, ray);
+          const PairHit<T> h = evaluate_pair(cam, r.c, r.dist, radius, r.terms, ray);
           if (!h.hit) continue;
           const T opacity = sv.opacity(i);
           const T n_depth = normalized_depth(bp, h.depth);

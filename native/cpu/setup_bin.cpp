@@ -5,6 +5,7 @@
 
 #include "cpu_scratch.h"
 #include "parallel_for.h"
+#include "pulsar/pixel_ray.h"
 
 namespace pulsar {
 
@@ -49,7 +50,7 @@ void cpu_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, Cpu
       rec.dist = norm(c);
       rec.closest_depth = s.visible ? s.closest_depth : T(0);
       rec.bounds = s.visible ? s.bounds : PixelBounds{0, 0, -1, -1};
-      rec.is_tiny = s.is_tiny;
+      rec.terms = pair_terms(cam, rec.dist, sv.radii[i], s.is_tiny);
     }
   });
 

@@ -16,6 +16,7 @@
 #include "device_buffer.h"
 #include "pulsar/camera.h"
 #include "pulsar/renderer.h"
+#include "pulsar/intersection.h"
 #include "pulsar/sphere_setup.h"
 
 namespace pulsar {
@@ -26,11 +27,11 @@ namespace pulsar {
 template <typename T>
 struct GpuSphere {
   T closest_depth;              // zc, world units
-  std::int32_t flags;           // bit 0: tiny-sphere rule applies
   std::int16_t x0, y0, x1, y1;  // inclusive pixel bounds (empty: x0 > x1)
   T cx, cy, cz;      // perspective: centre - eye (world); orthographic: camera-frame coords
   T dist;            // |centre - eye|
   T radius, opacity;
+  PairTerms<T> terms;  // per-sphere constants of the pair tests
 };
 
 struct CudaScratch {

@@ -154,7 +154,7 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
       const T* g_img = grad_image + (image_base + std::int64_t(y) * config.width + x) * channels;
       if (active) {
         const PixelRay<T> ray = pixel_ray(cam, x, y);
-        const PairHit<T> h = evaluate_pair(cam, c, g.dist, g.radius, (g.flags & 1) != 0, ray);
+        const PairHit<T> h = evaluate_pair(cam, c, g.dist, g.radius, g.terms, ray);
         active = h.hit;
         if (active) {
           const T* colour = image + (image_base + std::int64_t(y) * config.width + x) * channels;
@@ -184,7 +184,7 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
               if (cam.orthographic) {
                 T ga = 0, gb = 0, gcz = 0;
                 intersect_orthographic_backward(h, g.cx - ray.sx, g.cy - ray.sy, g.cz, g.radius,
-                                                grad_kappa, grad_depth, ga, gb, gcz, acc[3]);
+                                                g.terms, grad_kappa, grad_depth, ga, gb, gcz, acc[3]);
                 grad_c = ga * cam.x_unit + gb * cam.y_unit + gcz * cam.z_axis;
                 cg.x_unit += ga * (c_world - sensor_rel);
                 cg.y_unit += gb * (c_world - sensor_rel);
@@ -192,7 +192,7 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
                 cg.add_sensor_offset(-(ga * cam.x_unit + gb * cam.y_unit), T(x), T(y));
               } else {
                 Vec3<T> grad_ray{0, 0, 0};
-                intersect_perspective_backward(h, c, g.dist, g.radius, ray.dir, grad_kappa, grad_depth,
+                intersect_perspective_backward(h, c, g.dist, g.radius, g.terms, ray.dir, grad_kappa, grad_depth,
                                                grad_c, acc[3], grad_ray);
                 if (RAY_SUMS) {
                   T* mine = ray_grad + warp * 3 * kThreads + q;

@@ -60,6 +60,8 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
                       const GpuSphere<T>* spheres, const std::int32_t* entry_sphere, const int2* tile_ranges) {
   __shared__ GpuSphere<T> batch[kThreads];
   __shared__ std::int32_t batch_id[kThreads];
+  // The batch's features when the channel count is static (else read from global per hit).
+  __shared__ T batch_features[C_STATIC > 0 ? kThreads * C_STATIC : 1];
   const int tiles_x = (config.width + kTileSize - 1) / kTileSize;
   const int tiles_y = (config.height + kTileSize - 1) / kTileSize;
   const std::int64_t item = blockIdx.x;
@@ -100,6 +102,8 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
       const std::int32_t id = entry_sphere[p];
       batch_id[threadIdx.x] = id;
       batch[threadIdx.x] = spheres[std::int64_t(b) * scene.n_spheres + id];
+      for (int c = 0; c < C_STATIC; ++c)
+        batch_features[threadIdx.x * C_STATIC + c] = sv.features[std::int64_t(id) * C_STATIC + c];
     }
     __syncthreads();
     const int batch_size = min(kThreads, range.y - start);
@@ -110,14 +114,14 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
         break;
       }
       if (x < g.x0 || x > g.x1 || y < g.y0 || y > g.y1) continue;
-      const PairHit<T> h = evaluate_pair(cam, make_vec3(g.cx, g.cy, g.cz), g.dist, g.radius,
-                                         (g.flags & 1) != 0, ray);
+      const PairHit<T> h = evaluate_pair(cam, make_vec3(g.cx, g.cy, g.cz), g.dist, g.radius, g.terms, ray);
       if (!h.hit) continue;
       const T n_depth = normalized_depth(bp, h.depth);
       const T s = blend_exponent(bp, g.opacity, n_depth);
       T rescale;
       const T w = blend.add(s, h.kappa * g.opacity, rescale);
-      accum.add(rescale, w, sv.features + std::int64_t(batch_id[j]) * channels, img, channels);
+      const T* col = C_STATIC > 0 ? batch_features + j * C_STATIC : sv.features + std::int64_t(batch_id[j]) * channels;
+      accum.add(rescale, w, col, img, channels);
       if (moments) {
         mom[0] = mom[0] * rescale + w;
         mom[1] = mom[1] * rescale + w * n_depth;

@@ -6,6 +6,7 @@
 #include <cub/device/device_scan.cuh>
 
 #include "cuda_scratch.h"
+#include "pulsar/pixel_ray.h"
 
 namespace pulsar {
 
@@ -65,7 +66,7 @@ __global__ void setup_spheres_kernel(RendererConfig config, SceneArgs scene, Gpu
     g.x1 = std::int16_t(s.visible ? s.bounds.x1 : 0);
     g.y0 = std::int16_t(s.visible ? s.bounds.y0 : 1);
     g.y1 = std::int16_t(s.visible ? s.bounds.y1 : 0);
-    g.flags = s.is_tiny ? 1 : 0;
+    g.terms = pair_terms(cam, g.dist, radius, s.is_tiny);
     spheres[item] = g;
   }
   record_depth_range(depth_range, b, s.visible, s.visible ? float(s.closest_depth) : 0.f);
