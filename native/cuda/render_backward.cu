@@ -7,6 +7,7 @@
 // terms per pixel; both are reduced once per block. Every sum has a fixed order, so
 // gradients are bitwise reproducible, and nothing touches global memory atomically.
 #include <algorithm>
+#include <type_traits>
 
 #include "cuda_scratch.h"
 #include "pulsar/blend.h"
@@ -58,30 +59,35 @@ __device__ void block_sum(int count, ValueFn value, T* scratch, T* out) {
 // Used when the copies fit the shared memory: float with up to about 400 channels;
 // never in double.
 
-// What the block stages per pixel of its tile (index q = ly * 16 + lx).
-template <typename T>
+// What the block stages per pixel of its tile (index q = ly * 16 + lx), so that a pair
+// reads its pixel's terms from shared memory instead of recomputing or fetching them.
+template <typename T, int C_STATIC>
 struct PixelStage {
-  T m[kThreads], norm_d[kThreads];
-  int end[kThreads];
-  T mom[kThreads][3], grad_mom[kThreads][3];
+  int end[kThreads];           // traversal end (entries the forward processed)
+  T log_total[kThreads];       // ln of the total weight: m + ln(D)
+  T grad_dot_image[kThreads];  // dL/dimage . image
+  T ray[3][kThreads];          // unit ray direction (perspective)
+  T grad_image[C_STATIC > 0 ? C_STATIC : 1][kThreads];  // dL/dimage (static channel count)
+  T mom[kThreads][3], grad_mom[kThreads][3];  // depth moments and their gradients
 };
 
-// Three blocks per SM (at most 80 registers, about 140 bytes spilled to L1): W4's
-// forward + backward 10 % faster than with two blocks at 128 registers (docs/benchmarks.md).
-template <typename T, int C_STATIC, bool RAY_SUMS>
+// Three blocks per SM: W4's forward + backward 10 % faster than with two blocks at 128
+// registers (docs/benchmarks.md). ORTHO: the camera is orthographic (a template
+// parameter, so the perspective kernel keeps no orthographic camera terms live).
+template <typename T, int C_STATIC, bool ORTHO, bool RAY_SUMS>
 __global__ void __launch_bounds__(kThreads, 3)
 render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions options, BackwardArgs args,
                        GradFlags flags, const GpuSphere<T>* spheres, const std::int32_t* entry_sphere,
                        const int2* tile_ranges, T* inst_grads, T* tile_camera, T* tile_background) {
-  __shared__ PixelStage<T> stage;
+  __shared__ PixelStage<T, C_STATIC> stage;
   __shared__ int max_end;
   extern __shared__ unsigned char smem_raw[];
   T* feature_acc = reinterpret_cast<T*>(smem_raw);  // [kWarps][C], also block-reduction scratch
   // [kWarps][3][kThreads]: per-warp sums of dL/d(ray direction) per pixel (RAY_SUMS).
   T* ray_grad = feature_acc + kWarps * max(kCameraGradValues, config.n_channels);
-  constexpr bool kOwnFeatureSums = C_STATIC > 0;  // per-lane registers, one reduction per entry
+  constexpr bool kStatic = C_STATIC > 0;  // features and dL/dimage in registers / shared memory
 
-  const int channels = C_STATIC > 0 ? C_STATIC : config.n_channels;
+  const int channels = kStatic ? C_STATIC : config.n_channels;
   const int stride = kGpuInstFeatures + channels;
   const int tiles_x = (config.width + kTileSize - 1) / kTileSize;
   const int tiles_y = (config.height + kTileSize - 1) / kTileSize;
@@ -90,7 +96,7 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
   const int tile = int(item % (std::int64_t(tiles_x) * tiles_y));
   const int tile_x0 = (tile % tiles_x) * kTileSize, tile_y0 = (tile / tiles_x) * kTileSize;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const CameraFrame<T> cam = camera_of<T>(scene, b, config.orthographic);
+  const CameraFrame<T> cam = camera_of<T>(scene, b, ORTHO);
   const SceneView<T> sv = SceneView<T>::of(scene, b, channels);
   const BlendParams<T> bp = blend_params_of(cam, config, options);
   const std::int64_t image_base = std::int64_t(b) * config.width * config.height;
@@ -103,17 +109,29 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
   const bool own_inside = own_x < config.width && own_y < config.height;
   const std::int64_t own_pix = image_base + std::int64_t(own_y) * config.width + own_x;
   if (threadIdx.x == 0) max_end = 0;
-  if (RAY_SUMS && !cam.orthographic && tile_camera)
+  if (RAY_SUMS && tile_camera)
     for (int k = threadIdx.x; k < kWarps * 3 * kThreads; k += kThreads) ray_grad[k] = T(0);
   __syncthreads();
   T bg_share = 0;
   if (own_inside) {
     const T m = static_cast<const T*>(args.blend_state)[2 * own_pix];
     const T d = static_cast<const T*>(args.blend_state)[2 * own_pix + 1];
-    stage.m[threadIdx.x] = m;
-    stage.norm_d[threadIdx.x] = d;
+    stage.log_total[threadIdx.x] = m + log(d);
     stage.end[threadIdx.x] = args.traversal_end[own_pix];
     bg_share = exp(bp.bg_exponent - m) / d;
+    T g_dot = 0;
+    for (int ch = 0; ch < channels; ++ch) {
+      const T g = grad_image[own_pix * channels + ch];
+      g_dot += g * image[own_pix * channels + ch];
+      if (kStatic) stage.grad_image[ch][threadIdx.x] = g;
+    }
+    stage.grad_dot_image[threadIdx.x] = g_dot;
+    if (!ORTHO) {
+      const Vec3<T> dir = pixel_ray(cam, own_x, own_y).dir;
+      stage.ray[0][threadIdx.x] = dir.x;
+      stage.ray[1][threadIdx.x] = dir.y;
+      stage.ray[2][threadIdx.x] = dir.z;
+    }
     for (int k = 0; k < 3; ++k) {
       stage.mom[threadIdx.x][k] = with_moments ? static_cast<const T*>(args.depth_moments)[3 * own_pix + k] : T(0);
       stage.grad_mom[threadIdx.x][k] = with_moments ? static_cast<const T*>(args.grad_depth_moments)[3 * own_pix + k] : T(0);
@@ -125,6 +143,7 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
   __syncthreads();
 
   CameraGrad<T> cg;
+  Vec3<T> eye_sum{0, 0, 0};  // lane 0: minus the warp's position gradients (c = centre - eye)
   const int2 range = tile_ranges[item];
   const int entries = max_end;
   for (int e = warp; e < entries; e += kWarps) {
@@ -137,12 +156,14 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
     const int box_w = lx1 - lx0 + 1;
     const int box_pixels = box_w * (ly1 - ly0 + 1);
     const T* col = sv.features + std::int64_t(id) * channels;
+    T col_reg[kStatic ? C_STATIC : 1];
+    for (int ch = 0; ch < (kStatic ? C_STATIC : 1); ++ch) col_reg[ch] = kStatic ? col[ch] : T(0);
     Vec3<T> c_world{0, 0, 0};
-    if (cam.orthographic && flags.geometry) c_world = load_vec3(sv.positions + 3 * std::int64_t(id)) - cam.eye;
+    if (ORTHO && flags.geometry) c_world = load_vec3(sv.positions + 3 * std::int64_t(id)) - cam.eye;
     T acc[5] = {0, 0, 0, 0, 0};  // position 3, radius, opacity
-    T feature_sum[kOwnFeatureSums ? C_STATIC : 1];
-    for (int k = 0; k < (kOwnFeatureSums ? C_STATIC : 1); ++k) feature_sum[k] = T(0);
-    if (!kOwnFeatureSums && flags.features && lane == 0)
+    T feature_sum[kStatic ? C_STATIC : 1];
+    for (int k = 0; k < (kStatic ? C_STATIC : 1); ++k) feature_sum[k] = T(0);
+    if (!kStatic && flags.features && lane == 0)
       for (int k = 0; k < channels; ++k) feature_acc[warp * channels + k] = T(0);
     for (int k0 = 0; k0 < box_pixels; k0 += 32) {
       const int k = k0 + lane;
@@ -153,18 +174,22 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
       T weight = 0;
       const T* g_img = grad_image + (image_base + std::int64_t(y) * config.width + x) * channels;
       if (active) {
-        const PixelRay<T> ray = pixel_ray(cam, x, y);
+        PixelRay<T> ray;
+        if (ORTHO) ray = pixel_ray(cam, x, y);
+        else ray.dir = make_vec3(stage.ray[0][q], stage.ray[1][q], stage.ray[2][q]);
         const PairHit<T> h = evaluate_pair(cam, c, g.dist, g.radius, g.terms, ray);
         active = h.hit;
         if (active) {
-          const T* colour = image + (image_base + std::int64_t(y) * config.width + x) * channels;
-          const T m = stage.m[q], norm_d = stage.norm_d[q];
           const T n_depth = normalized_depth(bp, h.depth);
           const T s = blend_exponent(bp, g.opacity, n_depth);
-          const T unit = exp(s - m) / norm_d;
+          const T unit = exp(s - stage.log_total[q]);  // weight per unit closeness and opacity
           weight = h.kappa * g.opacity * unit;
-          T gw = 0, grad_n = 0;  // gw = dL/dw * total weight
-          for (int ch = 0; ch < channels; ++ch) gw += g_img[ch] * (col[ch] - colour[ch]);
+          T gw = -stage.grad_dot_image[q], grad_n = 0;  // gw = dL/dw * total weight
+          if (kStatic) {
+            for (int ch = 0; ch < C_STATIC; ++ch) gw += stage.grad_image[ch][q] * col_reg[ch];
+          } else {
+            for (int ch = 0; ch < channels; ++ch) gw += g_img[ch] * col[ch];
+          }
           if (with_moments) {
             const T* mom = stage.mom[q];
             const T* g_mom = stage.grad_mom[q];
@@ -180,8 +205,8 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
             if (flags.geometry) {
               const T grad_kappa = g.opacity * unit * gw;
               Vec3<T> grad_c{0, 0, 0};
-              const Vec3<T> sensor_rel = cam.sensor_offset(T(x), T(y));
-              if (cam.orthographic) {
+              if (ORTHO) {
+                const Vec3<T> sensor_rel = cam.sensor_offset(T(x), T(y));
                 T ga = 0, gb = 0, gcz = 0;
                 intersect_orthographic_backward(h, g.cx - ray.sx, g.cy - ray.sy, g.cz, g.radius,
                                                 g.terms, grad_kappa, grad_depth, ga, gb, gcz, acc[3]);
@@ -192,28 +217,27 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
                 cg.add_sensor_offset(-(ga * cam.x_unit + gb * cam.y_unit), T(x), T(y));
               } else {
                 Vec3<T> grad_ray{0, 0, 0};
-                intersect_perspective_backward(h, c, g.dist, g.radius, g.terms, ray.dir, grad_kappa, grad_depth,
-                                               grad_c, acc[3], grad_ray);
+                intersect_perspective_backward(h, c, g.dist, g.radius, g.terms, ray.dir, grad_kappa,
+                                               grad_depth, grad_c, acc[3], grad_ray);
                 if (RAY_SUMS) {
                   T* mine = ray_grad + warp * 3 * kThreads + q;
                   mine[0] += grad_ray.x;
                   mine[kThreads] += grad_ray.y;
                   mine[2 * kThreads] += grad_ray.z;
                 } else {
-                  cg.add_sensor_offset(normalize_backward(sensor_rel, grad_ray), T(x), T(y));
+                  cg.add_sensor_offset(normalize_backward(cam.sensor_offset(T(x), T(y)), grad_ray), T(x), T(y));
                 }
               }
               acc[0] += grad_c.x;
               acc[1] += grad_c.y;
               acc[2] += grad_c.z;
-              cg.eye -= grad_c;
             }
           }
         }
       }
-      if (flags.features && kOwnFeatureSums) {
+      if (flags.features && kStatic) {
         if (active)
-          for (int ch = 0; ch < (kOwnFeatureSums ? C_STATIC : 1); ++ch) feature_sum[ch] += weight * g_img[ch];
+          for (int ch = 0; ch < (kStatic ? C_STATIC : 1); ++ch) feature_sum[ch] += weight * stage.grad_image[ch][q];
       } else if (flags.features) {
         for (int ch = 0; ch < channels; ++ch) {
           const T v = warp_sum(active ? weight * g_img[ch] : T(0));
@@ -222,12 +246,14 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
       }
     }
     T* out = inst_grads + p * stride;
+    T sums[5];
     for (int f = 0; f < 5; ++f) {
-      const T v = warp_sum(acc[f]);
-      if (lane == 0) out[f] = v;
+      sums[f] = warp_sum(acc[f]);
+      if (lane == 0) out[f] = sums[f];
     }
-    if (flags.features && kOwnFeatureSums) {
-      for (int ch = 0; ch < (kOwnFeatureSums ? C_STATIC : 1); ++ch) {
+    if (lane == 0) eye_sum -= make_vec3(sums[0], sums[1], sums[2]);
+    if (flags.features && kStatic) {
+      for (int ch = 0; ch < (kStatic ? C_STATIC : 1); ++ch) {
         const T v = warp_sum(feature_sum[ch]);
         if (lane == 0) out[kGpuInstFeatures + ch] = v;
       }
@@ -236,10 +262,11 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
     }
     __syncwarp();
   }
+  cg.eye = eye_sum;
 
   // Block reductions in a fixed order: camera terms, then background terms.
   __syncthreads();
-  if (RAY_SUMS && !cam.orthographic && tile_camera && own_inside) {
+  if (RAY_SUMS && tile_camera && own_inside) {
     Vec3<T> grad_ray{0, 0, 0};  // warps in index order
     for (int w = 0; w < kWarps; ++w) {
       const T* sums = ray_grad + w * 3 * kThreads + threadIdx.x;
@@ -258,27 +285,39 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
               feature_acc, tile_background + item * channels);
 }
 
+template <typename T, int C_STATIC, bool ORTHO, bool RAY_SUMS>
+void launch_kernel(unsigned blocks, std::size_t dynamic_smem, const RendererConfig& config,
+                   const SceneArgs& scene, const RenderOptions& options, const BackwardArgs& args,
+                   GradFlags flags, cudaStream_t stream, CudaScratch& s, T* inst, T* tile_camera,
+                   T* tile_background) {
+  render_backward_kernel<T, C_STATIC, ORTHO, RAY_SUMS><<<blocks, kThreads, dynamic_smem, stream>>>(
+      config, scene, options, args, flags, s.spheres.as<GpuSphere<T>>(), s.entry_sphere,
+      s.tile_ranges.as<int2>(), inst, tile_camera, tile_background);
+  PULSAR_CUDA_LAUNCH_CHECK("render_backward_kernel");
+}
+
 template <typename T, int C_STATIC>
 void launch(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
             const BackwardArgs& args, GradFlags flags, cudaStream_t stream, CudaScratch& s,
             T* inst, T* tile_camera, T* tile_background) {
   const unsigned blocks = unsigned(Tiling::of(config.width, config.height).n_tiles() * scene.batch_size);
   constexpr std::size_t kLimit = 48 * 1024;  // shared memory per block without opting in
-  const std::size_t fixed = sizeof(PixelStage<T>) + sizeof(int);
+  const std::size_t fixed = sizeof(PixelStage<T, C_STATIC>) + sizeof(int);
   const std::size_t dynamic = kWarps * std::size_t(std::max(kCameraGradValues, config.n_channels)) * sizeof(T);
   const std::size_t ray_sums = kWarps * 3 * std::size_t(kThreads) * sizeof(T);
   if (fixed + dynamic > kLimit)
     throw std::invalid_argument("n_channels: " + std::to_string(config.n_channels) +
                                 " channels exceed the CUDA backward's shared memory");
-  if (sizeof(T) == 4 && fixed + dynamic + ray_sums <= kLimit)
-    render_backward_kernel<T, C_STATIC, true><<<blocks, kThreads, dynamic + ray_sums, stream>>>(
-        config, scene, options, args, flags, s.spheres.as<GpuSphere<T>>(), s.entry_sphere,
-        s.tile_ranges.as<int2>(), inst, tile_camera, tile_background);
+  if (config.orthographic)
+    launch_kernel<T, C_STATIC, true, false>(blocks, dynamic, config, scene, options, args, flags, stream, s,
+                                            inst, tile_camera, tile_background);
+  else if (std::is_same<T, float>::value && fixed + dynamic + ray_sums <= kLimit)
+    launch_kernel<T, C_STATIC, false, std::is_same<T, float>::value>(
+        blocks, dynamic + ray_sums, config, scene, options, args, flags, stream, s, inst, tile_camera,
+        tile_background);
   else
-    render_backward_kernel<T, C_STATIC, false><<<blocks, kThreads, dynamic, stream>>>(
-        config, scene, options, args, flags, s.spheres.as<GpuSphere<T>>(), s.entry_sphere,
-        s.tile_ranges.as<int2>(), inst, tile_camera, tile_background);
-  PULSAR_CUDA_LAUNCH_CHECK("render_backward_kernel");
+    launch_kernel<T, C_STATIC, false, false>(blocks, dynamic, config, scene, options, args, flags, stream, s,
+                                             inst, tile_camera, tile_background);
 }
 
 }  // namespace
