@@ -8,7 +8,7 @@ out=${OUT:-/tmp/pulsar_out}
 mkdir -p "$out"
 python3 -m pip install --no-build-isolation --no-deps -q . 2>&1 | tail -3
 so=$(python3 -c "import pulsar_py._native as m; print(m.__file__)" 2>/dev/null || find / -name "_native*.so" -path "*pulsar_py*" 2>/dev/null | head -1)
-for k in render_forward_kernelIfLi3ELb0 render_backward_kernelIfLi3ELb1; do
+for k in render_forward_kernelIfLi3ELb0ELb0 render_backward_kernelIfLi3ELb0ELb1; do
   name=$(cuobjdump -symbols "$so" 2>/dev/null | grep -o "_Z[A-Za-z0-9_]*${k}[A-Za-z0-9_]*" | head -1)
   cuobjdump -sass -fun "$name" "$so" > "$out/sass_${k%%I*}.txt" 2>&1
 done

@@ -205,8 +205,8 @@ class Renderer(torch.nn.Module):
         info = raw.forward_info
         result = raw.image if mode == 0 else raw.hit_count[..., None].to(pos.dtype)
         if not (batched or camera_batched):
-            result = result[0]
-            info = info[0] if return_forward_info else info
+            result = _drop_batch(result)
+            info = _drop_batch(info) if return_forward_info else info
         return (result, info) if return_forward_info else result
 
     def render(
@@ -289,7 +289,7 @@ class Renderer(torch.nn.Module):
         result = RenderResult(image=raw.image, depth=depth, coverage=moments[..., 0], distortion=distortion,
                               hit_count=raw.hit_count, forward_info=raw.forward_info if return_forward_info else None)
         if not (vert_pos.dim() == 3 or camera_batched or mask_batched):
-            result = RenderResult(**{k: (None if v is None else v[0]) for k, v in result.__dict__.items()})
+            result = RenderResult(**{k: (None if v is None else _drop_batch(v)) for k, v in result.__dict__.items()})
         return result
 
     @torch.no_grad()
@@ -498,6 +498,12 @@ class Renderer(torch.nn.Module):
         return (f"width={self.width}, height={self.height}, n_channels={self.n_channels}, n_track={self.n_track}, "
                 f"orthogonal_projection={self.orthogonal_projection}, "
                 f"right_handed_system={self.right_handed_system}")
+
+
+def _drop_batch(t: torch.Tensor) -> torch.Tensor:
+    """[1, ...] -> [...] as a view. Indexing ``t[0]`` gives the same values, but its
+    backward allocates and zeroes a tensor of the full batch (two kernels per call)."""
+    return t.squeeze(0)
 
 
 def _expand_camera(camera: NativeCamera, batch: int, name: str) -> NativeCamera:

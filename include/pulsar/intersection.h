@@ -39,35 +39,37 @@ struct PairHit {
   // Intermediates for the backward twin.
   T delta = 0;          // chord (perspective) or in-plane distance (orthographic)
   T o1 = 0;             // depth of the centre's foot point along the ray
-  T perp = 0;           // l: distance of the centre from the ray
+  T perp_sq = 0;        // l^2, l the distance of the centre from the ray
   T half_chord = 0;     // h
 };
 
-// Shared tail: closeness and depth from delta, o1 and l. inv_r = 1 / r.
+// Shared tail: closeness and depth from delta, o1 and l^2. inv_r = 1 / r. The half chord
+// takes r^2 - l^2 directly: forming l first would cost a square root and be no more
+// accurate (l carries the same relative rounding).
 template <typename T>
 PULSAR_HD void finish_hit(PairHit<T>& h, T r, T inv_r) {
   h.kappa = h.tiny ? T(1) : (T(1) - h.delta * inv_r);
   h.kappa = h.kappa < T(0) ? T(0) : (h.kappa > T(1) ? T(1) : h.kappa);
-  const T rest = r - h.perp;
-  h.half_chord = (h.inside && rest > T(0)) ? std::sqrt((r + h.perp) * rest) : T(0);
+  const T rest_sq = r * r - h.perp_sq;
+  h.half_chord = (h.inside && rest_sq > T(0)) ? std::sqrt(rest_sq) : T(0);
   h.depth = h.o1 - h.half_chord;
 }
 
-// Twin of finish_hit: dL/dkappa, dL/dz -> dL/ddelta, dL/do1, dL/dl, dL/dr.
+// Twin of finish_hit: dL/dkappa, dL/dz -> dL/ddelta, dL/do1, dL/d(l^2), dL/dr.
 template <typename T>
 PULSAR_HD void finish_hit_backward(const PairHit<T>& h, T r, T inv_r, T grad_kappa, T grad_depth,
-                                   T& grad_delta, T& grad_o1, T& grad_perp, T& grad_r) {
+                                   T& grad_delta, T& grad_o1, T& grad_perp_sq, T& grad_r) {
   grad_delta = T(0);
-  grad_perp = T(0);
+  grad_perp_sq = T(0);
   if (!h.tiny) {  // kappa = 1 - delta / r
     grad_delta = -grad_kappa * inv_r;
     grad_r += grad_kappa * h.delta * inv_r * inv_r;
   }
   grad_o1 = grad_depth;  // z = o1 - h
-  if (h.half_chord > T(0)) {  // h = sqrt(r^2 - l^2): dh/dr = r/h, dh/dl = -l/h
+  if (h.half_chord > T(0)) {  // h = sqrt(r^2 - l^2): dh/dr = r/h, dh/d(l^2) = -1/(2h)
     const T grad_h_per_h = -grad_depth / h.half_chord;
     grad_r += grad_h_per_h * r;
-    grad_perp = -grad_h_per_h * h.perp;
+    grad_perp_sq = T(-0.5) * grad_h_per_h;
   }
 }
 
@@ -76,7 +78,7 @@ PULSAR_HD void finish_hit_backward(const PairHit<T>& h, T r, T inv_r, T grad_kap
 //
 // model.md defines o1 = min(c.d, t) and l = sqrt((t + o1)(t - o1)). With |d| = 1 the chord
 // gives both without cancellation: c.d = t - delta^2 / (2t) (never above t, so the min is
-// that value) and l = delta sqrt(1 - delta^2 / (4 t^2)). In float32 the literal forms lose
+// that value) and l^2 = delta^2 (1 - delta^2 / (4 t^2)). In float32 the literal forms lose
 // most digits of l for a sphere far away (t - o1 ~ l^2 / 2t), these keep them.
 template <typename T>
 PULSAR_HD PairHit<T> intersect_perspective(Vec3<T> c, T t, T r, const PairTerms<T>& k, Vec3<T> d) {
@@ -88,7 +90,7 @@ PULSAR_HD PairHit<T> intersect_perspective(Vec3<T> c, T t, T r, const PairTerms<
   if (!h.hit) return h;
   const T q = h.delta * k.inv_two_dist;  // sin(phi / 2), phi the angle between c and d
   h.o1 = t - h.delta * q;
-  h.perp = h.delta * std::sqrt(T(1) - q * q);
+  h.perp_sq = h.delta * h.delta * (T(1) - q * q);
   finish_hit(h, r, k.inv_radius);
   return h;
 }
@@ -99,16 +101,17 @@ PULSAR_HD void intersect_perspective_backward(const PairHit<T>& h, Vec3<T> c, T 
                                               const PairTerms<T>& k, Vec3<T> d, T grad_kappa,
                                               T grad_depth, Vec3<T>& grad_c, T& grad_r,
                                               Vec3<T>& grad_d) {
-  T grad_delta, grad_o1, grad_perp;
-  finish_hit_backward(h, r, k.inv_radius, grad_kappa, grad_depth, grad_delta, grad_o1, grad_perp, grad_r);
-  // o1 = t - delta^2 / (2t); l = delta w with w = sqrt(1 - q^2), q = delta / (2t).
+  T grad_delta, grad_o1, grad_perp_sq;
+  finish_hit_backward(h, r, k.inv_radius, grad_kappa, grad_depth, grad_delta, grad_o1, grad_perp_sq, grad_r);
+  // With q = delta / (2t): o1 = t - delta^2 / (2t), so do1/dt = 1 + 2 q^2 and
+  // do1/ddelta = -2q; l^2 = delta^2 - delta^4 / (4 t^2), so dl^2/ddelta = 2 delta (1 - 2 q^2)
+  // and dl^2/dt = 4 q^3 delta.
   const T q = h.delta * k.inv_two_dist;
-  const T w = std::sqrt(T(1) - q * q);
-  const T q2_per_w = q * q / w;
-  T grad_t = grad_o1 * (T(1) + q * q * T(2));
+  const T q_sq = q * q;
+  T grad_t = grad_o1 * (T(1) + q_sq * T(2));
   grad_delta -= grad_o1 * T(2) * q;
-  grad_delta += grad_perp * (w - q2_per_w);
-  grad_t += grad_perp * T(2) * q * q2_per_w;
+  grad_delta += grad_perp_sq * T(2) * h.delta * (T(1) - T(2) * q_sq);
+  grad_t += grad_perp_sq * T(4) * q_sq * q * h.delta;
   // delta = |u|, u = c - t d.
   if (h.delta > T(0) && grad_delta != T(0)) {
     const Vec3<T> u = c - t * d;
@@ -135,7 +138,7 @@ PULSAR_HD PairHit<T> intersect_orthographic(T a, T b, T cz, T r, const PairTerms
   h.hit = h.inside || h.tiny;
   if (!h.hit) return h;
   h.o1 = std::abs(cz);
-  h.perp = h.delta;
+  h.perp_sq = a * a + b * b;  // l = delta
   finish_hit(h, r, k.inv_radius);
   return h;
 }
@@ -145,9 +148,9 @@ template <typename T>
 PULSAR_HD void intersect_orthographic_backward(const PairHit<T>& h, T a, T b, T cz, T r,
                                                const PairTerms<T>& k, T grad_kappa, T grad_depth,
                                                T& grad_a, T& grad_b, T& grad_cz, T& grad_r) {
-  T grad_delta, grad_o1, grad_perp;
-  finish_hit_backward(h, r, k.inv_radius, grad_kappa, grad_depth, grad_delta, grad_o1, grad_perp, grad_r);
-  grad_delta += grad_perp;  // l = delta
+  T grad_delta, grad_o1, grad_perp_sq;
+  finish_hit_backward(h, r, k.inv_radius, grad_kappa, grad_depth, grad_delta, grad_o1, grad_perp_sq, grad_r);
+  grad_delta += grad_perp_sq * T(2) * h.delta;  // l^2 = delta^2
   if (h.delta > T(0)) {
     const T grad_per_delta = grad_delta / h.delta;
     grad_a += grad_per_delta * a;

@@ -62,16 +62,32 @@ __device__ T block_rows_sum(const T* rows, std::int64_t n_rows, int row_stride, 
   return total;
 }
 
+// One block per camera: thread t sums tile rows t, t + 256, ... of all kCameraGradValues
+// columns in registers (each row read whole, by one thread), then shuffle trees per warp
+// and the warps in index order.
 template <typename T>
 __global__ void reduce_camera_kernel(RendererConfig config, SceneArgs scene, std::int64_t n_tiles,
                                      const T* tile_camera, T* out) {
-  __shared__ T shared[kThreads];
+  constexpr int kWarps = kThreads / 32;
+  __shared__ T warp_totals[kWarps][kCameraGradValues];
   __shared__ T total[kCameraGradValues];
   const int b = blockIdx.x;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const T* rows = tile_camera + std::int64_t(b) * n_tiles * kCameraGradValues;
+  T sums[kCameraGradValues];
+  for (int v = 0; v < kCameraGradValues; ++v) sums[v] = T(0);
+  for (std::int64_t r = threadIdx.x; r < n_tiles; r += kThreads)
+    for (int v = 0; v < kCameraGradValues; ++v) sums[v] += rows[r * kCameraGradValues + v];
   for (int v = 0; v < kCameraGradValues; ++v) {
-    const T s = block_rows_sum(tile_camera + std::int64_t(b) * n_tiles * kCameraGradValues, n_tiles,
-                               kCameraGradValues, v, shared);
-    if (threadIdx.x == 0) total[v] = s;
+    T x = sums[v];
+    for (int offset = 16; offset > 0; offset /= 2) x += __shfl_down_sync(0xffffffffu, x, offset);
+    if (lane == 0) warp_totals[warp][v] = x;
+  }
+  __syncthreads();
+  if (threadIdx.x < kCameraGradValues) {
+    T x = 0;
+    for (int w = 0; w < kWarps; ++w) x += warp_totals[w][threadIdx.x];
+    total[threadIdx.x] = x;
   }
   __syncthreads();
   if (threadIdx.x != 0) return;

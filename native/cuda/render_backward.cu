@@ -165,9 +165,20 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
     for (int k = 0; k < (kStatic ? C_STATIC : 1); ++k) feature_sum[k] = T(0);
     if (!kStatic && flags.features && lane == 0)
       for (int k = 0; k < channels; ++k) feature_acc[warp * channels + k] = T(0);
+    // Lane pixel k = k0 + lane of the box, row-major: (lx0 + k % box_w, ly0 + k / box_w),
+    // advanced by 32 per round without dividing.
+    const int step_x = 32 % box_w, step_y = 32 / box_w;
+    int lx = lx0 + lane % box_w, ly = ly0 + lane / box_w;
     for (int k0 = 0; k0 < box_pixels; k0 += 32) {
       const int k = k0 + lane;
-      const int lx = lx0 + k % box_w, ly = ly0 + k / box_w;
+      if (k0 > 0) {
+        lx += step_x;
+        ly += step_y;
+        if (lx > lx1) {
+          lx -= box_w;
+          ++ly;
+        }
+      }
       const int q = ly * kTileSize + lx;
       bool active = k < box_pixels && e < stage.end[q];
       const int x = tile_x0 + lx, y = tile_y0 + ly;
