@@ -48,10 +48,12 @@ struct CudaScratch {
   DeviceBuffer slot_sphere;      // int32 [n_instances]: sphere index of slot u
   // After the sort, in the key buffer the sort left free (8 bytes per instance):
   std::int32_t* entry_sphere = nullptr;   // [n_instances]: sphere index of a sorted position
-  std::int32_t* slot_to_entry = nullptr;  // [n_instances]: sorted position of slot u
+  std::int32_t* entry_slot = nullptr;     // [n_instances]: slot u of a sorted position; instance
+                                          // gradients are stored by slot, so that each sphere's
+                                          // rows are contiguous for the reduction
   DeviceBuffer tile_ranges;     // int2 [B * n_tiles]: [begin, end) of each tile's sorted entries
   DeviceBuffer cub_temp;        // CUB workspace
-  DeviceBuffer instance_grads;  // T [n_instances, 5 + C], by sorted position
+  DeviceBuffer instance_grads;  // T [n_instances, 5 + C], by slot (entry_slot)
   DeviceBuffer tile_camera_grads;  // T [B * n_tiles, kCameraGradValues]
   DeviceBuffer tile_background_grads;  // T [B * n_tiles, C]
   std::int64_t* host_count = nullptr;  // pinned: instance count read back once per binning

@@ -1,7 +1,7 @@
 // Stage 4 on CUDA: partials -> the caller's gradient arrays, each sum in a fixed order
 // (no atomics), so gradients are bitwise reproducible.
 //   spheres: one thread per sphere walks its instances (cameras ascending, then its
-//     tiles in binning order) through slot_to_entry;
+//     tiles in binning order), whose rows the backward stored contiguously by slot;
 //   cameras: one block per camera sums its tiles' partials, then folds the frame
 //     derivative (frame_backward);
 //   background: one block sums all tiles.
@@ -15,7 +15,7 @@ constexpr int kThreads = 256;
 
 template <typename T>
 __global__ void reduce_spheres_kernel(SceneArgs scene, int channels, GradientOutputs grads,
-                                      const std::int64_t* sphere_slots, const std::int32_t* slot_to_entry,
+                                      const std::int64_t* sphere_slots,
                                       const T* inst) {
   const std::int64_t n = scene.n_spheres;
   const int sets = scene.shared_spheres ? 1 : scene.batch_size;
@@ -32,7 +32,7 @@ __global__ void reduce_spheres_kernel(SceneArgs scene, int channels, GradientOut
   for (int b = b_first; b < b_last; ++b) {
     const std::int64_t key = std::int64_t(b) * n + i;
     for (std::int64_t u = sphere_slots[key]; u < sphere_slots[key + 1]; ++u) {
-      const T* g = inst + std::int64_t(slot_to_entry[u]) * stride;
+      const T* g = inst + u * stride;
       pos[0] += g[kGpuInstPos]; pos[1] += g[kGpuInstPos + 1]; pos[2] += g[kGpuInstPos + 2];
       rad += g[kGpuInstRadius];
       opa += g[kGpuInstOpacity];
@@ -116,7 +116,7 @@ void cuda_reduce_gradients(const RendererConfig& config, const SceneArgs& scene,
   if (items > 0 && (grads.positions || grads.radii || grads.opacities || grads.features)) {
     reduce_spheres_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
         scene, config.n_channels, grads, scratch.sphere_slots.as<std::int64_t>(),
-        scratch.slot_to_entry, scratch.instance_grads.as<T>());
+        scratch.instance_grads.as<T>());
     PULSAR_CUDA_LAUNCH_CHECK("reduce_spheres_kernel");
   }
   if (grads.cameras) {

@@ -124,12 +124,12 @@ __global__ void duplicate_kernel(RendererConfig config, SceneArgs scene, const G
 
 __global__ void entries_kernel(std::int64_t count, const std::uint64_t* keys, const std::int32_t* slots,
                                const std::int32_t* slot_sphere, std::int32_t* entry_sphere,
-                               std::int32_t* slot_to_entry, int2* tile_ranges) {
+                               std::int32_t* entry_slot, int2* tile_ranges) {
   const std::int64_t p = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (p >= count) return;
   const std::int32_t u = slots[p];
   entry_sphere[p] = slot_sphere[u];
-  slot_to_entry[u] = std::int32_t(p);
+  entry_slot[p] = u;
   const std::uint64_t tile = keys[p] >> 32;
   if (p == 0 || (keys[p - 1] >> 32) != tile) tile_ranges[tile].x = std::int32_t(p);
   if (p == count - 1 || (keys[p + 1] >> 32) != tile) tile_ranges[tile].y = std::int32_t(p + 1);
@@ -201,9 +201,9 @@ void cuda_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, co
   temp = scratch.cub_temp.reserve<unsigned char>(sort_bytes, "CUB workspace");
   PULSAR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, keys, slots, int(count), 0, end_bit, stream));
   scratch.entry_sphere = reinterpret_cast<std::int32_t*>(keys.Alternate());
-  scratch.slot_to_entry = scratch.entry_sphere + count;
+  scratch.entry_slot = scratch.entry_sphere + count;
   entries_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream>>>(
-      count, keys.Current(), slots.Current(), slot_sphere, scratch.entry_sphere, scratch.slot_to_entry, ranges);
+      count, keys.Current(), slots.Current(), slot_sphere, scratch.entry_sphere, scratch.entry_slot, ranges);
   PULSAR_CUDA_LAUNCH_CHECK("entries_kernel");
 }
 
