@@ -54,8 +54,9 @@ struct CudaScratch {
   DeviceBuffer tile_ranges;     // int2 [B * n_tiles]: [begin, end) of each tile's sorted entries
   DeviceBuffer cub_temp;        // CUB workspace
   DeviceBuffer instance_grads;  // T [n_instances, 5 + C], by slot (entry_slot)
-  DeviceBuffer tile_camera_grads;  // T [B * n_tiles, kCameraGradValues]
-  DeviceBuffer tile_background_grads;  // T [B * n_tiles, C]
+  int backward_splits = 1;         // blocks per tile in the last backward (render_backward.cu)
+  DeviceBuffer tile_camera_grads;  // T [B * n_tiles * backward_splits, kCameraGradValues]
+  DeviceBuffer tile_background_grads;  // T [B * n_tiles * backward_splits, C]
   std::int64_t* host_count = nullptr;  // pinned: instance count read back once per binning
   std::int64_t n_instances = 0;
 

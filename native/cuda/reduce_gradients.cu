@@ -110,7 +110,8 @@ __global__ void reduce_background_kernel(std::int64_t tiles, int channels, const
 template <typename T>
 void cuda_reduce_gradients(const RendererConfig& config, const SceneArgs& scene,
                            const GradientOutputs& grads, cudaStream_t stream, CudaScratch& scratch) {
-  const std::int64_t n_tiles = Tiling::of(config.width, config.height).n_tiles();
+  // Partial rows per camera: one per tile and backward block (render_backward.cu).
+  const std::int64_t n_tiles = Tiling::of(config.width, config.height).n_tiles() * scratch.backward_splits;
   const int sets = scene.shared_spheres ? 1 : scene.batch_size;
   const std::int64_t items = scene.n_spheres * sets;
   if (items > 0 && (grads.positions || grads.radii || grads.opacities || grads.features)) {

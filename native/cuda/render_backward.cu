@@ -78,15 +78,18 @@ struct PixelStage {
   T mom[kThreads][3], grad_mom[kThreads][3];  // depth moments and their gradients
 };
 
-// Three blocks per SM: W4's forward + backward 10 % faster than with two blocks at 128
-// registers (docs/benchmarks.md). ORTHO: the camera is orthographic (a template
-// parameter, so the perspective kernel keeps no orthographic camera terms live).
+// Four blocks per SM (64 registers): Nsight Compute durations W4 1.36 -> 1.27 ms,
+// W1 3.20 -> 3.12 against three (docs/benchmarks.md). ORTHO: the camera is orthographic
+// (a template parameter, so the perspective kernel keeps no orthographic camera terms
+// live). With few tiles, `splits` blocks share a tile: block s of the tile takes the
+// entries s * 8 + warp, stepping 8 * splits, and writes its own partial camera and
+// background rows (split 0 alone adds the background's pixel terms).
 template <typename T, int C_STATIC, bool ORTHO, bool RAY_SUMS>
-__global__ void __launch_bounds__(kThreads, 3)
+__global__ void __launch_bounds__(kThreads, 4)
 render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions options, BackwardArgs args,
                        GradFlags flags, const GpuSphere<T>* spheres, const std::int32_t* entry_sphere,
-                       const std::int32_t* entry_slot, const int2* tile_ranges, T* inst_grads,
-                       T* tile_camera, T* tile_background) {
+                       const std::int32_t* entry_slot, const int2* tile_ranges, int splits,
+                       T* inst_grads, T* tile_camera, T* tile_background) {
   __shared__ PixelStage<T, C_STATIC> stage;
   __shared__ int max_end;
   extern __shared__ unsigned char smem_raw[];
@@ -99,7 +102,8 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
   const int stride = kGpuInstFeatures + channels;
   const int tiles_x = (config.width + kTileSize - 1) / kTileSize;
   const int tiles_y = (config.height + kTileSize - 1) / kTileSize;
-  const std::int64_t item = blockIdx.x;
+  const std::int64_t item = blockIdx.x / splits;  // (camera, tile)
+  const int split = int(blockIdx.x % splits);
   const int b = int(item / (std::int64_t(tiles_x) * tiles_y));
   const int tile = int(item % (std::int64_t(tiles_x) * tiles_y));
   const int tile_x0 = (tile % tiles_x) * kTileSize, tile_y0 = (tile / tiles_x) * kTileSize;
@@ -154,7 +158,7 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
   Vec3<T> eye_sum{0, 0, 0};  // lane 0: minus the warp's position gradients (c = centre - eye)
   const int2 range = tile_ranges[item];
   const int entries = max_end;
-  for (int e = warp; e < entries; e += kWarps) {
+  for (int e = split * kWarps + warp; e < entries; e += kWarps * splits) {
     const std::int64_t p = range.x + e;
     const std::int32_t id = entry_sphere[p];
     const GpuSphere<T> g = spheres[std::int64_t(b) * scene.n_spheres + id];
@@ -297,11 +301,11 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
     T values[kCameraGradValues];
     cg.to_array(values);
     block_sum(kCameraGradValues, [&](int k) { return values[k]; }, feature_acc,
-              tile_camera + item * kCameraGradValues);
+              tile_camera + std::int64_t(blockIdx.x) * kCameraGradValues);
   }
   if (tile_background)
-    block_sum(channels, [&](int ch) { return own_inside ? grad_image[own_pix * channels + ch] * bg_share : T(0); },
-              feature_acc, tile_background + item * channels);
+    block_sum(channels, [&](int ch) { return own_inside && split == 0 ? grad_image[own_pix * channels + ch] * bg_share : T(0); },
+              feature_acc, tile_background + std::int64_t(blockIdx.x) * channels);
 }
 
 template <typename T, int C_STATIC, bool ORTHO, bool RAY_SUMS>
@@ -309,9 +313,9 @@ void launch_kernel(unsigned blocks, std::size_t dynamic_smem, const RendererConf
                    const SceneArgs& scene, const RenderOptions& options, const BackwardArgs& args,
                    GradFlags flags, cudaStream_t stream, CudaScratch& s, T* inst, T* tile_camera,
                    T* tile_background) {
-  render_backward_kernel<T, C_STATIC, ORTHO, RAY_SUMS><<<blocks, kThreads, dynamic_smem, stream>>>(
+  render_backward_kernel<T, C_STATIC, ORTHO, RAY_SUMS><<<blocks * s.backward_splits, kThreads, dynamic_smem, stream>>>(
       config, scene, options, args, flags, s.spheres.as<GpuSphere<T>>(), s.entry_sphere, s.entry_slot,
-      s.tile_ranges.as<int2>(), inst, tile_camera, tile_background);
+      s.tile_ranges.as<int2>(), s.backward_splits, inst, tile_camera, tile_background);
   PULSAR_CUDA_LAUNCH_CHECK("render_backward_kernel");
 }
 
@@ -346,13 +350,18 @@ void cuda_render_backward(const RendererConfig& config, const SceneArgs& scene,
                           const RenderOptions& options, const BackwardArgs& args,
                           const GradientOutputs& grads, cudaStream_t stream, CudaScratch& scratch) {
   const std::int64_t total_tiles = Tiling::of(config.width, config.height).n_tiles() * scene.batch_size;
+  // Blocks per tile: enough for about four waves of four blocks per SM (W3's 1024 tiles
+  // take three each), at most 4.
+  const std::int64_t wave = 4 * std::int64_t(scratch.sm_count);
+  scratch.backward_splits = int(std::min<std::int64_t>(4, std::max<std::int64_t>(1, (4 * wave + total_tiles - 1) / total_tiles)));
+  const std::int64_t partial_rows = total_tiles * scratch.backward_splits;
   const int stride = kGpuInstFeatures + config.n_channels;
   const std::size_t inst_count = std::size_t(std::max<std::int64_t>(scratch.n_instances, 1)) * stride;
   T* inst = scratch.instance_grads.reserve<T>(inst_count, "instance gradients");
   // Entries past a tile's last traversal end are never visited: they must read zero.
   PULSAR_CUDA_CHECK(cudaMemsetAsync(inst, 0, sizeof(T) * inst_count, stream));
-  T* tile_camera = grads.cameras ? scratch.tile_camera_grads.reserve<T>(std::size_t(total_tiles) * kCameraGradValues, "camera gradients") : nullptr;
-  T* tile_background = grads.background ? scratch.tile_background_grads.reserve<T>(std::size_t(total_tiles) * config.n_channels, "background gradients") : nullptr;
+  T* tile_camera = grads.cameras ? scratch.tile_camera_grads.reserve<T>(std::size_t(partial_rows) * kCameraGradValues, "camera gradients") : nullptr;
+  T* tile_background = grads.background ? scratch.tile_background_grads.reserve<T>(std::size_t(partial_rows) * config.n_channels, "background gradients") : nullptr;
   GradFlags flags;
   flags.features = grads.features != nullptr;
   flags.geometry = grads.positions || grads.radii || grads.cameras;
