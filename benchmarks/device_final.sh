@@ -15,5 +15,5 @@ echo; echo "== selftest"; (cd /tmp && python3 -m pulsar_py selftest 2>&1 | tail 
 echo "== sanitizer"; (cd /tmp && compute-sanitizer --tool memcheck python3 "$root/benchmarks/sanitizer_small.py" 2>&1 | tail -2;
   compute-sanitizer --tool racecheck python3 "$root/benchmarks/sanitizer_small.py" 2>&1 | tail -2)
 echo "== backward routing"; python3 benchmarks/backward_routing.py --device cuda --repeats 20
-echo "== bench"; python3 benchmarks/run.py --device cuda --json "$out/bench.json" --quiet 2>&1 | tail -12
+echo "== bench"; python3 benchmarks/run.py --device cuda --json "$out/bench.json" --quiet ${BENCH_ARGS:-} 2>&1 | tail -12
 echo "== profile W4"; python3 benchmarks/profile_kernels.py W4 2>&1 | grep -v "^-" | head -30 > "$out/profile_W4.txt"; grep wall "$out/profile_W4.txt"

@@ -43,17 +43,17 @@ struct CudaScratch {
   DeviceBuffer tile_depth_bound;  // float [B * n_tiles]: no pixel processes a sphere with larger zc
   DeviceBuffer tile_counts;     // int64 [B * N]: tiles stored per sphere
   DeviceBuffer sphere_slots;    // int64 [B * N + 1]: exclusive scan of tile_counts
-  DeviceBuffer keys_a, keys_b;   // uint64 [n_instances]: the sort's double buffer
-  DeviceBuffer slots_a, slots_b; // int32 [n_instances]: slot u, then u of each sorted position
-  DeviceBuffer slot_sphere;      // int32 [n_instances]: sphere index of slot u
-  // After the sort, in the key buffer the sort left free (8 bytes per instance):
+  // Everything per (tile, sphere) instance, one allocation in two phases (InstanceArena).
+  DeviceBuffer instance_arena;
+  // The maps that survive the sort, in the arena's first 8 bytes per instance:
   std::int32_t* entry_sphere = nullptr;   // [n_instances]: sphere index of a sorted position
   std::int32_t* entry_slot = nullptr;     // [n_instances]: slot u of a sorted position; instance
                                           // gradients are stored by slot, so that each sphere's
                                           // rows are contiguous for the reduction
+  void* instance_grads = nullptr;         // T [n_instances, 5 + C] by slot, behind the maps
+                                          // (set by the backward)
   DeviceBuffer tile_ranges;     // int2 [B * n_tiles]: [begin, end) of each tile's sorted entries
   DeviceBuffer cub_temp;        // CUB workspace
-  DeviceBuffer instance_grads;  // T [n_instances, 5 + C], by slot (entry_slot)
   int backward_splits = 1;         // blocks per tile in the last backward (render_backward.cu)
   DeviceBuffer tile_camera_grads;  // T [B * n_tiles * backward_splits, kCameraGradValues]
   DeviceBuffer tile_background_grads;  // T [B * n_tiles * backward_splits, C]
@@ -63,11 +63,27 @@ struct CudaScratch {
   std::size_t bytes() const {
     return spheres.capacity() + depth_range.capacity() + cover_histogram.capacity() +
            tile_depth_bound.capacity() + tile_counts.capacity() + sphere_slots.capacity() +
-           keys_a.capacity() + keys_b.capacity() + slots_a.capacity() + slots_b.capacity() +
-           slot_sphere.capacity() +
-           tile_ranges.capacity() + cub_temp.capacity() + instance_grads.capacity() +
+           instance_arena.capacity() + tile_ranges.capacity() + cub_temp.capacity() +
            tile_camera_grads.capacity() + tile_background_grads.capacity();
   }
+};
+
+// Byte layout of instance_arena for n instances. Binning: sort keys (uint64) and slots
+// (int32), each double-buffered, and the sphere of each slot (int32), 28 bytes per
+// instance, with the first key buffer at offset 0. After the sort only the maps
+// entry_sphere and entry_slot (8 bytes per instance) survive, at offset 0; the
+// backward's gradient rows take the space behind them. Peak: 8 + max(20, row bytes) per
+// instance, not 28 + row bytes.
+struct InstanceArena {
+  std::size_t n;
+  std::size_t keys_b() const { return 8 * n; }
+  std::size_t slots_a() const { return 16 * n; }
+  std::size_t slots_b() const { return 20 * n; }
+  std::size_t slot_sphere() const { return 24 * n; }
+  std::size_t binning_bytes() const { return 28 * n; }
+  std::size_t maps_bytes() const { return 8 * n; }
+  std::size_t grads() const { return maps_bytes(); }
+  std::size_t backward_bytes(std::size_t row_bytes) const { return maps_bytes() + row_bytes * (n > 0 ? n : 1); }
 };
 
 // CameraGrad<T> flattened (CameraGrad::to_array).

@@ -3,6 +3,7 @@
 // allocation first, so peak memory is the new size, not the sum.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 #include <utility>
@@ -46,6 +47,21 @@ class DeviceBuffer {
       data_ = p;
       capacity_ = target;
     }
+    return static_cast<E*>(data_);
+  }
+
+  // As reserve, but a reallocation keeps the first `keep` bytes: it copies them on
+  // `stream` into the new allocation and waits for the copy before freeing the old one.
+  // Growing therefore synchronises the stream once and holds both sizes for that moment;
+  // in the steady state the capacity suffices and nothing happens.
+  template <typename E>
+  E* reserve_keeping(std::size_t count, std::size_t keep, cudaStream_t stream, const char* what) {
+    if (count * sizeof(E) <= capacity_ || keep == 0 || data_ == nullptr) return reserve<E>(count, what);
+    DeviceBuffer grown;
+    grown.reserve<unsigned char>(std::max(count * sizeof(E), capacity_ + capacity_ / 2), what);
+    PULSAR_CUDA_CHECK(cudaMemcpyAsync(grown.data_, data_, keep, cudaMemcpyDeviceToDevice, stream));
+    PULSAR_CUDA_CHECK(cudaStreamSynchronize(stream));
+    *this = std::move(grown);
     return static_cast<E*>(data_);
   }
 

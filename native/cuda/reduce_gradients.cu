@@ -117,7 +117,7 @@ void cuda_reduce_gradients(const RendererConfig& config, const SceneArgs& scene,
   if (items > 0 && (grads.positions || grads.radii || grads.opacities || grads.features)) {
     reduce_spheres_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
         scene, config.n_channels, grads, scratch.sphere_slots.as<std::int64_t>(),
-        scratch.instance_grads.as<T>());
+        static_cast<const T*>(scratch.instance_grads));
     PULSAR_CUDA_LAUNCH_CHECK("reduce_spheres_kernel");
   }
   if (grads.cameras) {

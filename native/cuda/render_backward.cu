@@ -357,7 +357,15 @@ void cuda_render_backward(const RendererConfig& config, const SceneArgs& scene,
   const std::int64_t partial_rows = total_tiles * scratch.backward_splits;
   const int stride = kGpuInstFeatures + config.n_channels;
   const std::size_t inst_count = std::size_t(std::max<std::int64_t>(scratch.n_instances, 1)) * stride;
-  T* inst = scratch.instance_grads.reserve<T>(inst_count, "instance gradients");
+  // Gradient rows behind the maps the forward left at the arena's start (InstanceArena);
+  // growing the arena keeps the maps.
+  const InstanceArena layout{std::size_t(scratch.n_instances)};
+  unsigned char* arena = scratch.instance_arena.reserve_keeping<unsigned char>(
+      layout.backward_bytes(sizeof(T) * stride), layout.maps_bytes(), stream, "instance gradients");
+  scratch.entry_sphere = reinterpret_cast<std::int32_t*>(arena);
+  scratch.entry_slot = scratch.entry_sphere + scratch.n_instances;
+  T* inst = reinterpret_cast<T*>(arena + layout.grads());
+  scratch.instance_grads = inst;
   // Entries past a tile's last traversal end are never visited: they must read zero.
   PULSAR_CUDA_CHECK(cudaMemsetAsync(inst, 0, sizeof(T) * inst_count, stream));
   T* tile_camera = grads.cameras ? scratch.tile_camera_grads.reserve<T>(std::size_t(partial_rows) * kCameraGradValues, "camera gradients") : nullptr;

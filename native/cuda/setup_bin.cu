@@ -183,28 +183,34 @@ void cuda_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, co
   scratch.n_instances = count;
   if (count == 0) return;
 
-  cub::DoubleBuffer<std::uint64_t> keys(scratch.keys_a.reserve<std::uint64_t>(std::size_t(count), "sort keys"),
-                                        scratch.keys_b.reserve<std::uint64_t>(std::size_t(count), "sort keys"));
-  cub::DoubleBuffer<std::int32_t> slots(scratch.slots_a.reserve<std::int32_t>(std::size_t(count), "slots"),
-                                        scratch.slots_b.reserve<std::int32_t>(std::size_t(count), "slots"));
-  auto* slot_sphere = scratch.slot_sphere.reserve<std::int32_t>(std::size_t(count), "slot spheres");
+  const InstanceArena layout{std::size_t(count)};
+  unsigned char* arena = scratch.instance_arena.reserve<unsigned char>(layout.binning_bytes(), "sphere-tile instances");
+  auto* keys_a = reinterpret_cast<std::uint64_t*>(arena);
+  cub::DoubleBuffer<std::uint64_t> keys(keys_a, reinterpret_cast<std::uint64_t*>(arena + layout.keys_b()));
+  cub::DoubleBuffer<std::int32_t> slots(reinterpret_cast<std::int32_t*>(arena + layout.slots_a()),
+                                        reinterpret_cast<std::int32_t*>(arena + layout.slots_b()));
+  auto* slot_sphere = reinterpret_cast<std::int32_t*>(arena + layout.slot_sphere());
   duplicate_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
       config, scene, spheres, bound, slots_of, keys.Current(), slots.Current(), slot_sphere);
   PULSAR_CUDA_LAUNCH_CHECK("duplicate_kernel");
 
   // The double-buffer sort needs no workspace of the keys' size; the result is in
   // Current(), and the other key buffer (8 bytes per instance) is free afterwards: it
-  // holds the two int32 maps the later stages read.
+  // takes the two int32 maps the later stages read, which then move to the arena's start
+  // if they are not there (InstanceArena).
   const int end_bit = 32 + bit_width(std::uint64_t(total_tiles));
   std::size_t sort_bytes = 0;
   PULSAR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, slots, int(count), 0, end_bit, stream));
   temp = scratch.cub_temp.reserve<unsigned char>(sort_bytes, "CUB workspace");
   PULSAR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, keys, slots, int(count), 0, end_bit, stream));
-  scratch.entry_sphere = reinterpret_cast<std::int32_t*>(keys.Alternate());
-  scratch.entry_slot = scratch.entry_sphere + count;
+  auto* maps = reinterpret_cast<std::int32_t*>(keys.Alternate());
   entries_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream>>>(
-      count, keys.Current(), slots.Current(), slot_sphere, scratch.entry_sphere, scratch.entry_slot, ranges);
+      count, keys.Current(), slots.Current(), slot_sphere, maps, maps + count, ranges);
   PULSAR_CUDA_LAUNCH_CHECK("entries_kernel");
+  if (keys.Alternate() != keys_a)
+    PULSAR_CUDA_CHECK(cudaMemcpyAsync(arena, maps, layout.maps_bytes(), cudaMemcpyDeviceToDevice, stream));
+  scratch.entry_sphere = reinterpret_cast<std::int32_t*>(arena);
+  scratch.entry_slot = scratch.entry_sphere + count;
 }
 
 template void cuda_setup_and_bin<float>(const RendererConfig&, const SceneArgs&, const RenderOptions&,

@@ -29,7 +29,7 @@ namespace {
 constexpr double kFixedOne = 4294967296.0;  // 2^32: weight 1 (relative to exp(s_ref))
 // Largest histogram: 2^22 cells of 8 bytes (32 MiB); the bucket count shrinks first.
 constexpr std::int64_t kMaxHistogramCells = std::int64_t(1) << 22;
-constexpr int kMaxBuckets = 64, kMinBuckets = 4;
+constexpr int kMaxBuckets = 64, kMinBuckets = 4;  // tile_bound_kernel: two buckets per lane
 // Below this projected radius (pixels) the core (kCoreChord of it) cannot hold a 16 x 16
 // tile, whose half diagonal is 11.3 px.
 constexpr double kMinCoverRadiusPx = 15.5;
@@ -108,12 +108,17 @@ __global__ void cover_kernel(RendererConfig config, SceneArgs scene, RenderOptio
   }
 }
 
+// One warp per tile; lane l takes buckets l and l + 32 (kMaxBuckets = 64). The running
+// weight sums are an exact integer prefix scan, and the minimum over buckets does not
+// depend on its order, so the bound is the serial loop's, bit for bit.
 template <typename T>
 __global__ void tile_bound_kernel(RendererConfig config, SceneArgs scene, RenderOptions options,
                                   const std::uint32_t* depth_range, const unsigned long long* histogram,
                                   int buckets, std::int64_t n_tiles, float* bound) {
-  const std::int64_t item = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (item >= n_tiles * scene.batch_size) return;
+  constexpr unsigned kFullMask = 0xffffffffu;
+  const std::int64_t item = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = int(threadIdx.x % 32);
+  if (item >= n_tiles * scene.batch_size) return;  // whole warps leave together
   const int b = int(item / n_tiles);
   const DepthRange range = depth_range_of(depth_range, b);
   double best = INFINITY;
@@ -123,22 +128,32 @@ __global__ void tile_bound_kernel(RendererConfig config, SceneArgs scene, Render
     const double s_ref = reference_exponent(bp, range);
     const double background = exp(double(bp.bg_exponent) - s_ref);
     const double width = double(range.zmax) - double(range.zmin);
-    unsigned long long sum = 0;
-    for (int k = 0; k < buckets; ++k) {
-      const unsigned long long added = histogram[item * buckets + k];
+    unsigned long long carry = 0;  // weight of the buckets before this half
+    for (int half = 0; half < 2; ++half) {
+      const int k = half * 32 + lane;
+      const unsigned long long added = k < buckets ? histogram[item * buckets + k] : 0ull;
+      unsigned long long sum = added;  // inclusive scan over the lanes
+      for (int offset = 1; offset < 32; offset *= 2) {
+        const unsigned long long other = __shfl_up_sync(kFullMask, sum, offset);
+        if (lane >= offset) sum += other;
+      }
+      sum += carry;
+      carry = __shfl_sync(kFullMask, sum, 31);
       // Without new weight, tau stays and the edge only grows: no better bound.
-      if (k > 0 && added == 0) continue;
-      sum += added;
-      const double total = double(sum) / kFixedOne + background;
-      if (!(total > 0)) continue;
-      const double tau = termination_depth_for_weight(bp, log(total) + s_ref);
-      const double edge = k == buckets - 1 ? double(range.zmax) : double(range.zmin) + width * (k + 1) / buckets;
-      best = fmin(best, fmax(edge, tau));
+      if (k < buckets && (k == 0 || added != 0)) {
+        const double total = double(sum) / kFixedOne + background;
+        if (total > 0) {
+          const double tau = termination_depth_for_weight(bp, log(total) + s_ref);
+          const double edge = k == buckets - 1 ? double(range.zmax) : double(range.zmin) + width * (k + 1) / buckets;
+          best = fmin(best, fmax(edge, tau));
+        }
+      }
     }
+    for (int offset = 16; offset > 0; offset /= 2) best = fmin(best, __shfl_xor_sync(kFullMask, best, offset));
     // Margin for the forward's rounding of tau and of zc (float keys): far above both.
     best += 1e-4 * double(bp.depth_range()) + 1e-5 * fabs(best);
   }
-  bound[item] = float(best) < best ? nextafterf(float(best), INFINITY) : float(best);
+  if (lane == 0) bound[item] = float(best) < best ? nextafterf(float(best), INFINITY) : float(best);
 }
 
 }  // namespace
@@ -161,7 +176,7 @@ const float* cuda_tile_depth_bound(const RendererConfig& config, const SceneArgs
       config, scene, options, scratch.spheres.as<GpuSphere<T>>(), scratch.depth_range.as<std::uint32_t>(),
       histogram, buckets);
   PULSAR_CUDA_LAUNCH_CHECK("cover_kernel");
-  tile_bound_kernel<T><<<blocks_for(total_tiles, kThreads), kThreads, 0, stream>>>(
+  tile_bound_kernel<T><<<blocks_for(total_tiles * 32, kThreads), kThreads, 0, stream>>>(
       config, scene, options, scratch.depth_range.as<std::uint32_t>(), histogram, buckets, n_tiles, bound);
   PULSAR_CUDA_LAUNCH_CHECK("tile_bound_kernel");
   return bound;
