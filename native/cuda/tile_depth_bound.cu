@@ -59,52 +59,113 @@ __device__ int bucket_of(float zc, const DepthRange& range, int buckets) {
   return k < 0 ? 0 : (k >= buckets ? buckets - 1 : k);
 }
 
+// What one sphere adds to its tiles' histograms: the tiles whose pixels (clipped to the
+// image) all lie in its core, tx0 + [0, tiles_w) x ty0 + [0, count / tiles_w), its weight
+// bound relative to exp(s_ref) and its depth bucket. count = 0: none.
+struct CoverJob {
+  int tx0 = 0, ty0 = 0, tiles_w = 1, count = 0;
+  double relative = 0;
+  int bucket = 0;
+};
+
 template <typename T>
-__global__ void cover_kernel(RendererConfig config, SceneArgs scene, RenderOptions options,
-                             const GpuSphere<T>* spheres, const std::uint32_t* depth_range,
-                             unsigned long long* histogram, int buckets) {
-  const std::int64_t n = scene.n_spheres;
-  const std::int64_t item = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (item >= n * scene.batch_size) return;
-  const GpuSphere<T> g = spheres[item];
-  if (g.x0 > g.x1 || g.y0 > g.y1 || !(g.opacity > T(0))) return;
-  const int b = int(item / n);
+__device__ CoverJob cover_job(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
+                              const GpuSphere<T>& g, int b, const std::uint32_t* depth_range, int buckets) {
+  CoverJob job;
+  if (g.x0 > g.x1 || g.y0 > g.y1 || !(g.opacity > T(0))) return job;
   const CameraFrame<T> cam = camera_of<T>(scene, b, config.orthographic);
   const double radius_px = cam.orthographic
                                ? double(g.radius) / double(cam.pixel_size)
                                : double(g.radius) * double(cam.focal) / (double(g.dist) * double(cam.pixel_size));
-  if (radius_px < kMinCoverRadiusPx) return;
-  const Vec3<T> c = make_vec3(g.cx, g.cy, g.cz);
+  if (radius_px < kMinCoverRadiusPx) return job;
   // core_region_bounds wants centre - eye in world units; orthographic records keep the
   // camera-frame coordinates, which map back through the frame's unit axes.
-  const Vec3<T> c_world = cam.orthographic ? g.cx * cam.x_unit + g.cy * cam.y_unit + g.cz * cam.z_axis : c;
+  const Vec3<T> c_world = cam.orthographic ? g.cx * cam.x_unit + g.cy * cam.y_unit + g.cz * cam.z_axis
+                                           : make_vec3(g.cx, g.cy, g.cz);
   const PixelBounds core = clamp_bounds(core_region_bounds(cam, c_world, g.dist, g.radius, config.width,
                                                            config.height), config.width, config.height);
-  if (core.empty()) return;
+  if (core.empty()) return job;
+  // Tiles from the first starting inside the core to the last ending inside it (a tile
+  // clipped by the image's last row or column ends there).
+  const int tiles_x = (config.width + kTileSize - 1) / kTileSize;
+  const int tiles_y = (config.height + kTileSize - 1) / kTileSize;
+  const int tx0 = (core.x0 + kTileSize - 1) / kTileSize, ty0 = (core.y0 + kTileSize - 1) / kTileSize;
+  const int tx1 = core.x1 == config.width - 1 ? tiles_x - 1 : (core.x1 + 1) / kTileSize - 1;
+  const int ty1 = core.y1 == config.height - 1 ? tiles_y - 1 : (core.y1 + 1) / kTileSize - 1;
+  if (tx1 < tx0 || ty1 < ty0) return job;
   const BlendParams<T> bp = blend_params_of(cam, config, options);
   const DepthRange range = depth_range_of(depth_range, b);
   // Exponent bound: depth of any hit <= o1 <= t (perspective) or |cz| (orthographic).
   const double far_depth = cam.orthographic ? fabs(double(g.cz)) : double(g.dist);
   const double n_far = (far_depth - double(bp.min_depth)) * double(bp.inv_range);
   const double s_low = double(g.opacity) * (1.0 - n_far) * double(bp.inv_gamma);
-  const double relative = double(g.opacity) * exp(s_low - reference_exponent(bp, range));
-  const int k = bucket_of(float(g.closest_depth), range, buckets);
+  job.relative = double(g.opacity) * exp(s_low - reference_exponent(bp, range));
+  job.bucket = bucket_of(float(g.closest_depth), range, buckets);
+  job.tx0 = tx0;
+  job.ty0 = ty0;
+  job.tiles_w = tx1 - tx0 + 1;
+  job.count = job.tiles_w * (ty1 - ty0 + 1);
+  return job;
+}
+
+// One thread per sphere finds its job; the warp then deals its (sphere, tile) pairs out
+// over its lanes, 32 at a time, so that a sphere covering 60 tiles does not keep the
+// lanes of small ones waiting. Each pair checks the tile's corners and adds the weight
+// bound to the tile's bucket.
+template <typename T>
+__global__ void cover_kernel(RendererConfig config, SceneArgs scene, RenderOptions options,
+                             const GpuSphere<T>* spheres, const std::uint32_t* depth_range,
+                             unsigned long long* histogram, int buckets) {
+  constexpr unsigned kFullMask = 0xffffffffu;
+  const std::int64_t n = scene.n_spheres;
+  const std::int64_t item = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int lane = int(threadIdx.x % 32);
+  const bool valid = item < n * scene.batch_size;
+  GpuSphere<T> g{};
+  CoverJob job;
+  if (valid) {
+    g = spheres[item];
+    job = cover_job(config, scene, options, g, int(item / n), depth_range, buckets);
+  }
+  int first = job.count;  // inclusive scan of the counts over the lanes
+  for (int offset = 1; offset < 32; offset *= 2) {
+    const int other = __shfl_up_sync(kFullMask, first, offset);
+    if (lane >= offset) first += other;
+  }
+  const int total = __shfl_sync(kFullMask, first, 31);
+  first -= job.count;  // exclusive: this lane's first pair
   const int tiles_x = (config.width + kTileSize - 1) / kTileSize;
   const int tiles_y = (config.height + kTileSize - 1) / kTileSize;
-  unsigned long long* tile_hist = histogram + std::int64_t(b) * tiles_x * tiles_y * buckets;
-  // Tiles whose pixels (clipped to the image) all lie in the core.
-  for (int ty = (core.y0 + kTileSize - 1) / kTileSize; ty * kTileSize <= core.y1; ++ty) {
-    const int py0 = ty * kTileSize, py1 = min(py0 + kTileSize - 1, config.height - 1);
-    if (py1 > core.y1) break;
-    for (int tx = (core.x0 + kTileSize - 1) / kTileSize; tx * kTileSize <= core.x1; ++tx) {
-      const int px0 = tx * kTileSize, px1 = min(px0 + kTileSize - 1, config.width - 1);
-      if (px1 > core.x1) break;
-      const T kappa = covered_closeness(cam, c, g.dist, g.radius, px0, py0, px1, py1);
-      // 0.999: margin for the rounding of kappa here against the forward's.
-      const double w = fmin(1.0, 0.999 * double(kappa) * relative);
-      const auto fixed = static_cast<unsigned long long>(w * kFixedOne);
-      if (fixed > 0) atomicAdd(tile_hist + (std::int64_t(ty) * tiles_x + tx) * buckets + k, fixed);
+  for (int base = 0; base < total; base += 32) {
+    const int j = base + lane;
+    // Owner of pair j: the number of lanes whose pairs all come before j.
+    int owner = 0;
+    for (int step = 16; step > 0; step /= 2) {
+      const int end = __shfl_sync(kFullMask, first + job.count, owner + step - 1);
+      if (end <= j) owner += step;
     }
+    owner = min(owner, 31);
+    const std::int64_t o_item = __shfl_sync(kFullMask, item, owner);
+    const int o_first = __shfl_sync(kFullMask, first, owner);
+    const int o_tx0 = __shfl_sync(kFullMask, job.tx0, owner), o_ty0 = __shfl_sync(kFullMask, job.ty0, owner);
+    const int o_w = __shfl_sync(kFullMask, job.tiles_w, owner);
+    const int o_bucket = __shfl_sync(kFullMask, job.bucket, owner);
+    const double o_relative = __shfl_sync(kFullMask, job.relative, owner);
+    const Vec3<T> c = make_vec3(__shfl_sync(kFullMask, g.cx, owner), __shfl_sync(kFullMask, g.cy, owner),
+                                __shfl_sync(kFullMask, g.cz, owner));
+    const T dist = __shfl_sync(kFullMask, g.dist, owner), radius = __shfl_sync(kFullMask, g.radius, owner);
+    if (j >= total) continue;
+    const int b = int(o_item / n);
+    const CameraFrame<T> cam = camera_of<T>(scene, b, config.orthographic);
+    const int tx = o_tx0 + (j - o_first) % o_w, ty = o_ty0 + (j - o_first) / o_w;
+    const int px0 = tx * kTileSize, px1 = min(px0 + kTileSize - 1, config.width - 1);
+    const int py0 = ty * kTileSize, py1 = min(py0 + kTileSize - 1, config.height - 1);
+    const T kappa = covered_closeness(cam, c, dist, radius, px0, py0, px1, py1);
+    // 0.999: margin for the rounding of kappa here against the forward's.
+    const double w = fmin(1.0, 0.999 * double(kappa) * o_relative);
+    const auto fixed = static_cast<unsigned long long>(w * kFixedOne);
+    unsigned long long* tile_hist = histogram + std::int64_t(b) * tiles_x * tiles_y * buckets;
+    if (fixed > 0) atomicAdd(tile_hist + (std::int64_t(ty) * tiles_x + tx) * buckets + o_bucket, fixed);
   }
 }
 
