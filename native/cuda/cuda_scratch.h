@@ -45,6 +45,7 @@ struct CudaScratch {
   DeviceBuffer sphere_slots;    // int64 [B * N + 1]: exclusive scan of tile_counts
   // Everything per (tile, sphere) instance, one allocation in two phases (InstanceArena).
   DeviceBuffer instance_arena;
+  bool sort_keys_start_in_b = false;  // which key buffer the next sort starts in (setup_bin.cu)
   // The maps that survive the sort, in the arena's first 8 bytes per instance:
   std::int32_t* entry_sphere = nullptr;   // [n_instances]: sphere index of a sorted position
   std::int32_t* entry_slot = nullptr;     // [n_instances]: slot u of a sorted position; instance

@@ -13,10 +13,11 @@ namespace {
 
 constexpr int kThreads = 256;
 
-template <typename T>
+// C_STATIC > 0: the channel count, features summed in registers; 0: any count, summed in
+// the output array.
+template <typename T, int C_STATIC>
 __global__ void reduce_spheres_kernel(SceneArgs scene, int channels, GradientOutputs grads,
-                                      const std::int64_t* sphere_slots,
-                                      const T* inst) {
+                                      const std::int64_t* sphere_slots, const T* inst) {
   const std::int64_t n = scene.n_spheres;
   const int sets = scene.shared_spheres ? 1 : scene.batch_size;
   const std::int64_t item = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -24,26 +25,37 @@ __global__ void reduce_spheres_kernel(SceneArgs scene, int channels, GradientOut
   const std::int64_t set = item / n, i = item % n;
   const int b_first = scene.shared_spheres ? 0 : int(set);
   const int b_last = scene.shared_spheres ? scene.batch_size : int(set) + 1;
+  if (C_STATIC > 0) channels = C_STATIC;
   const int stride = kGpuInstFeatures + channels;
-  T pos[3] = {0, 0, 0}, rad = 0, opa = 0;
+  T sums[kGpuInstFeatures + (C_STATIC > 0 ? C_STATIC : 0)] = {};
   auto* col = static_cast<T*>(grads.features);
-  if (col)
+  if (col && C_STATIC == 0)
     for (int k = 0; k < channels; ++k) col[item * channels + k] = T(0);
   for (int b = b_first; b < b_last; ++b) {
     const std::int64_t key = std::int64_t(b) * n + i;
     for (std::int64_t u = sphere_slots[key]; u < sphere_slots[key + 1]; ++u) {
       const T* g = inst + u * stride;
-      pos[0] += g[kGpuInstPos]; pos[1] += g[kGpuInstPos + 1]; pos[2] += g[kGpuInstPos + 2];
-      rad += g[kGpuInstRadius];
-      opa += g[kGpuInstOpacity];
-      if (col)
+#pragma unroll
+      for (int f = 0; f < kGpuInstFeatures + (C_STATIC > 0 ? C_STATIC : 0); ++f) sums[f] += g[f];
+      if (col && C_STATIC == 0)
         for (int k = 0; k < channels; ++k) col[item * channels + k] += g[kGpuInstFeatures + k];
     }
   }
   if (grads.positions)
-    for (int d = 0; d < 3; ++d) static_cast<T*>(grads.positions)[3 * item + d] = pos[d];
-  if (grads.radii) static_cast<T*>(grads.radii)[item] = rad;
-  if (grads.opacities) static_cast<T*>(grads.opacities)[item] = opa;
+    for (int d = 0; d < 3; ++d) static_cast<T*>(grads.positions)[3 * item + d] = sums[kGpuInstPos + d];
+  if (grads.radii) static_cast<T*>(grads.radii)[item] = sums[kGpuInstRadius];
+  if (grads.opacities) static_cast<T*>(grads.opacities)[item] = sums[kGpuInstOpacity];
+  if (col && C_STATIC > 0)
+    for (int k = 0; k < C_STATIC; ++k) col[item * C_STATIC + k] = sums[kGpuInstFeatures + k];
+}
+
+template <typename T, int C_STATIC>
+void launch_reduce_spheres(std::int64_t items, const SceneArgs& scene, int channels, const GradientOutputs& grads,
+                           cudaStream_t stream, const CudaScratch& scratch) {
+  reduce_spheres_kernel<T, C_STATIC><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
+      scene, channels, grads, scratch.sphere_slots.as<std::int64_t>(),
+      static_cast<const T*>(scratch.instance_grads));
+  PULSAR_CUDA_LAUNCH_CHECK("reduce_spheres_kernel");
 }
 
 // Fixed-order block sum: thread t sums rows t, t + 256, ...; then a shared-memory tree.
@@ -115,10 +127,12 @@ void cuda_reduce_gradients(const RendererConfig& config, const SceneArgs& scene,
   const int sets = scene.shared_spheres ? 1 : scene.batch_size;
   const std::int64_t items = scene.n_spheres * sets;
   if (items > 0 && (grads.positions || grads.radii || grads.opacities || grads.features)) {
-    reduce_spheres_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
-        scene, config.n_channels, grads, scratch.sphere_slots.as<std::int64_t>(),
-        static_cast<const T*>(scratch.instance_grads));
-    PULSAR_CUDA_LAUNCH_CHECK("reduce_spheres_kernel");
+    switch (config.n_channels) {
+      case 1: launch_reduce_spheres<T, 1>(items, scene, config.n_channels, grads, stream, scratch); break;
+      case 3: launch_reduce_spheres<T, 3>(items, scene, config.n_channels, grads, stream, scratch); break;
+      case 4: launch_reduce_spheres<T, 4>(items, scene, config.n_channels, grads, stream, scratch); break;
+      default: launch_reduce_spheres<T, 0>(items, scene, config.n_channels, grads, stream, scratch); break;
+    }
   }
   if (grads.cameras) {
     reduce_camera_kernel<T><<<scene.batch_size, kThreads, 0, stream>>>(

@@ -186,7 +186,12 @@ void cuda_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, co
   const InstanceArena layout{std::size_t(count)};
   unsigned char* arena = scratch.instance_arena.reserve<unsigned char>(layout.binning_bytes(), "sphere-tile instances");
   auto* keys_a = reinterpret_cast<std::uint64_t*>(arena);
-  cub::DoubleBuffer<std::uint64_t> keys(keys_a, reinterpret_cast<std::uint64_t*>(arena + layout.keys_b()));
+  auto* keys_b = reinterpret_cast<std::uint64_t*>(arena + layout.keys_b());
+  // The sort's result lands in one of the two key buffers, the same one for the same
+  // number of passes: start where the last call's result left the arena's start free,
+  // so that the maps need no move (sort_keys_start_in_b).
+  cub::DoubleBuffer<std::uint64_t> keys(scratch.sort_keys_start_in_b ? keys_b : keys_a,
+                                        scratch.sort_keys_start_in_b ? keys_a : keys_b);
   cub::DoubleBuffer<std::int32_t> slots(reinterpret_cast<std::int32_t*>(arena + layout.slots_a()),
                                         reinterpret_cast<std::int32_t*>(arena + layout.slots_b()));
   auto* slot_sphere = reinterpret_cast<std::int32_t*>(arena + layout.slot_sphere());
@@ -207,8 +212,10 @@ void cuda_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, co
   entries_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream>>>(
       count, keys.Current(), slots.Current(), slot_sphere, maps, maps + count, ranges);
   PULSAR_CUDA_LAUNCH_CHECK("entries_kernel");
-  if (keys.Alternate() != keys_a)
+  if (keys.Alternate() != keys_a) {
     PULSAR_CUDA_CHECK(cudaMemcpyAsync(arena, maps, layout.maps_bytes(), cudaMemcpyDeviceToDevice, stream));
+    scratch.sort_keys_start_in_b = !scratch.sort_keys_start_in_b;
+  }
   scratch.entry_sphere = reinterpret_cast<std::int32_t*>(arena);
   scratch.entry_slot = scratch.entry_sphere + count;
 }
