@@ -21,6 +21,7 @@
 #include "cuda_scratch.h"
 #include "pulsar/blend.h"
 #include "pulsar/tile_cover.h"
+#include "warp_deal.cuh"
 
 namespace pulsar {
 
@@ -127,26 +128,14 @@ __global__ void cover_kernel(RendererConfig config, SceneArgs scene, RenderOptio
     g = spheres[item];
     job = cover_job(config, scene, options, g, int(item / n), depth_range, buckets);
   }
-  int first = job.count;  // inclusive scan of the counts over the lanes
-  for (int offset = 1; offset < 32; offset *= 2) {
-    const int other = __shfl_up_sync(kFullMask, first, offset);
-    if (lane >= offset) first += other;
-  }
-  const int total = __shfl_sync(kFullMask, first, 31);
-  first -= job.count;  // exclusive: this lane's first pair
+  const WarpDeal deal = WarpDeal::of(job.count);
   const int tiles_x = (config.width + kTileSize - 1) / kTileSize;
   const int tiles_y = (config.height + kTileSize - 1) / kTileSize;
-  for (int base = 0; base < total; base += 32) {
+  for (int base = 0; base < deal.total; base += 32) {
     const int j = base + lane;
-    // Owner of pair j: the number of lanes whose pairs all come before j.
-    int owner = 0;
-    for (int step = 16; step > 0; step /= 2) {
-      const int end = __shfl_sync(kFullMask, first + job.count, owner + step - 1);
-      if (end <= j) owner += step;
-    }
-    owner = min(owner, 31);
+    const int owner = deal.owner_of(j);
     const std::int64_t o_item = __shfl_sync(kFullMask, item, owner);
-    const int o_first = __shfl_sync(kFullMask, first, owner);
+    const int o_first = __shfl_sync(kFullMask, deal.first, owner);
     const int o_tx0 = __shfl_sync(kFullMask, job.tx0, owner), o_ty0 = __shfl_sync(kFullMask, job.ty0, owner);
     const int o_w = __shfl_sync(kFullMask, job.tiles_w, owner);
     const int o_bucket = __shfl_sync(kFullMask, job.bucket, owner);
@@ -154,7 +143,7 @@ __global__ void cover_kernel(RendererConfig config, SceneArgs scene, RenderOptio
     const Vec3<T> c = make_vec3(__shfl_sync(kFullMask, g.cx, owner), __shfl_sync(kFullMask, g.cy, owner),
                                 __shfl_sync(kFullMask, g.cz, owner));
     const T dist = __shfl_sync(kFullMask, g.dist, owner), radius = __shfl_sync(kFullMask, g.radius, owner);
-    if (j >= total) continue;
+    if (j >= deal.total) continue;
     const int b = int(o_item / n);
     const CameraFrame<T> cam = camera_of<T>(scene, b, config.orthographic);
     const int tx = o_tx0 + (j - o_first) % o_w, ty = o_ty0 + (j - o_first) / o_w;
