@@ -13,6 +13,6 @@ echo "build: $(( $(date +%s) - start )) s"
 # TESTS: pytest arguments (default: the CUDA parity and golden tests; "." for all).
 (cd tests && python3 -m pytest -q -p no:cacheprovider ${TESTS:-test_cuda_parity.py test_golden.py} 2>&1 | tail -15) > "$out/tests.txt"
 cat "$out/tests.txt"
-python3 benchmarks/run.py --device cuda --json "$out/bench.json" --quiet ${WORKLOADS:+--workloads $WORKLOADS} 2>&1 | tail -12
+python3 benchmarks/run.py --device cuda --json "$out/bench.json" --quiet --repeats 40 ${WORKLOADS:+--workloads $WORKLOADS} 2>&1 | tail -12
 for w in ${PROFILE:-W4}; do python3 benchmarks/profile_kernels.py "$w" 2>&1 | grep -v "^-" | head -45 > "$out/profile_$w.txt"; done
 grep -h "wall" "$out"/profile_*.txt
