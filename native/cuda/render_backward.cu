@@ -1,8 +1,8 @@
-// Stage 3 on CUDA: one block per (camera, tile). Sphere-major: each warp takes one entry
-// of the tile's list at a time and its lanes take the pixels of that sphere's bounds
-// within the tile, so the whole warp works on one sphere and its gradient is a warp
-// reduction written straight into that (tile, sphere) instance's slot, which no other
-// warp writes. A pair counts when the pixel's forward processed it: it is a hit and
+// Stage 3 on CUDA: one block per (camera, tile), or a few per tile when tiles are few.
+// Sphere-major: each warp takes one entry of the tile's list at a time and its lanes take
+// the pixels of that sphere's bounds within the tile, so the whole warp works on one
+// sphere and its gradient is a warp reduction written straight into that (tile, sphere)
+// instance's row, which no other warp writes. A pair counts when the pixel's forward processed it: it is a hit and
 // lies before the pixel's traversal end. Camera terms accumulate per lane and background
 // terms per pixel; both are reduced once per block. Every sum has a fixed order, so
 // gradients are bitwise reproducible, and nothing touches global memory atomically.
@@ -63,7 +63,7 @@ __device__ void block_sum(int count, ValueFn value, T* scratch, T* out) {
 // block sums dL/dd per pixel first and applies it once per pixel instead of once per
 // pair. Each warp owns one copy of the per-pixel sums (its lanes hold distinct pixels at
 // any time), so no two threads add into the same place and the sum order stays fixed.
-// Used when the copies fit the shared memory: float with up to about 400 channels;
+// Used when the copies fit the shared memory: float with up to about 350 channels;
 // never in double.
 
 // What the block stages per pixel of its tile (index q = ly * 16 + lx), so that a pair
