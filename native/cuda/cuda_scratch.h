@@ -71,7 +71,7 @@ struct CudaScratch {
 
 // Byte layout of instance_arena for n instances. Binning: sort keys (uint64) and slots
 // (int32), each double-buffered, and the sphere of each slot (int32), 28 bytes per
-// instance, with the first key buffer at offset 0. After the sort only the maps
+// instance, the two key buffers at offsets 0 and 8n. After the sort only the maps
 // entry_sphere and entry_slot (8 bytes per instance) survive, at offset 0; the
 // backward's gradient rows take the space behind them. Peak: 8 + max(20, row bytes) per
 // instance, not 28 + row bytes.
