@@ -32,6 +32,44 @@ __device__ T warp_sum(T v) {
   return v;
 }
 
+// Warp reduce-scatter of N values per lane (N a power of two, at most 32): returns the
+// warp's sum of value scatter_index<N>(lane). Each halving step exchanges the half of the
+// values the partner keeps (N/2 + N/4 + ... shuffles, then the remaining butterfly steps
+// on one value): 9 shuffles for 8 values where 8 separate shuffle trees take 40. Every
+// lane of a group of 32 / N consecutive lanes ends with the same sum; v is overwritten.
+template <int N, typename T>
+__device__ T warp_sum_scatter(T (&v)[N], int lane) {
+  static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0, "N: a power of two up to 32");
+  int offset = 16;
+#pragma unroll
+  for (int half = N / 2; half >= 1; half /= 2, offset /= 2) {
+    const bool upper = (lane & offset) != 0;
+#pragma unroll
+    for (int i = 0; i < half; ++i) {
+      const T send = upper ? v[i] : v[i + half];
+      const T keep = upper ? v[i + half] : v[i];
+      v[i] = keep + __shfl_xor_sync(kFullMask, send, offset);
+    }
+  }
+  T sum = v[0];
+  for (; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFullMask, sum, offset);
+  return sum;
+}
+
+// Which value's sum lane `lane` holds after warp_sum_scatter<N>: its top log2(N) bits.
+template <int N>
+__device__ constexpr int scatter_index(int lane) {
+  return N >= 32 ? lane : lane / (32 / N);
+}
+
+// Whether `lane` is the first of its group (one lane per value writes it).
+template <int N>
+__device__ constexpr bool scatter_writer(int lane) {
+  return N >= 32 || lane % (32 / N) == 0;
+}
+
+constexpr int next_pow2(int n) { return n <= 1 ? 1 : 2 * next_pow2((n + 1) / 2); }
+
 // The per-pair exponential: the hardware exp2 in float, the library exp in double. The
 // argument s - ln(total weight) is at most 0; down to -87 (below that both give 0 or a
 // flushed denormal) __expf is within about 5e-6 relative, far under the gradients' 1e-4
@@ -155,7 +193,11 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
   __syncthreads();
 
   CameraGrad<T> cg;
-  Vec3<T> eye_sum{0, 0, 0};  // lane 0: minus the warp's position gradients (c = centre - eye)
+  // Per-entry row values reduced at once (warp_sum_scatter); this lane holds the sum of
+  // value my_value of each row.
+  constexpr int kRowValues = next_pow2(kGpuInstFeatures + (kStatic ? C_STATIC : 0));
+  const int my_value = scatter_index<kRowValues>(lane);
+  T eye_part = 0;  // writer lanes with my_value < 3: minus the sums of that position component
   const int2 range = tile_ranges[item];
   const int entries = max_end;
   for (int e = split * kWarps + warp; e < entries; e += kWarps * splits) {
@@ -268,24 +310,27 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
         }
       }
     }
+    // The entry's row: position 3, radius, opacity, then the features when they are summed
+    // in registers (static channel count); one reduce-scatter for all of them.
     T* out = inst_grads + std::int64_t(entry_slot[p]) * stride;  // rows by slot (reduce_gradients.cu)
-    T sums[5];
-    for (int f = 0; f < 5; ++f) {
-      sums[f] = warp_sum(acc[f]);
-      if (lane == 0) out[f] = sums[f];
-    }
-    if (lane == 0) eye_sum -= make_vec3(sums[0], sums[1], sums[2]);
-    if (flags.features && kStatic) {
-      for (int ch = 0; ch < (kStatic ? C_STATIC : 1); ++ch) {
-        const T v = warp_sum(feature_sum[ch]);
-        if (lane == 0) out[kGpuInstFeatures + ch] = v;
-      }
-    } else if (flags.features && lane == 0) {
+    T values[kRowValues];
+    for (int f = 0; f < kRowValues; ++f) values[f] = T(0);
+    for (int f = 0; f < kGpuInstFeatures; ++f) values[f] = acc[f];
+    if (kStatic)
+      for (int ch = 0; ch < (kStatic ? C_STATIC : 0); ++ch) values[kGpuInstFeatures + ch] = feature_sum[ch];
+    const T sum = warp_sum_scatter(values, lane);
+    const int row_values = flags.features && kStatic ? kGpuInstFeatures + channels : kGpuInstFeatures;
+    if (scatter_writer<kRowValues>(lane) && my_value < row_values) out[my_value] = sum;
+    if (scatter_writer<kRowValues>(lane) && my_value < 3) eye_part -= sum;
+    if (!kStatic && flags.features && lane == 0)
       for (int ch = 0; ch < channels; ++ch) out[kGpuInstFeatures + ch] = feature_acc[warp * channels + ch];
-    }
     __syncwarp();
   }
-  cg.eye = eye_sum;
+  // c = centre - eye: the eye's gradient is minus every position gradient (component
+  // my_value of this lane's part).
+  if (my_value == 0) cg.eye.x = eye_part;
+  if (my_value == 1) cg.eye.y = eye_part;
+  if (my_value == 2) cg.eye.z = eye_part;
 
   // Block reductions in a fixed order: camera terms, then background terms.
   __syncthreads();
