@@ -18,7 +18,7 @@ class CudaBackend final : public Backend {
     DeviceGuard guard(config.device_index);
     scratch_.device = config.device_index;
     PULSAR_CUDA_CHECK(cudaDeviceGetAttribute(&scratch_.sm_count, cudaDevAttrMultiProcessorCount, config.device_index));
-    PULSAR_CUDA_CHECK(cudaMallocHost(&scratch_.host_count, sizeof(std::int64_t)));
+    PULSAR_CUDA_CHECK(cudaMallocHost(&scratch_.host_count, 2 * sizeof(std::int64_t)));
   }
   ~CudaBackend() override {
     if (scratch_.host_count) cudaFreeHost(scratch_.host_count);

@@ -42,7 +42,8 @@ struct CudaScratch {
   DeviceBuffer cover_histogram; // uint64 [B * n_tiles, buckets] (tile_depth_bound.cu)
   DeviceBuffer tile_depth_bound;  // float [B * n_tiles]: no pixel processes a sphere with larger zc
   DeviceBuffer tile_counts;     // int64 [B * N]: tiles stored per sphere
-  DeviceBuffer sphere_slots;    // int64 [B * N + 1]: exclusive scan of tile_counts
+  DeviceBuffer sphere_slots;    // int64 [B * N + 2]: exclusive scan of tile_counts, then the
+                                // count of small-box instances (count_kernel)
   // Everything per (tile, sphere) instance, one allocation in two phases (InstanceArena).
   DeviceBuffer instance_arena;
   bool sort_keys_start_in_b = false;  // which key buffer the next sort starts in (setup_bin.cu)
@@ -58,8 +59,11 @@ struct CudaScratch {
   int backward_splits = 1;         // blocks per tile in the last backward (render_backward.cu)
   DeviceBuffer tile_camera_grads;  // T [B * n_tiles * backward_splits, kCameraGradValues]
   DeviceBuffer tile_background_grads;  // T [B * n_tiles * backward_splits, C]
-  std::int64_t* host_count = nullptr;  // pinned: instance count read back once per binning
+  // Pinned, read back once per binning: [0] the instance count, [1] how many of them
+  // belong to spheres whose box holds at most kSmallBoxPixels pixels.
+  std::int64_t* host_count = nullptr;
   std::int64_t n_instances = 0;
+  std::int64_t small_box_instances = 0;  // of n_instances, those of spheres with small boxes
 
   std::size_t bytes() const {
     return spheres.capacity() + depth_range.capacity() + cover_histogram.capacity() +
@@ -91,6 +95,11 @@ struct InstanceArena {
 constexpr int kCameraGradValues = CameraGrad<float>::kValues;
 
 // Per-instance gradient layout: [position 3, radius, opacity, features C].
+// A sphere whose pixel box holds at most this many pixels is small (count_kernel counts
+// their instances); when at least half the instances are small, the backward gives each
+// entry 8 or 16 lanes instead of a warp (render_backward.cu).
+constexpr int kSmallBoxPixels = 32;
+
 constexpr int kGpuInstPos = 0, kGpuInstRadius = 3, kGpuInstOpacity = 4, kGpuInstFeatures = 5;
 
 template <typename T>

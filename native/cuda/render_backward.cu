@@ -32,15 +32,18 @@ __device__ T warp_sum(T v) {
   return v;
 }
 
-// Warp reduce-scatter of N values per lane (N a power of two, at most 32): returns the
-// warp's sum of value scatter_index<N>(lane). Each halving step exchanges the half of the
-// values the partner keeps (N/2 + N/4 + ... shuffles, then the remaining butterfly steps
-// on one value): 9 shuffles for 8 values where 8 separate shuffle trees take 40. Every
-// lane of a group of 32 / N consecutive lanes ends with the same sum; v is overwritten.
-template <int N, typename T>
-__device__ T warp_sum_scatter(T (&v)[N], int lane) {
-  static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0, "N: a power of two up to 32");
-  int offset = 16;
+// Reduce-scatter of N values per lane over each aligned group of WIDTH lanes (N and
+// WIDTH powers of two, N <= WIDTH <= 32): returns the group's sum of value
+// scatter_index<N, WIDTH>(lane). Each halving step exchanges the half of the values the
+// partner keeps (N/2 + N/4 + ... shuffles, then the remaining butterfly steps on one
+// value): 9 shuffles for 8 values over 32 lanes where 8 separate shuffle trees take 40.
+// Every lane of a run of WIDTH / N consecutive lanes ends with the same sum; v is
+// overwritten. All 32 lanes must call it.
+template <int WIDTH, int N, typename T>
+__device__ T group_sum_scatter(T (&v)[N], int lane) {
+  static_assert(N >= 1 && N <= WIDTH && WIDTH <= 32 && (N & (N - 1)) == 0 && (WIDTH & (WIDTH - 1)) == 0,
+                "N, WIDTH: powers of two, N <= WIDTH <= 32");
+  int offset = WIDTH / 2;
 #pragma unroll
   for (int half = N / 2; half >= 1; half /= 2, offset /= 2) {
     const bool upper = (lane & offset) != 0;
@@ -56,16 +59,15 @@ __device__ T warp_sum_scatter(T (&v)[N], int lane) {
   return sum;
 }
 
-// Which value's sum lane `lane` holds after warp_sum_scatter<N>: its top log2(N) bits.
-template <int N>
+// Which value's sum lane `lane` holds after group_sum_scatter<WIDTH, N>, and whether it is
+// the first lane holding it (one lane per value writes it).
+template <int N, int WIDTH>
 __device__ constexpr int scatter_index(int lane) {
-  return N >= 32 ? lane : lane / (32 / N);
+  return (lane % WIDTH) / (WIDTH / N);
 }
-
-// Whether `lane` is the first of its group (one lane per value writes it).
-template <int N>
+template <int N, int WIDTH>
 __device__ constexpr bool scatter_writer(int lane) {
-  return N >= 32 || lane % (32 / N) == 0;
+  return lane % (WIDTH / N) == 0;
 }
 
 constexpr int next_pow2(int n) { return n <= 1 ? 1 : 2 * next_pow2((n + 1) / 2); }
@@ -122,7 +124,7 @@ struct PixelStage {
 // live). With few tiles, `splits` blocks share a tile: block s of the tile takes the
 // entries s * 8 + warp, stepping 8 * splits, and writes its own partial camera and
 // background rows (split 0 alone adds the background's pixel terms).
-template <typename T, int C_STATIC, bool ORTHO, bool RAY_SUMS>
+template <typename T, int C_STATIC, bool ORTHO, bool RAY_SUMS, int GROUP>
 __global__ void __launch_bounds__(kThreads, 4)
 render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions options, BackwardArgs args,
                        GradFlags flags, const GpuSphere<T>* spheres, const std::int32_t* entry_sphere,
@@ -193,22 +195,34 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
   __syncthreads();
 
   CameraGrad<T> cg;
-  // Per-entry row values reduced at once (warp_sum_scatter); this lane holds the sum of
-  // value my_value of each row.
+  // Each warp works on kGroups entries at once, one per aligned group of GROUP lanes
+  // (lane_in_group over the sphere's pixels). A small sphere's box (W5: about 16 pixels)
+  // then fills a group instead of leaving most of a warp idle, and the per-entry work
+  // (loads, row reduction) is shared; a large box takes twice the rounds of half the width.
+  constexpr int kGroups = 32 / GROUP;
+  const int group = lane / GROUP, lane_in_group = lane % GROUP;
+  // Per-entry row values reduced at once (group_sum_scatter); this lane holds the sum of
+  // value my_value of its group's row.
   constexpr int kRowValues = next_pow2(kGpuInstFeatures + (kStatic ? C_STATIC : 0));
-  const int my_value = scatter_index<kRowValues>(lane);
+  static_assert(kRowValues <= GROUP, "a row's values fit its group's lanes");
+  const int my_value = scatter_index<kRowValues, GROUP>(lane);
+  const bool row_writer = scatter_writer<kRowValues, GROUP>(lane);
   T eye_part = 0;  // writer lanes with my_value < 3: minus the sums of that position component
   const int2 range = tile_ranges[item];
   const int entries = max_end;
-  for (int e = split * kWarps + warp; e < entries; e += kWarps * splits) {
-    const std::int64_t p = range.x + e;
+  for (int e_warp = (split * kWarps + warp) * kGroups; e_warp < entries; e_warp += kWarps * kGroups * splits) {
+    const int e = e_warp + group;
+    const bool has_entry = e < entries;
+    const std::int64_t p = range.x + (has_entry ? e : e_warp);
     const std::int32_t id = entry_sphere[p];
     const GpuSphere<T> g = spheres[std::int64_t(b) * scene.n_spheres + id];
     const Vec3<T> c = make_vec3(g.cx, g.cy, g.cz);
     const int lx0 = max(int(g.x0) - tile_x0, 0), lx1 = min(int(g.x1) - tile_x0, kTileSize - 1);
     const int ly0 = max(int(g.y0) - tile_y0, 0), ly1 = min(int(g.y1) - tile_y0, kTileSize - 1);
     const int box_w = lx1 - lx0 + 1;
-    const int box_pixels = box_w * (ly1 - ly0 + 1);
+    const int box_pixels = has_entry ? box_w * (ly1 - ly0 + 1) : 0;
+    int rounds = (box_pixels + GROUP - 1) / GROUP;  // the most over the warp's groups
+    for (int offset = GROUP; offset < 32; offset *= 2) rounds = max(rounds, __shfl_xor_sync(kFullMask, rounds, offset));
     const T* col = sv.features + std::int64_t(id) * channels;
     T col_reg[kStatic ? C_STATIC : 1];
     for (int ch = 0; ch < (kStatic ? C_STATIC : 1); ++ch) col_reg[ch] = kStatic ? col[ch] : T(0);
@@ -219,13 +233,14 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
     for (int k = 0; k < (kStatic ? C_STATIC : 1); ++k) feature_sum[k] = T(0);
     if (!kStatic && flags.features && lane == 0)
       for (int k = 0; k < channels; ++k) feature_acc[warp * channels + k] = T(0);
-    // Lane pixel k = k0 + lane of the box, row-major: (lx0 + k % box_w, ly0 + k / box_w),
-    // advanced by 32 per round without dividing.
-    const int step_x = 32 % box_w, step_y = 32 / box_w;
-    int lx = lx0 + lane % box_w, ly = ly0 + lane / box_w;
-    for (int k0 = 0; k0 < box_pixels; k0 += 32) {
-      const int k = k0 + lane;
-      if (k0 > 0) {
+    // Lane pixel k = round * GROUP + lane_in_group of the box, row-major:
+    // (lx0 + k % box_w, ly0 + k / box_w), advanced by GROUP per round without dividing.
+    const int step_x = GROUP % box_w, step_y = GROUP / box_w;
+    int lx = lx0 + lane_in_group % box_w, ly = ly0 + lane_in_group / box_w;
+    for (int round = 0; round < rounds; ++round) {
+      const int k = round * GROUP + lane_in_group;
+      Vec3<T> turn_ray_grad{0, 0, 0};  // RAY_SUMS with several groups: dL/d(ray direction)
+      if (round > 0) {
         lx += step_x;
         ly += step_y;
         if (lx > lx1) {
@@ -284,13 +299,15 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
                 Vec3<T> grad_ray{0, 0, 0};
                 intersect_perspective_backward(h, c, g.dist, g.radius, g.terms, ray.dir, grad_kappa,
                                                grad_depth, grad_c, acc[3], grad_ray);
-                if (RAY_SUMS) {
+                if (!RAY_SUMS) {
+                  cg.add_sensor_offset(normalize_backward(cam.sensor_offset(T(x), T(y)), grad_ray), T(x), T(y));
+                } else if (kGroups == 1) {  // the lanes hold distinct pixels
                   T* mine = ray_grad + warp * 3 * kThreads + q;
                   mine[0] += grad_ray.x;
                   mine[kThreads] += grad_ray.y;
                   mine[2 * kThreads] += grad_ray.z;
                 } else {
-                  cg.add_sensor_offset(normalize_backward(cam.sensor_offset(T(x), T(y)), grad_ray), T(x), T(y));
+                  turn_ray_grad = grad_ray;
                 }
               }
               acc[0] += grad_c.x;
@@ -300,10 +317,25 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
           }
         }
       }
+      // With several groups, the lanes of one group hold distinct pixels but two groups
+      // may hold the same one: they add to the warp's copy of the ray sums in turn.
+      // (Added in place above with one group: moving the add after the branch costs
+      // W1's backward 13 %.)
+      if (RAY_SUMS && kGroups > 1 && flags.geometry && tile_camera) {
+        for (int turn = 0; turn < kGroups; ++turn) {
+          if (turn == group && active) {
+            T* mine = ray_grad + warp * 3 * kThreads + q;
+            mine[0] += turn_ray_grad.x;
+            mine[kThreads] += turn_ray_grad.y;
+            mine[2 * kThreads] += turn_ray_grad.z;
+          }
+          __syncwarp();
+        }
+      }
       if (flags.features && kStatic) {
         if (active)
           for (int ch = 0; ch < (kStatic ? C_STATIC : 1); ++ch) feature_sum[ch] += weight * stage.grad_image[ch][q];
-      } else if (flags.features) {
+      } else if (flags.features) {  // GROUP == 32 (launch)
         for (int ch = 0; ch < channels; ++ch) {
           const T v = warp_sum(active ? weight * g_img[ch] : T(0));
           if (lane == 0) feature_acc[warp * channels + ch] += v;
@@ -318,19 +350,19 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
     for (int f = 0; f < kGpuInstFeatures; ++f) values[f] = acc[f];
     if (kStatic)
       for (int ch = 0; ch < (kStatic ? C_STATIC : 0); ++ch) values[kGpuInstFeatures + ch] = feature_sum[ch];
-    const T sum = warp_sum_scatter(values, lane);
+    const T sum = group_sum_scatter<GROUP>(values, lane);
     const int row_values = flags.features && kStatic ? kGpuInstFeatures + channels : kGpuInstFeatures;
-    if (scatter_writer<kRowValues>(lane) && my_value < row_values) out[my_value] = sum;
-    if (scatter_writer<kRowValues>(lane) && my_value < 3) eye_part -= sum;
+    if (has_entry && row_writer && my_value < row_values) out[my_value] = sum;
+    if (has_entry && row_writer && my_value < 3) eye_part -= sum;
     if (!kStatic && flags.features && lane == 0)
       for (int ch = 0; ch < channels; ++ch) out[kGpuInstFeatures + ch] = feature_acc[warp * channels + ch];
     __syncwarp();
   }
   // c = centre - eye: the eye's gradient is minus every position gradient (component
   // my_value of this lane's part).
-  if (my_value == 0) cg.eye.x = eye_part;
-  if (my_value == 1) cg.eye.y = eye_part;
-  if (my_value == 2) cg.eye.z = eye_part;
+  if (row_writer && my_value == 0) cg.eye.x = eye_part;
+  if (row_writer && my_value == 1) cg.eye.y = eye_part;
+  if (row_writer && my_value == 2) cg.eye.z = eye_part;
 
   // Block reductions in a fixed order: camera terms, then background terms.
   __syncthreads();
@@ -358,9 +390,19 @@ void launch_kernel(unsigned blocks, std::size_t dynamic_smem, const RendererConf
                    const SceneArgs& scene, const RenderOptions& options, const BackwardArgs& args,
                    GradFlags flags, cudaStream_t stream, CudaScratch& s, T* inst, T* tile_camera,
                    T* tile_background) {
-  render_backward_kernel<T, C_STATIC, ORTHO, RAY_SUMS><<<blocks * s.backward_splits, kThreads, dynamic_smem, stream>>>(
-      config, scene, options, args, flags, s.spheres.as<GpuSphere<T>>(), s.entry_sphere, s.entry_slot,
-      s.tile_ranges.as<int2>(), s.backward_splits, inst, tile_camera, tile_background);
+  // Small boxes (most instances' spheres within 32 pixels, W5): groups of 8 lanes, or 16
+  // when a row's values need them; otherwise whole warps (groups lose on large spheres:
+  // Nsight Compute W1 2.92 -> 4.05 ms with 16, W4 1.14 -> 1.18). The generic channel path
+  // sums features per round over the whole warp and always takes 32.
+  constexpr int kSmallGroup = C_STATIC == 0 ? 32 : (next_pow2(kGpuInstFeatures + C_STATIC) <= 8 ? 8 : 16);
+  if (s.small_box_instances * 2 >= s.n_instances && kSmallGroup < 32)
+    render_backward_kernel<T, C_STATIC, ORTHO, RAY_SUMS, kSmallGroup><<<blocks * s.backward_splits, kThreads, dynamic_smem, stream>>>(
+        config, scene, options, args, flags, s.spheres.as<GpuSphere<T>>(), s.entry_sphere, s.entry_slot,
+        s.tile_ranges.as<int2>(), s.backward_splits, inst, tile_camera, tile_background);
+  else
+    render_backward_kernel<T, C_STATIC, ORTHO, RAY_SUMS, 32><<<blocks * s.backward_splits, kThreads, dynamic_smem, stream>>>(
+        config, scene, options, args, flags, s.spheres.as<GpuSphere<T>>(), s.entry_sphere, s.entry_slot,
+        s.tile_ranges.as<int2>(), s.backward_splits, inst, tile_camera, tile_background);
   PULSAR_CUDA_LAUNCH_CHECK("render_backward_kernel");
 }
 

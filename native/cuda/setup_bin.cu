@@ -132,22 +132,41 @@ __device__ void deal_pairs(const RendererConfig& config, const GpuSphere<T>& g, 
 
 // A plain loop per sphere: counting is too light per tile for WarpDeal's shuffles to pay
 // (H100: W2 0.11 ms against 0.19 dealt).
+// Tiles stored per sphere; also adds to *small_box_instances the instances of spheres
+// whose box holds at most kSmallBoxPixels pixels (one atomic per block, integers: exact),
+// which picks the backward's lane grouping (render_backward.cu).
 template <typename T>
 __global__ void count_kernel(RendererConfig config, SceneArgs scene, const GpuSphere<T>* spheres,
-                             const float* bound, std::int64_t* tile_counts) {
+                             const float* bound, std::int64_t* tile_counts,
+                             unsigned long long* small_box_instances) {
   const std::int64_t n = scene.n_spheres;
   const std::int64_t item = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (item >= n * scene.batch_size) return;
-  const Tiling tiling = Tiling::of(config.width, config.height);
-  const GpuSphere<T> g = spheres[item];
-  const TileBox box = tile_box(g);
-  const float* camera_bound = bound ? bound + (item / n) * tiling.n_tiles() : nullptr;
-  const float zc = float(g.closest_depth);
-  std::int64_t count = 0;
-  for (int ty = box.ty0; ty < box.ty0 + box.count / box.w; ++ty)
-    for (int tx = box.tx0; tx < box.tx0 + box.w; ++tx)
-      if (camera_bound == nullptr || zc <= camera_bound[ty * tiling.tiles_x + tx]) ++count;
-  tile_counts[item] = count;
+  const bool valid = item < n * scene.batch_size;
+  std::int64_t count = 0, small = 0;
+  if (valid) {
+    const Tiling tiling = Tiling::of(config.width, config.height);
+    const GpuSphere<T> g = spheres[item];
+    const TileBox box = tile_box(g);
+    const float* camera_bound = bound ? bound + (item / n) * tiling.n_tiles() : nullptr;
+    const float zc = float(g.closest_depth);
+    for (int ty = box.ty0; ty < box.ty0 + box.count / box.w; ++ty)
+      for (int tx = box.tx0; tx < box.tx0 + box.w; ++tx)
+        if (camera_bound == nullptr || zc <= camera_bound[ty * tiling.tiles_x + tx]) ++count;
+    tile_counts[item] = count;
+    const int box_pixels = (int(g.x1) - int(g.x0) + 1) * (int(g.y1) - int(g.y0) + 1);
+    small = box_pixels <= kSmallBoxPixels ? count : 0;
+  }
+  // One atomic per block: per warp they serialised on the one address (W4 count kernel
+  // 20 -> 36 us).
+  __shared__ std::int64_t warp_small[32];
+  for (int offset = 16; offset > 0; offset /= 2) small += __shfl_down_sync(0xffffffffu, small, offset);
+  if (threadIdx.x % 32 == 0) warp_small[threadIdx.x / 32] = small;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    std::int64_t block_small = 0;
+    for (int w = 0; w < int(blockDim.x + 31) / 32; ++w) block_small += warp_small[w];
+    if (block_small > 0) atomicAdd(small_box_instances, static_cast<unsigned long long>(block_small));
+  }
 }
 
 template <typename T>
@@ -208,18 +227,22 @@ void cuda_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, co
   auto* spheres = scratch.spheres.reserve<GpuSphere<T>>(std::size_t(items), "sphere records");
   auto* depth_range = scratch.depth_range.reserve<std::uint32_t>(2 * std::size_t(scene.batch_size), "depth range");
   auto* counts = scratch.tile_counts.reserve<std::int64_t>(std::size_t(items), "tile counts");
-  auto* slots_of = scratch.sphere_slots.reserve<std::int64_t>(std::size_t(items) + 1, "sphere slots");
+  auto* slots_of = scratch.sphere_slots.reserve<std::int64_t>(std::size_t(items) + 2, "sphere slots");
   auto* ranges = scratch.tile_ranges.reserve<int2>(std::size_t(total_tiles), "tile ranges");
   PULSAR_CUDA_CHECK(cudaMemsetAsync(ranges, 0, sizeof(int2) * std::size_t(total_tiles), stream));
   PULSAR_CUDA_CHECK(cudaMemsetAsync(slots_of, 0, sizeof(std::int64_t), stream));
   scratch.n_instances = 0;
+  scratch.small_box_instances = 0;
   if (items == 0) return;
+  auto* small_box_instances = reinterpret_cast<unsigned long long*>(slots_of + items + 1);
+  PULSAR_CUDA_CHECK(cudaMemsetAsync(small_box_instances, 0, sizeof(std::int64_t), stream));
   constexpr int kThreads = 256;
   PULSAR_CUDA_CHECK(cudaMemsetAsync(depth_range, 0, 2 * sizeof(std::uint32_t) * std::size_t(scene.batch_size), stream));
   setup_spheres_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(config, scene, spheres, depth_range);
   PULSAR_CUDA_LAUNCH_CHECK("setup_spheres_kernel");
   const float* bound = cuda_tile_depth_bound<T>(config, scene, options, stream, scratch);
-  count_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(config, scene, spheres, bound, counts);
+  count_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(config, scene, spheres, bound, counts,
+                                                                            small_box_instances);
   PULSAR_CUDA_LAUNCH_CHECK("count_kernel");
 
   // Inclusive scan into slots_of[1..]: slots_of[k] = instances of items before k.
@@ -227,8 +250,9 @@ void cuda_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, co
   PULSAR_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, counts, slots_of + 1, items, stream));
   void* temp = scratch.cub_temp.reserve<unsigned char>(scan_bytes, "CUB workspace");
   PULSAR_CUDA_CHECK(cub::DeviceScan::InclusiveSum(temp, scan_bytes, counts, slots_of + 1, items, stream));
-  // The one host sync of the forward: the instance count sizes the sort.
-  PULSAR_CUDA_CHECK(cudaMemcpyAsync(scratch.host_count, slots_of + items, sizeof(std::int64_t),
+  // The one host sync of the forward: the instance count sizes the sort (read back with
+  // the small-box count behind it).
+  PULSAR_CUDA_CHECK(cudaMemcpyAsync(scratch.host_count, slots_of + items, 2 * sizeof(std::int64_t),
                                     cudaMemcpyDeviceToHost, stream));
   PULSAR_CUDA_CHECK(cudaStreamSynchronize(stream));
   const std::int64_t count = *scratch.host_count;
@@ -237,6 +261,7 @@ void cuda_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, co
                              " sphere-tile instances exceed the CUDA backend's limit of 2^31 - 1; "
                              "render fewer or smaller spheres per call");
   scratch.n_instances = count;
+  scratch.small_box_instances = scratch.host_count[1];
   if (count == 0) return;
 
   const InstanceArena layout{std::size_t(count)};
