@@ -21,5 +21,9 @@ for dtype in (torch.float32, torch.float64):
         r3 = Renderer(40, 30, n_channels=3).cuda()
         img3 = r3(leaves[0], leaves[1][..., :3].contiguous(), leaves[2], leaves[4], gamma=0.2, max_depth=20.0)
         grads3 = torch.autograd.grad(img3.sum(), leaves[:3] + [leaves[4]], allow_unused=True)
+        # Boxes of about 5x5 pixels above take the backward's lane groups of 8; five times
+        # the radius takes whole warps per entry (render_backward.cu).
+        img3 = r3(leaves[0], leaves[1][..., :3].contiguous(), leaves[2] * 5, leaves[4], gamma=0.2, max_depth=20.0)
+        grads3 = torch.autograd.grad(img3.sum(), leaves[:3] + [leaves[4]], allow_unused=True)
 torch.cuda.synchronize()
 print("sanitizer workload done")
