@@ -1,8 +1,9 @@
 // Stage 3 on CUDA: one block per (camera, tile), or a few per tile when tiles are few.
-// Sphere-major: each warp takes one entry of the tile's list at a time and its lanes take
-// the pixels of that sphere's bounds within the tile, so the whole warp works on one
-// sphere and its gradient is a warp reduction written straight into that (tile, sphere)
-// instance's row, which no other warp writes. A pair counts when the pixel's forward processed it: it is a hit and
+// Sphere-major: each warp takes one entry of the tile's list at a time (or, for small
+// spheres, one per group of 8 or 16 lanes) and its lanes take the pixels of that sphere's
+// bounds within the tile, so the warp or group works on one sphere and its gradient is
+// one reduce-scatter written straight into that (tile, sphere) instance's row, which no
+// other warp writes. A pair counts when the pixel's forward processed it: it is a hit and
 // lies before the pixel's traversal end. Camera terms accumulate per lane and background
 // terms per pixel; both are reduced once per block. Every sum has a fixed order, so
 // gradients are bitwise reproducible, and nothing touches global memory atomically.
@@ -122,8 +123,8 @@ struct PixelStage {
 // W1 3.20 -> 3.12 against three (docs/benchmarks.md). ORTHO: the camera is orthographic
 // (a template parameter, so the perspective kernel keeps no orthographic camera terms
 // live). With few tiles, `splits` blocks share a tile: block s of the tile takes the
-// entries s * 8 + warp, stepping 8 * splits, and writes its own partial camera and
-// background rows (split 0 alone adds the background's pixel terms).
+// entries (s * 8 + warp) * groups + group, stepping 8 * groups * splits, and writes its own
+// partial camera and background rows (split 0 alone adds the background's pixel terms).
 template <typename T, int C_STATIC, bool ORTHO, bool RAY_SUMS, int GROUP>
 __global__ void __launch_bounds__(kThreads, 4)
 render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions options, BackwardArgs args,
@@ -392,7 +393,7 @@ void launch_kernel(unsigned blocks, std::size_t dynamic_smem, const RendererConf
                    T* tile_background) {
   // Small boxes (most instances' spheres within 32 pixels, W5): groups of 8 lanes, or 16
   // when a row's values need them; otherwise whole warps (groups lose on large spheres:
-  // Nsight Compute W1 2.92 -> 4.05 ms with 16, W4 1.14 -> 1.18). The generic channel path
+  // CUPTI kernel times W1 2.92 -> 4.05 ms with 16, W4 1.14 -> 1.18). The generic channel path
   // sums features per round over the whole warp and always takes 32.
   constexpr int kSmallGroup = C_STATIC == 0 ? 32 : (next_pow2(kGpuInstFeatures + C_STATIC) <= 8 ? 8 : 16);
   if (s.small_box_instances * 2 >= s.n_instances && kSmallGroup < 32)
