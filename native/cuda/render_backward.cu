@@ -396,14 +396,16 @@ void launch_kernel(unsigned blocks, std::size_t dynamic_smem, const RendererConf
   // CUPTI kernel times W1 2.92 -> 4.05 ms with 16, W4 1.14 -> 1.18). The generic channel path
   // sums features per round over the whole warp and always takes 32.
   constexpr int kSmallGroup = C_STATIC == 0 ? 32 : (next_pow2(kGpuInstFeatures + C_STATIC) <= 8 ? 8 : 16);
-  if (s.small_box_instances * 2 >= s.n_instances && kSmallGroup < 32)
-    render_backward_kernel<T, C_STATIC, ORTHO, RAY_SUMS, kSmallGroup><<<blocks * s.backward_splits, kThreads, dynamic_smem, stream>>>(
-        config, scene, options, args, flags, s.spheres.as<GpuSphere<T>>(), s.entry_sphere, s.entry_slot,
-        s.tile_ranges.as<int2>(), s.backward_splits, inst, tile_camera, tile_background);
+  auto run = [&](auto group) {
+    render_backward_kernel<T, C_STATIC, ORTHO, RAY_SUMS, decltype(group)::value>
+        <<<blocks * s.backward_splits, kThreads, dynamic_smem, stream>>>(
+            config, scene, options, args, flags, s.spheres.as<GpuSphere<T>>(), s.entry_sphere, s.entry_slot,
+            s.tile_ranges.as<int2>(), s.backward_splits, inst, tile_camera, tile_background);
+  };
+  if (s.small_box_instances * 2 >= s.n_instances)
+    run(std::integral_constant<int, kSmallGroup>{});
   else
-    render_backward_kernel<T, C_STATIC, ORTHO, RAY_SUMS, 32><<<blocks * s.backward_splits, kThreads, dynamic_smem, stream>>>(
-        config, scene, options, args, flags, s.spheres.as<GpuSphere<T>>(), s.entry_sphere, s.entry_slot,
-        s.tile_ranges.as<int2>(), s.backward_splits, inst, tile_camera, tile_background);
+    run(std::integral_constant<int, 32>{});
   PULSAR_CUDA_LAUNCH_CHECK("render_backward_kernel");
 }
 
