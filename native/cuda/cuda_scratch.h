@@ -94,12 +94,12 @@ struct InstanceArena {
 // CameraGrad<T> flattened (CameraGrad::to_array).
 constexpr int kCameraGradValues = CameraGrad<float>::kValues;
 
-// Per-instance gradient layout: [position 3, radius, opacity, features C].
 // A sphere whose pixel box holds at most this many pixels is small (count_kernel counts
 // their instances); when at least half the instances are small, the backward gives each
 // entry 8 or 16 lanes instead of a warp (render_backward.cu).
 constexpr int kSmallBoxPixels = 32;
 
+// Per-instance gradient layout: [position 3, radius, opacity, features C].
 constexpr int kGpuInstPos = 0, kGpuInstRadius = 3, kGpuInstOpacity = 4, kGpuInstFeatures = 5;
 
 template <typename T>
