@@ -206,6 +206,7 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
   // value my_value of its group's row.
   constexpr int kRowValues = next_pow2(kGpuInstFeatures + (kStatic ? C_STATIC : 0));
   static_assert(kRowValues <= GROUP, "a row's values fit its group's lanes");
+  static_assert(kStatic || GROUP == 32, "the generic channel path sums features over whole warps");
   const int my_value = scatter_index<kRowValues, GROUP>(lane);
   const bool row_writer = scatter_writer<kRowValues, GROUP>(lane);
   T eye_part = 0;  // writer lanes with my_value < 3: minus the sums of that position component
@@ -336,7 +337,7 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
       if (flags.features && kStatic) {
         if (active)
           for (int ch = 0; ch < (kStatic ? C_STATIC : 1); ++ch) feature_sum[ch] += weight * stage.grad_image[ch][q];
-      } else if (flags.features) {  // GROUP == 32 (launch)
+      } else if (flags.features) {  // GROUP == 32 (static_assert above)
         for (int ch = 0; ch < channels; ++ch) {
           const T v = warp_sum(active ? weight * g_img[ch] : T(0));
           if (lane == 0) feature_acc[warp * channels + ch] += v;
@@ -349,8 +350,7 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
     T values[kRowValues];
     for (int f = 0; f < kRowValues; ++f) values[f] = T(0);
     for (int f = 0; f < kGpuInstFeatures; ++f) values[f] = acc[f];
-    if (kStatic)
-      for (int ch = 0; ch < (kStatic ? C_STATIC : 0); ++ch) values[kGpuInstFeatures + ch] = feature_sum[ch];
+    for (int ch = 0; ch < (kStatic ? C_STATIC : 0); ++ch) values[kGpuInstFeatures + ch] = feature_sum[ch];
     const T sum = group_sum_scatter<GROUP>(values, lane);
     const int row_values = flags.features && kStatic ? kGpuInstFeatures + channels : kGpuInstFeatures;
     if (has_entry && row_writer && my_value < row_values) out[my_value] = sum;
