@@ -29,6 +29,7 @@ class RendererConfig:
     device: DeviceKind
     device_index: int
     num_threads: int
+    backward_row_budget: int  # bytes; 0: default (CUDA backward windows)
     def __init__(self) -> None: ...
 
 class RenderOptions:

@@ -23,7 +23,7 @@ import torch
 
 ENV_FLAG = "PULSAR_PY_DEBUG"
 _CONFIG_FIELDS = ("width", "height", "n_channels", "n_track", "orthographic",
-                  "background_normalized_depth", "num_threads")
+                  "background_normalized_depth", "num_threads", "backward_row_budget")
 
 
 def debug_enabled(flag: bool) -> bool:

@@ -111,6 +111,9 @@ class Renderer(torch.nn.Module):
         #: Check tensor values (NaN/Inf, magnitudes, ranges) on every call: one device
         #: sync per call on CUDA. False skips them (docs/reliability.md, "check_values").
         self.check_values = True
+        # CUDA backward: bytes of gradient rows per window (0: default). For tests that
+        # exercise many windows; any budget computes the same gradients.
+        self._backward_row_budget = 0
         # Tracks the module's device through .to(), .cuda(), .cpu().
         self.register_buffer("_device_tracker", torch.empty(0), persistent=False)
         self._natives: dict = {}
@@ -150,6 +153,7 @@ class Renderer(torch.nn.Module):
             cfg.device = _native.DeviceKind.cuda if device.type == "cuda" else _native.DeviceKind.cpu
             cfg.device_index = key[1]
             cfg.num_threads = self.num_threads
+            cfg.backward_row_budget = self._backward_row_budget
             native = _native.Renderer(cfg)
             self._natives[key] = native
         return native

@@ -23,6 +23,10 @@ struct RendererConfig {
   DeviceKind device = DeviceKind::CPU;
   int device_index = 0;           // CUDA device ordinal
   int num_threads = 0;            // CPU threads; 0: every core
+  // CUDA backward: bytes of per-instance gradient rows held at once (one window of sorted
+  // positions, docs/design.md); 0: the binning's own space. A testing knob: smaller
+  // budgets only take more windows.
+  std::int64_t backward_row_budget = 0;
 };
 
 // Limits enforced at construction and per call (documented in docs/design.md).

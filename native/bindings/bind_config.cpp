@@ -20,7 +20,8 @@ void bind_config(py::module_& m) {
       .def_readwrite("background_normalized_depth", &RendererConfig::background_normalized_depth)
       .def_readwrite("device", &RendererConfig::device)
       .def_readwrite("device_index", &RendererConfig::device_index)
-      .def_readwrite("num_threads", &RendererConfig::num_threads);
+      .def_readwrite("num_threads", &RendererConfig::num_threads)
+      .def_readwrite("backward_row_budget", &RendererConfig::backward_row_budget);
 
   py::class_<RenderOptions>(m, "RenderOptions")
       .def(py::init<>())

@@ -20,6 +20,8 @@ Renderer::Renderer(const RendererConfig& config) : config_(config) {
                  config.background_normalized_depth);
   PULSAR_REQUIRE(config.num_threads >= 0, "num_threads: expected >= 0 (0: every core), got ",
                  config.num_threads);
+  PULSAR_REQUIRE(config.backward_row_budget >= 0, "backward_row_budget: expected >= 0 bytes (0: default), got ",
+                 config.backward_row_budget);
   if (config.device == DeviceKind::CUDA) {
 #ifdef PULSAR_WITH_CUDA
     backend_ = make_cuda_backend(config);

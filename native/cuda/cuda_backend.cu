@@ -17,6 +17,7 @@ class CudaBackend final : public Backend {
                                   " requested, but " + std::to_string(count) + " are present");
     DeviceGuard guard(config.device_index);
     scratch_.device = config.device_index;
+    scratch_.backward_row_budget = config.backward_row_budget;
     PULSAR_CUDA_CHECK(cudaDeviceGetAttribute(&scratch_.sm_count, cudaDevAttrMultiProcessorCount, config.device_index));
     PULSAR_CUDA_CHECK(cudaMallocHost(&scratch_.host_count, 2 * sizeof(std::int64_t)));
   }

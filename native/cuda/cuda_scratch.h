@@ -1,14 +1,16 @@
 // The CUDA backend's persistent device scratch and the data its stages share.
 //
-// Binning: every (camera b, visible sphere i) pair gets a slot range of length
-// "tiles stored" (an exclusive scan over b*N + i gives sphere_slots). Each slot u holds
-// one (tile, sphere) instance with sort key (b * n_tiles + tile) << 32 | float bits of zc
-// (zc > 0, so its bits order like its value). A stable radix sort of the keys orders
-// every tile's instances by (zc, index); tile_ranges then marks each tile's run. A tile
-// stores only the spheres with zc up to its depth bound (tile_depth_bound.cu): the ones
-// early termination can let a pixel of it reach.
+// Binning: the (camera b, sphere i) items are sorted by closest depth zc (ties by item
+// index: the sort is stable); in that rank order each item gets a slot range of length
+// "tiles stored" (an exclusive scan, sphere_slots), and slot u holds one (tile, sphere)
+// instance with sort key b * n_tiles + tile. A stable radix sort of these keys over the
+// bits in use keeps every tile's instances in rank order, i.e. by (zc, index);
+// tile_ranges then marks each tile's run. A tile stores only the spheres with zc up to
+// its depth bound (tile_depth_bound.cu): the ones early termination can let a pixel of
+// it reach.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "../core/scene_view.h"
@@ -34,6 +36,38 @@ struct GpuSphere {
   PairTerms<T> terms;  // per-sphere constants of the pair tests
 };
 
+// Byte layout of depth_order for m = B * N items: uint32 keys (float bits of zc) and int32
+// values (item indices), each double-buffered, 16 bytes per item. After the sort the
+// values' current buffer holds rank -> item.
+struct DepthOrder {
+  std::size_t m;
+  std::size_t keys_a() const { return 0; }
+  std::size_t keys_b() const { return 4 * m; }
+  std::size_t values_a() const { return 8 * m; }
+  std::size_t values_b() const { return 12 * m; }
+  std::size_t bytes() const { return 16 * m; }
+};
+
+// Byte layout of instance_arena for n instances. Binning: the tile keys (uint32) and slots
+// (int32) of the instance sort, each double-buffered, and the sphere of each slot
+// (int32): 20 bytes per instance. After the sort two int32 maps survive at the start
+// (sorted position -> sphere, sorted position -> slot: 8 bytes per instance), and the
+// backward's gradient rows take the space behind them, one window of slots at a time
+// (RowWindows), from a 256-byte boundary so that a row of 32 bytes is one memory sector.
+struct InstanceArena {
+  std::size_t n;
+  std::size_t keys_a() const { return 0; }
+  std::size_t keys_b() const { return 4 * n; }
+  std::size_t slots_a() const { return 8 * n; }
+  std::size_t slots_b() const { return 12 * n; }
+  std::size_t slot_sphere() const { return 16 * n; }
+  std::size_t binning_bytes() const { return 20 * n; }
+  std::size_t entry_sphere() const { return 0; }
+  std::size_t entry_slot() const { return 4 * n; }
+  std::size_t maps_bytes() const { return 8 * n; }
+  std::size_t rows() const { return (maps_bytes() + 255) / 256 * 256; }
+};
+
 struct CudaScratch {
   int device = 0;
   int sm_count = 1;
@@ -41,54 +75,74 @@ struct CudaScratch {
   DeviceBuffer depth_range;     // uint32 [B, 2]: ~bits of the smallest, bits of the largest visible zc
   DeviceBuffer cover_histogram; // uint64 [B * n_tiles, buckets] (tile_depth_bound.cu)
   DeviceBuffer tile_depth_bound;  // float [B * n_tiles]: no pixel processes a sphere with larger zc
-  DeviceBuffer tile_counts;     // int64 [B * N]: tiles stored per sphere
-  DeviceBuffer sphere_slots;    // int64 [B * N + 2]: exclusive scan of tile_counts, then the
-                                // count of small-box instances (count_kernel)
+  // The depth sort of the B * N items (DepthOrder): its double-buffered keys and values,
+  // then the rank -> item order.
+  DeviceBuffer depth_order;
+  // int64 [B * N]: tiles stored per item, in rank order (the scan's input); then, from the
+  // duplicate kernel on, int2 [B * N]: each item's slots [first, end), by item (item_slots).
+  DeviceBuffer tile_counts;
+  DeviceBuffer sphere_slots;    // int64 [B * N + 2]: exclusive scan of tile_counts (rank
+                                // order), then the count of small-box instances (count_kernel)
   // Everything per (tile, sphere) instance, one allocation in two phases (InstanceArena).
   DeviceBuffer instance_arena;
-  bool sort_keys_start_in_b = false;  // which key buffer the next sort starts in (setup_bin.cu)
-  // The maps that survive the sort, in the arena's first 8 bytes per instance:
-  std::int32_t* entry_sphere = nullptr;   // [n_instances]: sphere index of a sorted position
-  std::int32_t* entry_slot = nullptr;     // [n_instances]: slot u of a sorted position; instance
-                                          // gradients are stored by slot, so that each sphere's
-                                          // rows are contiguous for the reduction
-  void* instance_grads = nullptr;         // T [n_instances, 5 + C] by slot, behind the maps
-                                          // (set by the backward)
   DeviceBuffer tile_ranges;     // int2 [B * n_tiles]: [begin, end) of each tile's sorted entries
+  DeviceBuffer tile_ends;       // int [B * n_tiles]: entries any pixel of the tile processed (backward)
   DeviceBuffer cub_temp;        // CUB workspace
   int backward_splits = 1;         // blocks per tile in the last backward (render_backward.cu)
-  DeviceBuffer tile_camera_grads;  // T [B * n_tiles * backward_splits, kCameraGradValues]
-  DeviceBuffer tile_background_grads;  // T [B * n_tiles * backward_splits, C]
+  int backward_windows = 1;        // position windows of the last backward (RowWindows)
+  DeviceBuffer tile_camera_grads;  // T [B, windows, n_tiles * splits, kCameraGradValues]
+  DeviceBuffer tile_background_grads;  // T [B * windows * n_tiles * splits, C]
   // Pinned, read back once per binning: [0] the instance count, [1] how many of them
   // belong to spheres whose box holds at most kSmallBoxPixels pixels.
   std::int64_t* host_count = nullptr;
   std::int64_t n_instances = 0;
   std::int64_t small_box_instances = 0;  // of n_instances, those of spheres with small boxes
+  std::int64_t backward_row_budget = 0;  // RendererConfig::backward_row_budget
+
+  // The maps binning leaves (InstanceArena, tile_counts).
+  std::int32_t* entry_sphere() const { return arena_map(InstanceArena{std::size_t(n_instances)}.entry_sphere()); }
+  std::int32_t* entry_slot() const { return arena_map(InstanceArena{std::size_t(n_instances)}.entry_slot()); }
+  int2* item_slots() const { return tile_counts.as<int2>(); }
+
+  std::int32_t* arena_map(std::size_t offset) const {
+    return reinterpret_cast<std::int32_t*>(instance_arena.as<unsigned char>() + offset);
+  }
 
   std::size_t bytes() const {
     return spheres.capacity() + depth_range.capacity() + cover_histogram.capacity() +
-           tile_depth_bound.capacity() + tile_counts.capacity() + sphere_slots.capacity() +
-           instance_arena.capacity() + tile_ranges.capacity() + cub_temp.capacity() +
-           tile_camera_grads.capacity() + tile_background_grads.capacity();
+           tile_depth_bound.capacity() + depth_order.capacity() + tile_counts.capacity() +
+           sphere_slots.capacity() + instance_arena.capacity() + tile_ranges.capacity() + tile_ends.capacity() +
+           cub_temp.capacity() + tile_camera_grads.capacity() + tile_background_grads.capacity();
   }
 };
 
-// Byte layout of instance_arena for n instances. Binning: sort keys (uint64) and slots
-// (int32), each double-buffered, and the sphere of each slot (int32), 28 bytes per
-// instance, the two key buffers at offsets 0 and 8n. After the sort only the maps
-// entry_sphere and entry_slot (8 bytes per instance) survive, at offset 0; the
-// backward's gradient rows take the space behind them. Peak: 8 + max(20, row bytes) per
-// instance, not 28 + row bytes.
-struct InstanceArena {
-  std::size_t n;
-  std::size_t keys_b() const { return 8 * n; }
-  std::size_t slots_a() const { return 16 * n; }
-  std::size_t slots_b() const { return 20 * n; }
-  std::size_t slot_sphere() const { return 24 * n; }
-  std::size_t binning_bytes() const { return 28 * n; }
-  std::size_t maps_bytes() const { return 8 * n; }
-  std::size_t grads() const { return maps_bytes(); }
-  std::size_t backward_bytes(std::size_t row_bytes) const { return maps_bytes() + row_bytes * (n > 0 ? n : 1); }
+// The backward stores one gradient row per instance, by slot, for a window of slots at a
+// time: it renders every tile's entries with slots in the window (a run of each tile's
+// list: slots ascend with depth rank, as the lists do), reduces the window's rows into
+// the sphere gradients (adding to the windows before), and reuses the rows. The rows of
+// a window may take the arena's binning space behind the maps (12 bytes per instance),
+// so that a backward needs no more memory than its binning did (W2: 14 M instances of
+// 32-byte rows take 3 windows), or kMinRowBytes when that is more: each window costs a
+// launch, a pass over the spheres and the staging of its tiles again (H100: 3 windows
+// instead of 1 add about 0.6 ms to W5's 6 ms), and 128 MiB keeps up to 4 M rows (W1)
+// in one.
+struct RowWindows {
+  static constexpr std::int64_t kMinRowBytes = std::int64_t(128) << 20;
+  std::int64_t count = 1;  // windows (at least one, so that an empty scene still writes zeros)
+  std::int64_t size = 0;   // sorted positions per window
+
+  // budget: bytes of rows per window, 0 for the default.
+  static RowWindows of(std::int64_t n_instances, std::int64_t row_bytes, std::int64_t budget) {
+    RowWindows w;
+    if (budget <= 0) {
+      const InstanceArena layout{std::size_t(n_instances)};
+      budget = std::max<std::int64_t>(std::int64_t(layout.binning_bytes() - layout.rows()), kMinRowBytes);
+    }
+    const std::int64_t per_window = std::max<std::int64_t>(1, budget / row_bytes);
+    w.count = std::max<std::int64_t>(1, (n_instances + per_window - 1) / per_window);
+    w.size = (n_instances + w.count - 1) / w.count;
+    return w;
+  }
 };
 
 // CameraGrad<T> flattened (CameraGrad::to_array).
@@ -118,6 +172,14 @@ template <typename T>
 void cuda_render_backward(const RendererConfig& config, const SceneArgs& scene,
                           const RenderOptions& options, const BackwardArgs& args,
                           const GradientOutputs& grads, cudaStream_t stream, CudaScratch& scratch);
+// Sums the rows of slots [lo, hi) (rows[u - lo], 5 + C values each) into the caller's
+// sphere gradient arrays: written when first, else added, so that windows reduce in a
+// fixed order (render_backward.cu calls it once per window).
+template <typename T>
+void cuda_reduce_sphere_rows(const RendererConfig& config, const SceneArgs& scene,
+                             const GradientOutputs& grads, cudaStream_t stream, const CudaScratch& scratch,
+                             const T* rows, std::int64_t lo, std::int64_t hi, bool first);
+// Camera and background partials -> the caller's arrays.
 template <typename T>
 void cuda_reduce_gradients(const RendererConfig& config, const SceneArgs& scene,
                            const GradientOutputs& grads, cudaStream_t stream, CudaScratch& scratch);

@@ -1,7 +1,8 @@
 // Stage 4 on CUDA: partials -> the caller's gradient arrays, each sum in a fixed order
 // (no atomics), so gradients are bitwise reproducible.
-//   spheres: one thread per sphere walks its instances (cameras ascending, then its
-//     tiles in binning order), whose rows the backward stored contiguously by slot;
+//   spheres (once per backward window, cuda_reduce_sphere_rows): one thread per sphere
+//     walks its slots within the window (cameras ascending, then its tiles row-major),
+//     whose rows the backward stored contiguously by slot;
 //   cameras: one block per camera sums its tiles' partials, then folds the frame
 //     derivative (frame_backward);
 //   background: one block sums all tiles.
@@ -13,11 +14,12 @@ namespace {
 
 constexpr int kThreads = 256;
 
+
 // C_STATIC > 0: the channel count, features summed in registers; 0: any count, summed in
 // the output array.
 template <typename T, int C_STATIC>
-__global__ void reduce_spheres_kernel(SceneArgs scene, int channels, GradientOutputs grads,
-                                      const std::int64_t* sphere_slots, const T* inst) {
+__global__ void reduce_sphere_rows_kernel(SceneArgs scene, int channels, GradientOutputs grads, const int2* item_slots,
+                                          const T* rows, std::int64_t lo, std::int64_t hi, bool first) {
   const std::int64_t n = scene.n_spheres;
   const int sets = scene.shared_spheres ? 1 : scene.batch_size;
   const std::int64_t item = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -29,33 +31,41 @@ __global__ void reduce_spheres_kernel(SceneArgs scene, int channels, GradientOut
   const int stride = kGpuInstFeatures + channels;
   T sums[kGpuInstFeatures + (C_STATIC > 0 ? C_STATIC : 0)] = {};
   auto* col = static_cast<T*>(grads.features);
-  if (col && C_STATIC == 0)
+  if (col && C_STATIC == 0 && first)
     for (int k = 0; k < channels; ++k) col[item * channels + k] = T(0);
+  bool any = false;
   for (int b = b_first; b < b_last; ++b) {
-    const std::int64_t key = std::int64_t(b) * n + i;
-    for (std::int64_t u = sphere_slots[key]; u < sphere_slots[key + 1]; ++u) {
-      const T* g = inst + u * stride;
+    const int2 slots = item_slots[std::int64_t(b) * n + i];  // [first, end)
+    const std::int64_t u_end = min(std::int64_t(slots.y), hi);
+    for (std::int64_t u = max(std::int64_t(slots.x), lo); u < u_end; ++u) {
+      any = true;
+      const T* g = rows + (u - lo) * stride;
 #pragma unroll
       for (int f = 0; f < kGpuInstFeatures + (C_STATIC > 0 ? C_STATIC : 0); ++f) sums[f] += g[f];
       if (col && C_STATIC == 0)
         for (int k = 0; k < channels; ++k) col[item * channels + k] += g[kGpuInstFeatures + k];
     }
   }
+  if (!first && !any) return;
+  auto put = [first](void* out, std::int64_t index, T value) {
+    T* o = static_cast<T*>(out) + index;
+    *o = first ? value : *o + value;
+  };
   if (grads.positions)
-    for (int d = 0; d < 3; ++d) static_cast<T*>(grads.positions)[3 * item + d] = sums[kGpuInstPos + d];
-  if (grads.radii) static_cast<T*>(grads.radii)[item] = sums[kGpuInstRadius];
-  if (grads.opacities) static_cast<T*>(grads.opacities)[item] = sums[kGpuInstOpacity];
+    for (int d = 0; d < 3; ++d) put(grads.positions, 3 * item + d, sums[kGpuInstPos + d]);
+  if (grads.radii) put(grads.radii, item, sums[kGpuInstRadius]);
+  if (grads.opacities) put(grads.opacities, item, sums[kGpuInstOpacity]);
   if (col && C_STATIC > 0)
-    for (int k = 0; k < C_STATIC; ++k) col[item * C_STATIC + k] = sums[kGpuInstFeatures + k];
+    for (int k = 0; k < C_STATIC; ++k) put(col, item * C_STATIC + k, sums[kGpuInstFeatures + k]);
 }
 
 template <typename T, int C_STATIC>
-void launch_reduce_spheres(std::int64_t items, const SceneArgs& scene, int channels, const GradientOutputs& grads,
-                           cudaStream_t stream, const CudaScratch& scratch) {
-  reduce_spheres_kernel<T, C_STATIC><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
-      scene, channels, grads, scratch.sphere_slots.as<std::int64_t>(),
-      static_cast<const T*>(scratch.instance_grads));
-  PULSAR_CUDA_LAUNCH_CHECK("reduce_spheres_kernel");
+void launch_reduce_sphere_rows(std::int64_t items, const SceneArgs& scene, int channels, const GradientOutputs& grads,
+                               cudaStream_t stream, const CudaScratch& scratch, const T* rows, std::int64_t lo,
+                               std::int64_t hi, bool first) {
+  reduce_sphere_rows_kernel<T, C_STATIC><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
+      scene, channels, grads, scratch.item_slots(), rows, lo, hi, first);
+  PULSAR_CUDA_LAUNCH_CHECK("reduce_sphere_rows_kernel");
 }
 
 // Fixed-order block sum: thread t sums rows t, t + 256, ...; then a shared-memory tree.
@@ -120,20 +130,25 @@ __global__ void reduce_background_kernel(std::int64_t tiles, int channels, const
 }  // namespace
 
 template <typename T>
+void cuda_reduce_sphere_rows(const RendererConfig& config, const SceneArgs& scene,
+                             const GradientOutputs& grads, cudaStream_t stream, const CudaScratch& scratch,
+                             const T* rows, std::int64_t lo, std::int64_t hi, bool first) {
+  const int sets = scene.shared_spheres ? 1 : scene.batch_size;
+  const std::int64_t items = scene.n_spheres * sets;
+  if (items == 0) return;
+  switch (config.n_channels) {
+    case 1: launch_reduce_sphere_rows<T, 1>(items, scene, config.n_channels, grads, stream, scratch, rows, lo, hi, first); break;
+    case 3: launch_reduce_sphere_rows<T, 3>(items, scene, config.n_channels, grads, stream, scratch, rows, lo, hi, first); break;
+    case 4: launch_reduce_sphere_rows<T, 4>(items, scene, config.n_channels, grads, stream, scratch, rows, lo, hi, first); break;
+    default: launch_reduce_sphere_rows<T, 0>(items, scene, config.n_channels, grads, stream, scratch, rows, lo, hi, first); break;
+  }
+}
+
+template <typename T>
 void cuda_reduce_gradients(const RendererConfig& config, const SceneArgs& scene,
                            const GradientOutputs& grads, cudaStream_t stream, CudaScratch& scratch) {
   // Partial rows per camera: one per tile and backward block (render_backward.cu).
   const std::int64_t n_tiles = Tiling::of(config.width, config.height).n_tiles() * scratch.backward_splits;
-  const int sets = scene.shared_spheres ? 1 : scene.batch_size;
-  const std::int64_t items = scene.n_spheres * sets;
-  if (items > 0 && (grads.positions || grads.radii || grads.opacities || grads.features)) {
-    switch (config.n_channels) {
-      case 1: launch_reduce_spheres<T, 1>(items, scene, config.n_channels, grads, stream, scratch); break;
-      case 3: launch_reduce_spheres<T, 3>(items, scene, config.n_channels, grads, stream, scratch); break;
-      case 4: launch_reduce_spheres<T, 4>(items, scene, config.n_channels, grads, stream, scratch); break;
-      default: launch_reduce_spheres<T, 0>(items, scene, config.n_channels, grads, stream, scratch); break;
-    }
-  }
   if (grads.cameras) {
     reduce_camera_kernel<T><<<scene.batch_size, kThreads, 0, stream>>>(
         config, scene, n_tiles, scratch.tile_camera_grads.as<T>(), static_cast<T*>(grads.cameras));
@@ -147,6 +162,12 @@ void cuda_reduce_gradients(const RendererConfig& config, const SceneArgs& scene,
   }
 }
 
+template void cuda_reduce_sphere_rows<float>(const RendererConfig&, const SceneArgs&, const GradientOutputs&,
+                                             cudaStream_t, const CudaScratch&, const float*, std::int64_t,
+                                             std::int64_t, bool);
+template void cuda_reduce_sphere_rows<double>(const RendererConfig&, const SceneArgs&, const GradientOutputs&,
+                                              cudaStream_t, const CudaScratch&, const double*, std::int64_t,
+                                              std::int64_t, bool);
 template void cuda_reduce_gradients<float>(const RendererConfig&, const SceneArgs&, const GradientOutputs&, cudaStream_t, CudaScratch&);
 template void cuda_reduce_gradients<double>(const RendererConfig&, const SceneArgs&, const GradientOutputs&, cudaStream_t, CudaScratch&);
 

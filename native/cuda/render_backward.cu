@@ -7,6 +7,13 @@
 // lies before the pixel's traversal end. Camera terms accumulate per lane and background
 // terms per pixel; both are reduced once per block. Every sum has a fixed order, so
 // gradients are bitwise reproducible, and nothing touches global memory atomically.
+//
+// The rows of a window of slots at a time (RowWindows): each window's launch renders the
+// entries with slots in it (a run of each tile's list), then cuda_reduce_sphere_rows adds
+// the window's rows to the sphere gradients. Every block runs the first window, which
+// records how many entries its tile processes (tile_ends) and adds the background's
+// pixel terms; a later window runs only the blocks with entries in it, which add to the
+// camera partials the first wrote.
 #include <algorithm>
 #include <type_traits>
 
@@ -25,6 +32,23 @@ constexpr unsigned kFullMask = 0xffffffffu;
 struct GradFlags {
   bool features, blend, geometry;
 };
+
+// The slots [lo, hi) one launch renders; first: the first window of a backward.
+struct SlotWindow {
+  std::int64_t lo, hi;
+  bool first;
+};
+
+// The first of slots[0, count) (ascending) that is at least value; count if none.
+__device__ int first_slot_at_least(const std::int32_t* slots, int count, std::int64_t value) {
+  int lo = 0, hi = count;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (slots[mid] < value) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
 
 template <typename T>
 __device__ T warp_sum(T v) {
@@ -81,10 +105,10 @@ __device__ inline float pair_exp(float x) { return __expf(x); }
 __device__ inline double pair_exp(double x) { return exp(x); }
 
 // Fixed-order block sum: value(k), k < count, summed over the block's threads into
-// out[0..count): shuffle trees per warp, then the warps in index order. scratch holds
-// kWarps * count values; the block synchronises before returning.
+// out[0..count) (added to it when `add`): shuffle trees per warp, then the warps in index
+// order. scratch holds kWarps * count values; the block synchronises before returning.
 template <typename T, typename ValueFn>
-__device__ void block_sum(int count, ValueFn value, T* scratch, T* out) {
+__device__ void block_sum(int count, ValueFn value, T* scratch, T* out, bool add) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int k = 0; k < count; ++k) {
     const T s = warp_sum(value(k));
@@ -94,7 +118,7 @@ __device__ void block_sum(int count, ValueFn value, T* scratch, T* out) {
   for (int k = threadIdx.x; k < count; k += kThreads) {
     T s = 0;
     for (int w = 0; w < kWarps; ++w) s += scratch[w * count + k];
-    out[k] = s;
+    out[k] = add ? out[k] + s : s;
   }
   __syncthreads();
 }
@@ -125,12 +149,14 @@ struct PixelStage {
 // live). With few tiles, `splits` blocks share a tile: block s of the tile takes the
 // entries (s * 8 + warp) * groups + group, stepping 8 * groups * splits, and writes its own
 // partial camera and background rows (split 0 alone adds the background's pixel terms).
+// Rows: the window's, rows[u - window.lo] for slot u. tile_ends: written in the first
+// window and read in the others (null with one window).
 template <typename T, int C_STATIC, bool ORTHO, bool RAY_SUMS, int GROUP>
 __global__ void __launch_bounds__(kThreads, 4)
 render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions options, BackwardArgs args,
                        GradFlags flags, const GpuSphere<T>* spheres, const std::int32_t* entry_sphere,
-                       const std::int32_t* entry_slot, const int2* tile_ranges, int splits,
-                       T* inst_grads, T* tile_camera, T* tile_background) {
+                       const std::int32_t* entry_slot, const int2* tile_ranges, int* tile_ends, int splits,
+                       SlotWindow window, T* rows, T* tile_camera, T* tile_background) {
   __shared__ PixelStage<T, C_STATIC> stage;
   __shared__ int max_end;
   extern __shared__ unsigned char smem_raw[];
@@ -156,6 +182,19 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
   const T* grad_image = static_cast<const T*>(args.grad_image);
   const T* image = static_cast<const T*>(args.image);
   const bool with_moments = args.grad_depth_moments != nullptr;
+  T* camera_out = tile_camera ? tile_camera + std::int64_t(blockIdx.x) * kCameraGradValues : nullptr;
+  T* background_out = tile_background ? tile_background + std::int64_t(blockIdx.x) * channels : nullptr;
+
+  // The tile's processed entries with slots in the window: [e_begin, e_end). Past the
+  // first window, a block without any leaves at once (every thread finds the same).
+  const int2 range = tile_ranges[item];
+  const std::int32_t* slots = entry_slot + range.x;
+  int e_begin = 0;
+  if (!window.first) {
+    const int processed = tile_ends[item];
+    e_begin = first_slot_at_least(slots, processed, window.lo);
+    if (e_begin == processed) return;
+  }
 
   // Stage this thread's pixel.
   const int own_x = tile_x0 + int(threadIdx.x) % kTileSize, own_y = tile_y0 + int(threadIdx.x) / kTileSize;
@@ -210,11 +249,12 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
   const int my_value = scatter_index<kRowValues, GROUP>(lane);
   const bool row_writer = scatter_writer<kRowValues, GROUP>(lane);
   T eye_part = 0;  // writer lanes with my_value < 3: minus the sums of that position component
-  const int2 range = tile_ranges[item];
-  const int entries = max_end;
-  for (int e_warp = (split * kWarps + warp) * kGroups; e_warp < entries; e_warp += kWarps * kGroups * splits) {
+  if (window.first && tile_ends && split == 0 && threadIdx.x == 0) tile_ends[item] = max_end;
+  const int e_end = first_slot_at_least(slots, max_end, window.hi);
+  for (int e_warp = e_begin + (split * kWarps + warp) * kGroups; e_warp < e_end;
+       e_warp += kWarps * kGroups * splits) {
     const int e = e_warp + group;
-    const bool has_entry = e < entries;
+    const bool has_entry = e < e_end;
     const std::int64_t p = range.x + (has_entry ? e : e_warp);
     const std::int32_t id = entry_sphere[p];
     const GpuSphere<T> g = spheres[std::int64_t(b) * scene.n_spheres + id];
@@ -346,7 +386,7 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
     }
     // The entry's row: position 3, radius, opacity, then the features when they are summed
     // in registers (static channel count); one reduce-scatter for all of them.
-    T* out = inst_grads + std::int64_t(entry_slot[p]) * stride;  // rows by slot (reduce_gradients.cu)
+    T* out = rows + (entry_slot[p] - window.lo) * stride;
     T values[kRowValues];
     for (int f = 0; f < kRowValues; ++f) values[f] = T(0);
     for (int f = 0; f < kGpuInstFeatures; ++f) values[f] = acc[f];
@@ -375,22 +415,31 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
     }
     cg.add_sensor_offset(normalize_backward(cam.sensor_offset(T(own_x), T(own_y)), grad_ray), T(own_x), T(own_y));
   }
-  if (tile_camera) {
+  if (camera_out) {
     T values[kCameraGradValues];
     cg.to_array(values);
-    block_sum(kCameraGradValues, [&](int k) { return values[k]; }, feature_acc,
-              tile_camera + std::int64_t(blockIdx.x) * kCameraGradValues);
+    block_sum(kCameraGradValues, [&](int k) { return values[k]; }, feature_acc, camera_out, !window.first);
   }
-  if (tile_background)
-    block_sum(channels, [&](int ch) { return own_inside && split == 0 ? grad_image[own_pix * channels + ch] * bg_share : T(0); },
-              feature_acc, tile_background + std::int64_t(blockIdx.x) * channels);
+  const bool pixel_terms = own_inside && split == 0 && window.first;
+  if (background_out)
+    block_sum(channels, [&](int ch) { return pixel_terms ? grad_image[own_pix * channels + ch] * bg_share : T(0); },
+              feature_acc, background_out, !window.first);
 }
+
+// The partial and row outputs of one launch.
+template <typename T>
+struct BackwardTargets {
+  SlotWindow window;
+  int* tile_ends;
+  T* rows;
+  T* tile_camera;
+  T* tile_background;
+};
 
 template <typename T, int C_STATIC, bool ORTHO, bool RAY_SUMS>
 void launch_kernel(unsigned blocks, std::size_t dynamic_smem, const RendererConfig& config,
                    const SceneArgs& scene, const RenderOptions& options, const BackwardArgs& args,
-                   GradFlags flags, cudaStream_t stream, CudaScratch& s, T* inst, T* tile_camera,
-                   T* tile_background) {
+                   GradFlags flags, cudaStream_t stream, CudaScratch& s, const BackwardTargets<T>& to) {
   // Small boxes (most instances' spheres within 32 pixels, W5): groups of 8 lanes, or 16
   // when a row's values need them; otherwise whole warps (groups lose on large spheres:
   // CUPTI kernel times W1 2.92 -> 4.05 ms with 16, W4 1.14 -> 1.18). The generic channel path
@@ -399,8 +448,9 @@ void launch_kernel(unsigned blocks, std::size_t dynamic_smem, const RendererConf
   auto run = [&](auto group) {
     render_backward_kernel<T, C_STATIC, ORTHO, RAY_SUMS, decltype(group)::value>
         <<<blocks * s.backward_splits, kThreads, dynamic_smem, stream>>>(
-            config, scene, options, args, flags, s.spheres.as<GpuSphere<T>>(), s.entry_sphere, s.entry_slot,
-            s.tile_ranges.as<int2>(), s.backward_splits, inst, tile_camera, tile_background);
+            config, scene, options, args, flags, s.spheres.as<GpuSphere<T>>(), s.entry_sphere(), s.entry_slot(),
+            s.tile_ranges.as<int2>(), to.tile_ends, s.backward_splits, to.window, to.rows, to.tile_camera,
+            to.tile_background);
   };
   if (s.small_box_instances * 2 >= s.n_instances)
     run(std::integral_constant<int, kSmallGroup>{});
@@ -412,7 +462,7 @@ void launch_kernel(unsigned blocks, std::size_t dynamic_smem, const RendererConf
 template <typename T, int C_STATIC>
 void launch(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
             const BackwardArgs& args, GradFlags flags, cudaStream_t stream, CudaScratch& s,
-            T* inst, T* tile_camera, T* tile_background) {
+            const BackwardTargets<T>& to) {
   const unsigned blocks = unsigned(Tiling::of(config.width, config.height).n_tiles() * scene.batch_size);
   constexpr std::size_t kLimit = 48 * 1024;  // shared memory per block without opting in
   const std::size_t fixed = sizeof(PixelStage<T, C_STATIC>) + sizeof(int);
@@ -422,15 +472,12 @@ void launch(const RendererConfig& config, const SceneArgs& scene, const RenderOp
     throw std::invalid_argument("n_channels: " + std::to_string(config.n_channels) +
                                 " channels exceed the CUDA backward's shared memory");
   if (config.orthographic)
-    launch_kernel<T, C_STATIC, true, false>(blocks, dynamic, config, scene, options, args, flags, stream, s,
-                                            inst, tile_camera, tile_background);
+    launch_kernel<T, C_STATIC, true, false>(blocks, dynamic, config, scene, options, args, flags, stream, s, to);
   else if (std::is_same<T, float>::value && fixed + dynamic + ray_sums <= kLimit)
     launch_kernel<T, C_STATIC, false, std::is_same<T, float>::value>(
-        blocks, dynamic + ray_sums, config, scene, options, args, flags, stream, s, inst, tile_camera,
-        tile_background);
+        blocks, dynamic + ray_sums, config, scene, options, args, flags, stream, s, to);
   else
-    launch_kernel<T, C_STATIC, false, false>(blocks, dynamic, config, scene, options, args, flags, stream, s,
-                                             inst, tile_camera, tile_background);
+    launch_kernel<T, C_STATIC, false, false>(blocks, dynamic, config, scene, options, args, flags, stream, s, to);
 }
 
 }  // namespace
@@ -446,29 +493,40 @@ void cuda_render_backward(const RendererConfig& config, const SceneArgs& scene,
   scratch.backward_splits = int(std::min<std::int64_t>(4, std::max<std::int64_t>(1, (4 * wave + total_tiles - 1) / total_tiles)));
   const std::int64_t partial_rows = total_tiles * scratch.backward_splits;
   const int stride = kGpuInstFeatures + config.n_channels;
-  const std::size_t inst_count = std::size_t(std::max<std::int64_t>(scratch.n_instances, 1)) * stride;
-  // Gradient rows behind the maps the forward left at the arena's start (InstanceArena);
-  // growing the arena keeps the maps.
-  const InstanceArena layout{std::size_t(scratch.n_instances)};
+  const std::int64_t row_bytes = std::int64_t(sizeof(T)) * stride;
+  const std::int64_t n = scratch.n_instances;
+  const RowWindows windows = RowWindows::of(n, row_bytes, scratch.backward_row_budget);
+  // The window's rows behind the maps the forward left at the arena's start
+  // (InstanceArena); growing the arena keeps the maps.
+  const InstanceArena layout{std::size_t(n)};
+  const std::size_t row_space = std::size_t(std::max<std::int64_t>(windows.size, 1) * row_bytes);
   unsigned char* arena = scratch.instance_arena.reserve_keeping<unsigned char>(
-      layout.backward_bytes(sizeof(T) * stride), layout.maps_bytes(), stream, "instance gradients");
-  scratch.entry_sphere = reinterpret_cast<std::int32_t*>(arena);
-  scratch.entry_slot = scratch.entry_sphere + scratch.n_instances;
-  T* inst = reinterpret_cast<T*>(arena + layout.grads());
-  scratch.instance_grads = inst;
-  // Entries past a tile's last traversal end are never visited: they must read zero.
-  PULSAR_CUDA_CHECK(cudaMemsetAsync(inst, 0, sizeof(T) * inst_count, stream));
-  T* tile_camera = grads.cameras ? scratch.tile_camera_grads.reserve<T>(std::size_t(partial_rows) * kCameraGradValues, "camera gradients") : nullptr;
-  T* tile_background = grads.background ? scratch.tile_background_grads.reserve<T>(std::size_t(partial_rows) * config.n_channels, "background gradients") : nullptr;
+      layout.rows() + row_space, layout.maps_bytes(), stream, "instance gradient rows");
+  T* rows = reinterpret_cast<T*>(arena + layout.rows());
+  BackwardTargets<T> to;
+  to.rows = rows;
+  to.tile_ends = windows.count > 1 ? scratch.tile_ends.reserve<int>(std::size_t(total_tiles), "tile ends") : nullptr;
+  to.tile_camera = grads.cameras ? scratch.tile_camera_grads.reserve<T>(std::size_t(partial_rows) * kCameraGradValues, "camera gradients") : nullptr;
+  to.tile_background = grads.background ? scratch.tile_background_grads.reserve<T>(std::size_t(partial_rows) * config.n_channels, "background gradients") : nullptr;
   GradFlags flags;
   flags.features = grads.features != nullptr;
   flags.geometry = grads.positions || grads.radii || grads.cameras;
   flags.blend = flags.geometry || grads.opacities;
-  switch (config.n_channels) {
-    case 1: launch<T, 1>(config, scene, options, args, flags, stream, scratch, inst, tile_camera, tile_background); break;
-    case 3: launch<T, 3>(config, scene, options, args, flags, stream, scratch, inst, tile_camera, tile_background); break;
-    case 4: launch<T, 4>(config, scene, options, args, flags, stream, scratch, inst, tile_camera, tile_background); break;
-    default: launch<T, 0>(config, scene, options, args, flags, stream, scratch, inst, tile_camera, tile_background); break;
+  const bool sphere_grads = grads.positions || grads.radii || grads.opacities || grads.features;
+  for (std::int64_t w = 0; w < windows.count; ++w) {
+    to.window.lo = w * windows.size;
+    to.window.hi = std::min(n, to.window.lo + windows.size);
+    to.window.first = w == 0;
+    // Entries past a tile's last traversal end are never visited: their rows must read zero.
+    PULSAR_CUDA_CHECK(cudaMemsetAsync(rows, 0, std::size_t(to.window.hi - to.window.lo) * row_bytes, stream));
+    switch (config.n_channels) {
+      case 1: launch<T, 1>(config, scene, options, args, flags, stream, scratch, to); break;
+      case 3: launch<T, 3>(config, scene, options, args, flags, stream, scratch, to); break;
+      case 4: launch<T, 4>(config, scene, options, args, flags, stream, scratch, to); break;
+      default: launch<T, 0>(config, scene, options, args, flags, stream, scratch, to); break;
+    }
+    if (sphere_grads)
+      cuda_reduce_sphere_rows<T>(config, scene, grads, stream, scratch, rows, to.window.lo, to.window.hi, to.window.first);
   }
 }
 

@@ -184,7 +184,7 @@ template <typename T, int C_STATIC, bool ORTHO>
 void launch(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
             const ForwardOutputs& out, cudaStream_t stream, CudaScratch& s, unsigned blocks) {
   const auto* spheres = s.spheres.as<GpuSphere<T>>();
-  const std::int32_t* entries = s.entry_sphere;
+  const std::int32_t* entries = s.entry_sphere();
   const auto* ranges = s.tile_ranges.as<int2>();
   if (out.forward_info)
     render_forward_kernel<T, C_STATIC, ORTHO, true><<<blocks, kThreads, 0, stream>>>(config, scene, options, out, spheres, entries, ranges);

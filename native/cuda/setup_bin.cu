@@ -1,7 +1,9 @@
 // Stage 1 on CUDA: per-sphere setup and binning into per-tile lists ordered by
 // (closest depth, sphere index), each cut at its tile's depth bound (tile_depth_bound.cu).
-// One host synchronisation: the instance count is read back once to size the sort
-// (documented in docs/design.md).
+// The items are depth-sorted once (32-bit keys over B * N items), so that the instance
+// sort needs only the tile bits (W2: 14 M instances, 2 passes of 32-bit keys instead of
+// 44 bits of 64-bit keys). One host synchronisation: the instance count is read back once
+// to size the sort (documented in docs/design.md).
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 
@@ -37,7 +39,8 @@ __device__ void record_depth_range(std::uint32_t* depth_range, int b, bool visib
 
 template <typename T>
 __global__ void setup_spheres_kernel(RendererConfig config, SceneArgs scene, GpuSphere<T>* spheres,
-                                     std::uint32_t* depth_range) {
+                                     std::uint32_t* depth_range, std::uint32_t* depth_keys,
+                                     std::int32_t* depth_items) {
   const std::int64_t n = scene.n_spheres;
   const std::int64_t item = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   // Lanes past the end stay for the warp reduction of the depth range.
@@ -69,6 +72,10 @@ __global__ void setup_spheres_kernel(RendererConfig config, SceneArgs scene, Gpu
     g.y1 = std::int16_t(s.visible ? s.bounds.y1 : 0);
     g.terms = pair_terms(cam, g.dist, radius, s.is_tiny);
     spheres[item] = g;
+    // Visible zc > 0 (min_depth > 0), so its float bits order like it; invisible items
+    // store no tiles and go last.
+    depth_keys[item] = s.visible ? __float_as_uint(float(s.closest_depth)) : 0xffffffffu;
+    depth_items[item] = std::int32_t(item);
   }
   record_depth_range(depth_range, b, s.visible, s.visible ? float(s.closest_depth) : 0.f);
 }
@@ -130,21 +137,23 @@ __device__ void deal_pairs(const RendererConfig& config, const GpuSphere<T>& g, 
   }
 }
 
-// Tiles stored per sphere, in a plain loop per sphere: counting is too light per tile for
-// WarpDeal's shuffles to pay (H100: W2 0.11 ms against 0.19 dealt). Also adds to
+// Tiles stored per item, in depth rank order (rank r holds item order[r]), in a plain
+// loop per sphere: counting is too light per tile for WarpDeal's
+// shuffles to pay (H100: W2 0.11 ms against 0.19 dealt). Also adds to
 // *small_box_instances the instances of spheres whose box holds at most kSmallBoxPixels
 // pixels (one atomic per block, integers: exact), which picks the backward's lane
 // grouping (render_backward.cu).
 template <typename T>
 __global__ void count_kernel(RendererConfig config, SceneArgs scene, const GpuSphere<T>* spheres,
-                             const float* bound, std::int64_t* tile_counts,
+                             const float* bound, const std::int32_t* order, std::int64_t* tile_counts,
                              unsigned long long* small_box_instances) {
   const std::int64_t n = scene.n_spheres;
-  const std::int64_t item = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const bool valid = item < n * scene.batch_size;
+  const std::int64_t rank = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const bool valid = rank < n * scene.batch_size;
   std::int64_t count = 0, small = 0;
   if (valid) {
     const Tiling tiling = Tiling::of(config.width, config.height);
+    const std::int32_t item = order[rank];
     const GpuSphere<T> g = spheres[item];
     const TileBox box = tile_box(g);
     const float* camera_bound = bound ? bound + (item / n) * tiling.n_tiles() : nullptr;
@@ -152,7 +161,7 @@ __global__ void count_kernel(RendererConfig config, SceneArgs scene, const GpuSp
     for (int ty = box.ty0; ty < box.ty0 + box.count / box.w; ++ty)
       for (int tx = box.tx0; tx < box.tx0 + box.w; ++tx)
         if (camera_bound == nullptr || zc <= camera_bound[ty * tiling.tiles_x + tx]) ++count;
-    tile_counts[item] = count;
+    tile_counts[rank] = count;
     const int box_pixels = (int(g.x1) - int(g.x0) + 1) * (int(g.y1) - int(g.y0) + 1);
     small = box_pixels <= kSmallBoxPixels ? count : 0;
   }
@@ -169,27 +178,31 @@ __global__ void count_kernel(RendererConfig config, SceneArgs scene, const GpuSp
   }
 }
 
+// Writes each rank's stored (tile, sphere) pairs at its slots: key b * n_tiles + tile,
+// value the slot (the sort then carries slots, whose order is the rank order), and the
+// slot's sphere index; and each item's slot range, by item (the gradient reduction's
+// index).
 template <typename T>
 __global__ void duplicate_kernel(RendererConfig config, SceneArgs scene, const GpuSphere<T>* spheres,
-                                 const float* bound, const std::int64_t* sphere_slots, std::uint64_t* keys,
-                                 std::int32_t* slots, std::int32_t* slot_sphere) {
+                                 const float* bound, const std::int32_t* order, const std::int64_t* sphere_slots,
+                                 std::uint32_t* keys, std::int32_t* slots, std::int32_t* slot_sphere,
+                                 int2* item_slots) {
   const std::int64_t n = scene.n_spheres;
-  const std::int64_t item = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const bool valid = item < n * scene.batch_size;
+  const std::int64_t rank = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const bool valid = rank < n * scene.batch_size;
+  const std::int64_t item = valid ? order[rank] : 0;
   const GpuSphere<T> g = valid ? spheres[item] : GpuSphere<T>{T(0), 1, 1, 0, 0};
   const Tiling tiling = Tiling::of(config.width, config.height);
-  const std::int64_t first_slot = valid ? sphere_slots[item] : 0;
-  const std::uint32_t depth_bits = __float_as_uint(float(g.closest_depth));
+  const std::int64_t first_slot = valid ? sphere_slots[rank] : 0;
+  if (valid) item_slots[item] = make_int2(int(first_slot), int(sphere_slots[rank + 1]));
   std::int64_t stored_before = 0;  // this lane's sphere: stored pairs of earlier rounds
   const int lane = int(threadIdx.x % 32);
-  deal_pairs(config, g, valid ? item / n : 0, bound, [&](const DealtPair& pair, unsigned stored_lanes, int mine) {
+  deal_pairs(config, g, item / n, bound, [&](const DealtPair& pair, unsigned stored_lanes, int mine) {
     const std::int64_t o_item = __shfl_sync(WarpDeal::kFullMask, item, pair.owner);
     const std::int64_t o_slot = __shfl_sync(WarpDeal::kFullMask, first_slot + stored_before, pair.owner);
-    const std::uint32_t o_bits = __shfl_sync(WarpDeal::kFullMask, depth_bits, pair.owner);
     if (pair.stored) {
       const std::int64_t u = o_slot + __popc(stored_lanes & pair.held & ((1u << lane) - 1u));
-      const std::uint64_t camera_tile = std::uint64_t(o_item / n) * std::uint64_t(tiling.n_tiles()) + std::uint64_t(pair.tile);
-      keys[u] = (camera_tile << 32) | o_bits;
+      keys[u] = std::uint32_t(o_item / n) * std::uint32_t(tiling.n_tiles()) + std::uint32_t(pair.tile);
       slots[u] = std::int32_t(u);
       slot_sphere[u] = std::int32_t(o_item % n);
     }
@@ -197,17 +210,23 @@ __global__ void duplicate_kernel(RendererConfig config, SceneArgs scene, const G
   });
 }
 
-__global__ void entries_kernel(std::int64_t count, const std::uint64_t* keys, const std::int32_t* slots,
-                               const std::int32_t* slot_sphere, std::int32_t* entry_sphere,
-                               std::int32_t* entry_slot, int2* tile_ranges) {
+// [begin, end) of each tile's run of sorted keys.
+__global__ void ranges_kernel(std::int64_t count, const std::uint32_t* keys, int2* tile_ranges) {
   const std::int64_t p = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (p >= count) return;
-  const std::int32_t u = slots[p];
+  const std::uint32_t tile = keys[p];
+  if (p == 0 || keys[p - 1] != tile) tile_ranges[tile].x = std::int32_t(p);
+  if (p == count - 1 || keys[p + 1] != tile) tile_ranges[tile].y = std::int32_t(p + 1);
+}
+
+// The maps the later stages read: sorted position -> sphere, sorted position -> slot.
+__global__ void maps_kernel(std::int64_t count, const std::int32_t* sorted_slots, const std::int32_t* slot_sphere,
+                            std::int32_t* entry_sphere, std::int32_t* entry_slot) {
+  const std::int64_t p = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (p >= count) return;
+  const std::int32_t u = sorted_slots[p];
   entry_sphere[p] = slot_sphere[u];
   entry_slot[p] = u;
-  const std::uint64_t tile = keys[p] >> 32;
-  if (p == 0 || (keys[p - 1] >> 32) != tile) tile_ranges[tile].x = std::int32_t(p);
-  if (p == count - 1 || (keys[p + 1] >> 32) != tile) tile_ranges[tile].y = std::int32_t(p + 1);
 }
 
 int bit_width(std::uint64_t v) {
@@ -224,6 +243,10 @@ void cuda_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, co
   const std::int64_t items = scene.n_spheres * scene.batch_size;
   const Tiling tiling = Tiling::of(config.width, config.height);
   const std::int64_t total_tiles = tiling.n_tiles() * scene.batch_size;
+  if (items >= (std::int64_t(1) << 31) || total_tiles >= (std::int64_t(1) << 32))
+    throw std::runtime_error("pulsar: " + std::to_string(scene.batch_size) + " cameras x " +
+                             std::to_string(scene.n_spheres) + " spheres exceed the CUDA backend's limit of "
+                             "2^31 - 1 items (or its 2^32 tiles); render fewer per call");
   auto* spheres = scratch.spheres.reserve<GpuSphere<T>>(std::size_t(items), "sphere records");
   auto* depth_range = scratch.depth_range.reserve<std::uint32_t>(2 * std::size_t(scene.batch_size), "depth range");
   auto* counts = scratch.tile_counts.reserve<std::int64_t>(std::size_t(items), "tile counts");
@@ -237,18 +260,33 @@ void cuda_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, co
   auto* small_box_instances = reinterpret_cast<unsigned long long*>(slots_of + items + 1);
   PULSAR_CUDA_CHECK(cudaMemsetAsync(small_box_instances, 0, sizeof(std::int64_t), stream));
   constexpr int kThreads = 256;
+  const DepthOrder depth{std::size_t(items)};
+  unsigned char* order_bytes = scratch.depth_order.reserve<unsigned char>(depth.bytes(), "depth order");
+  cub::DoubleBuffer<std::uint32_t> depth_keys(reinterpret_cast<std::uint32_t*>(order_bytes + depth.keys_a()),
+                                              reinterpret_cast<std::uint32_t*>(order_bytes + depth.keys_b()));
+  cub::DoubleBuffer<std::int32_t> depth_items(reinterpret_cast<std::int32_t*>(order_bytes + depth.values_a()),
+                                              reinterpret_cast<std::int32_t*>(order_bytes + depth.values_b()));
   PULSAR_CUDA_CHECK(cudaMemsetAsync(depth_range, 0, 2 * sizeof(std::uint32_t) * std::size_t(scene.batch_size), stream));
-  setup_spheres_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(config, scene, spheres, depth_range);
+  setup_spheres_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
+      config, scene, spheres, depth_range, depth_keys.Current(), depth_items.Current());
   PULSAR_CUDA_LAUNCH_CHECK("setup_spheres_kernel");
+  // Rank order: items by zc, ties by item index (the radix sort is stable), which within
+  // one camera is the sphere index.
+  std::size_t sort_bytes = 0;
+  PULSAR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, depth_keys, depth_items, int(items), 0, 32, stream));
+  void* temp = scratch.cub_temp.reserve<unsigned char>(sort_bytes, "CUB workspace");
+  PULSAR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, depth_keys, depth_items, int(items), 0, 32, stream));
+  const std::int32_t* order = depth_items.Current();
+
   const float* bound = cuda_tile_depth_bound<T>(config, scene, options, stream, scratch);
-  count_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(config, scene, spheres, bound, counts,
+  count_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(config, scene, spheres, bound, order, counts,
                                                                             small_box_instances);
   PULSAR_CUDA_LAUNCH_CHECK("count_kernel");
 
-  // Inclusive scan into slots_of[1..]: slots_of[k] = instances of items before k.
+  // Inclusive scan into slots_of[1..]: slots_of[r] = instances of the ranks before r.
   std::size_t scan_bytes = 0;
   PULSAR_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, counts, slots_of + 1, items, stream));
-  void* temp = scratch.cub_temp.reserve<unsigned char>(scan_bytes, "CUB workspace");
+  temp = scratch.cub_temp.reserve<unsigned char>(scan_bytes, "CUB workspace");
   PULSAR_CUDA_CHECK(cub::DeviceScan::InclusiveSum(temp, scan_bytes, counts, slots_of + 1, items, stream));
   // The one host sync of the forward: the instance count sizes the sort (read back with
   // the small-box count behind it).
@@ -262,43 +300,34 @@ void cuda_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, co
                              "render fewer or smaller spheres per call");
   scratch.n_instances = count;
   scratch.small_box_instances = scratch.host_count[1];
+  // With no instances every tile count is 0, so item_slots reads [0, 0) for every item.
   if (count == 0) return;
 
   const InstanceArena layout{std::size_t(count)};
   unsigned char* arena = scratch.instance_arena.reserve<unsigned char>(layout.binning_bytes(), "sphere-tile instances");
-  auto* keys_a = reinterpret_cast<std::uint64_t*>(arena);
-  auto* keys_b = reinterpret_cast<std::uint64_t*>(arena + layout.keys_b());
-  // The sort's result lands in one of the two key buffers, the same one for the same
-  // number of passes: start where the last call's result left the arena's start free,
-  // so that the maps need no move (sort_keys_start_in_b).
-  cub::DoubleBuffer<std::uint64_t> keys(scratch.sort_keys_start_in_b ? keys_b : keys_a,
-                                        scratch.sort_keys_start_in_b ? keys_a : keys_b);
+  cub::DoubleBuffer<std::uint32_t> keys(reinterpret_cast<std::uint32_t*>(arena + layout.keys_a()),
+                                        reinterpret_cast<std::uint32_t*>(arena + layout.keys_b()));
   cub::DoubleBuffer<std::int32_t> slots(reinterpret_cast<std::int32_t*>(arena + layout.slots_a()),
                                         reinterpret_cast<std::int32_t*>(arena + layout.slots_b()));
   auto* slot_sphere = reinterpret_cast<std::int32_t*>(arena + layout.slot_sphere());
   duplicate_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
-      config, scene, spheres, bound, slots_of, keys.Current(), slots.Current(), slot_sphere);
+      config, scene, spheres, bound, order, slots_of, keys.Current(), slots.Current(), slot_sphere,
+      scratch.item_slots());
   PULSAR_CUDA_LAUNCH_CHECK("duplicate_kernel");
 
-  // The double-buffer sort needs no workspace of the keys' size; the result is in
-  // Current(), and the other key buffer (8 bytes per instance) is free afterwards: it
-  // takes the two int32 maps the later stages read, which then move to the arena's start
-  // if they are not there (InstanceArena).
-  const int end_bit = 32 + bit_width(std::uint64_t(total_tiles));
-  std::size_t sort_bytes = 0;
+  // Slots are in rank order, and the stable sort keeps it within each tile: only the
+  // bits of the largest tile key take passes. The double-buffer sort needs no workspace
+  // of the keys' size.
+  const int end_bit = std::max(1, bit_width(std::uint64_t(total_tiles - 1)));
   PULSAR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, slots, int(count), 0, end_bit, stream));
   temp = scratch.cub_temp.reserve<unsigned char>(sort_bytes, "CUB workspace");
   PULSAR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, keys, slots, int(count), 0, end_bit, stream));
-  auto* maps = reinterpret_cast<std::int32_t*>(keys.Alternate());
-  entries_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream>>>(
-      count, keys.Current(), slots.Current(), slot_sphere, maps, maps + count, ranges);
-  PULSAR_CUDA_LAUNCH_CHECK("entries_kernel");
-  if (keys.Alternate() != keys_a) {
-    PULSAR_CUDA_CHECK(cudaMemcpyAsync(arena, maps, layout.maps_bytes(), cudaMemcpyDeviceToDevice, stream));
-    scratch.sort_keys_start_in_b = !scratch.sort_keys_start_in_b;
-  }
-  scratch.entry_sphere = reinterpret_cast<std::int32_t*>(arena);
-  scratch.entry_slot = scratch.entry_sphere + count;
+  ranges_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream>>>(count, keys.Current(), ranges);
+  PULSAR_CUDA_LAUNCH_CHECK("ranges_kernel");
+  // The keys are done with: the maps overwrite their buffers (InstanceArena).
+  maps_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream>>>(
+      count, slots.Current(), slot_sphere, scratch.entry_sphere(), scratch.entry_slot());
+  PULSAR_CUDA_LAUNCH_CHECK("maps_kernel");
 }
 
 template void cuda_setup_and_bin<float>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
