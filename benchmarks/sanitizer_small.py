@@ -25,5 +25,11 @@ for dtype in (torch.float32, torch.float64):
         # the radius takes whole warps per entry (render_backward.cu).
         img3 = r3(leaves[0], leaves[1][..., :3].contiguous(), leaves[2] * 5, leaves[4], gamma=0.2, max_depth=20.0)
         grads3 = torch.autograd.grad(img3.sum(), leaves[:3] + [leaves[4]], allow_unused=True)
+        # A row budget of 5 rows: the backward in many windows of slots (RowWindows).
+        rw = Renderer(40, 30, n_channels=3).cuda()
+        rw._backward_row_budget = 5 * 8 * col.element_size()
+        imgw = rw(leaves[0], leaves[1][..., :3].contiguous(), leaves[2] * 2, leaves[4], opacity=leaves[3],
+                  gamma=0.2, max_depth=20.0)
+        gradsw = torch.autograd.grad(imgw.sum(), leaves[:3] + [leaves[4]], allow_unused=True)
 torch.cuda.synchronize()
 print("sanitizer workload done")
