@@ -178,15 +178,21 @@ __global__ void count_kernel(RendererConfig config, SceneArgs scene, const GpuSp
   }
 }
 
+// Each item's slot range, by item (the gradient reduction's index).
+__global__ void item_slots_kernel(std::int64_t items, const std::int32_t* order, const std::int64_t* sphere_slots,
+                                  int2* item_slots) {
+  const std::int64_t rank = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (rank >= items) return;
+  item_slots[order[rank]] = make_int2(int(sphere_slots[rank]), int(sphere_slots[rank + 1]));
+}
+
 // Writes each rank's stored (tile, sphere) pairs at its slots: key b * n_tiles + tile,
 // value the slot (the sort then carries slots, whose order is the rank order), and the
-// slot's sphere index; and each item's slot range, by item (the gradient reduction's
-// index).
+// slot's sphere index.
 template <typename T>
 __global__ void duplicate_kernel(RendererConfig config, SceneArgs scene, const GpuSphere<T>* spheres,
                                  const float* bound, const std::int32_t* order, const std::int64_t* sphere_slots,
-                                 std::uint32_t* keys, std::int32_t* slots, std::int32_t* slot_sphere,
-                                 int2* item_slots) {
+                                 std::uint32_t* keys, std::int32_t* slots, std::int32_t* slot_sphere) {
   const std::int64_t n = scene.n_spheres;
   const std::int64_t rank = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const bool valid = rank < n * scene.batch_size;
@@ -194,7 +200,6 @@ __global__ void duplicate_kernel(RendererConfig config, SceneArgs scene, const G
   const GpuSphere<T> g = valid ? spheres[item] : GpuSphere<T>{T(0), 1, 1, 0, 0};
   const Tiling tiling = Tiling::of(config.width, config.height);
   const std::int64_t first_slot = valid ? sphere_slots[rank] : 0;
-  if (valid) item_slots[item] = make_int2(int(first_slot), int(sphere_slots[rank + 1]));
   std::int64_t stored_before = 0;  // this lane's sphere: stored pairs of earlier rounds
   const int lane = int(threadIdx.x % 32);
   deal_pairs(config, g, item / n, bound, [&](const DealtPair& pair, unsigned stored_lanes, int mine) {
@@ -311,9 +316,10 @@ void cuda_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, co
                                         reinterpret_cast<std::int32_t*>(arena + layout.slots_b()));
   auto* slot_sphere = reinterpret_cast<std::int32_t*>(arena + layout.slot_sphere());
   duplicate_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
-      config, scene, spheres, bound, order, slots_of, keys.Current(), slots.Current(), slot_sphere,
-      scratch.item_slots());
+      config, scene, spheres, bound, order, slots_of, keys.Current(), slots.Current(), slot_sphere);
   PULSAR_CUDA_LAUNCH_CHECK("duplicate_kernel");
+  item_slots_kernel<<<blocks_for(items, kThreads), kThreads, 0, stream>>>(items, order, slots_of, scratch.item_slots());
+  PULSAR_CUDA_LAUNCH_CHECK("item_slots_kernel");
 
   // Slots are in rank order, and the stable sort keeps it within each tile: only the
   // bits of the largest tile key take passes. The double-buffer sort needs no workspace
