@@ -123,9 +123,8 @@ struct CudaScratch {
 // a window may take the arena's binning space behind the maps (12 bytes per instance),
 // so that a backward needs no more memory than its binning did (W2: 14 M instances of
 // 32-byte rows take 3 windows), or kMinRowBytes when that is more: each window costs a
-// launch, a pass over the spheres and the staging of its tiles again (H100: 3 windows
-// instead of 1 add about 0.6 ms to W5's 6 ms), and 128 MiB keeps up to 4 M rows (W1)
-// in one.
+// launch, a pass over the spheres and the staging of its tiles again (H100, W5: about
+// 0.25 ms per window after the first), and 128 MiB keeps up to 4 M rows (W1) in one.
 struct RowWindows {
   static constexpr std::int64_t kMinRowBytes = std::int64_t(128) << 20;
   std::int64_t count = 1;  // windows (at least one, so that an empty scene still writes zeros)
