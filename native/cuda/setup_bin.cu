@@ -234,6 +234,22 @@ __global__ void maps_kernel(std::int64_t count, const std::int32_t* sorted_slots
   entry_slot[p] = u;
 }
 
+// Two buffers of E at byte offsets a and b of base, for CUB's double-buffer sorts.
+template <typename E>
+cub::DoubleBuffer<E> double_buffer(unsigned char* base, std::size_t a, std::size_t b) {
+  return cub::DoubleBuffer<E>(reinterpret_cast<E*>(base + a), reinterpret_cast<E*>(base + b));
+}
+
+// Stable radix sort of count (key, value) pairs over key bits [0, end_bit); the result is
+// in keys.Current() and values.Current().
+void sort_pairs(cub::DoubleBuffer<std::uint32_t>& keys, cub::DoubleBuffer<std::int32_t>& values,
+                std::int64_t count, int end_bit, cudaStream_t stream, CudaScratch& scratch) {
+  std::size_t bytes = 0;
+  PULSAR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, keys, values, int(count), 0, end_bit, stream));
+  void* temp = scratch.cub_temp.reserve<unsigned char>(bytes, "CUB workspace");
+  PULSAR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, bytes, keys, values, int(count), 0, end_bit, stream));
+}
+
 int bit_width(std::uint64_t v) {
   int bits = 0;
   while (v) { ++bits; v >>= 1; }
@@ -267,20 +283,15 @@ void cuda_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, co
   constexpr int kThreads = 256;
   const DepthOrder depth{std::size_t(items)};
   unsigned char* order_bytes = scratch.depth_order.reserve<unsigned char>(depth.bytes(), "depth order");
-  cub::DoubleBuffer<std::uint32_t> depth_keys(reinterpret_cast<std::uint32_t*>(order_bytes + depth.keys_a()),
-                                              reinterpret_cast<std::uint32_t*>(order_bytes + depth.keys_b()));
-  cub::DoubleBuffer<std::int32_t> depth_items(reinterpret_cast<std::int32_t*>(order_bytes + depth.values_a()),
-                                              reinterpret_cast<std::int32_t*>(order_bytes + depth.values_b()));
+  auto depth_keys = double_buffer<std::uint32_t>(order_bytes, depth.keys_a(), depth.keys_b());
+  auto depth_items = double_buffer<std::int32_t>(order_bytes, depth.values_a(), depth.values_b());
   PULSAR_CUDA_CHECK(cudaMemsetAsync(depth_range, 0, 2 * sizeof(std::uint32_t) * std::size_t(scene.batch_size), stream));
   setup_spheres_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
       config, scene, spheres, depth_range, depth_keys.Current(), depth_items.Current());
   PULSAR_CUDA_LAUNCH_CHECK("setup_spheres_kernel");
   // Rank order: items by zc, ties by item index (the radix sort is stable), which within
   // one camera is the sphere index.
-  std::size_t sort_bytes = 0;
-  PULSAR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, depth_keys, depth_items, int(items), 0, 32, stream));
-  void* temp = scratch.cub_temp.reserve<unsigned char>(sort_bytes, "CUB workspace");
-  PULSAR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, depth_keys, depth_items, int(items), 0, 32, stream));
+  sort_pairs(depth_keys, depth_items, items, 32, stream, scratch);
   const std::int32_t* order = depth_items.Current();
 
   const float* bound = cuda_tile_depth_bound<T>(config, scene, options, stream, scratch);
@@ -291,7 +302,7 @@ void cuda_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, co
   // Inclusive scan into slots_of[1..]: slots_of[r] = instances of the ranks before r.
   std::size_t scan_bytes = 0;
   PULSAR_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, counts, slots_of + 1, items, stream));
-  temp = scratch.cub_temp.reserve<unsigned char>(scan_bytes, "CUB workspace");
+  void* temp = scratch.cub_temp.reserve<unsigned char>(scan_bytes, "CUB workspace");
   PULSAR_CUDA_CHECK(cub::DeviceScan::InclusiveSum(temp, scan_bytes, counts, slots_of + 1, items, stream));
   // The one host sync of the forward: the instance count sizes the sort (read back with
   // the small-box count behind it).
@@ -310,10 +321,8 @@ void cuda_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, co
 
   const InstanceArena layout{std::size_t(count)};
   unsigned char* arena = scratch.instance_arena.reserve<unsigned char>(layout.binning_bytes(), "sphere-tile instances");
-  cub::DoubleBuffer<std::uint32_t> keys(reinterpret_cast<std::uint32_t*>(arena + layout.keys_a()),
-                                        reinterpret_cast<std::uint32_t*>(arena + layout.keys_b()));
-  cub::DoubleBuffer<std::int32_t> slots(reinterpret_cast<std::int32_t*>(arena + layout.slots_a()),
-                                        reinterpret_cast<std::int32_t*>(arena + layout.slots_b()));
+  auto keys = double_buffer<std::uint32_t>(arena, layout.keys_a(), layout.keys_b());
+  auto slots = double_buffer<std::int32_t>(arena, layout.slots_a(), layout.slots_b());
   auto* slot_sphere = reinterpret_cast<std::int32_t*>(arena + layout.slot_sphere());
   duplicate_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
       config, scene, spheres, bound, order, slots_of, keys.Current(), slots.Current(), slot_sphere);
@@ -324,10 +333,7 @@ void cuda_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, co
   // Slots are in rank order, and the stable sort keeps it within each tile: only the
   // bits of the largest tile key take passes. The double-buffer sort needs no workspace
   // of the keys' size.
-  const int end_bit = std::max(1, bit_width(std::uint64_t(total_tiles - 1)));
-  PULSAR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, slots, int(count), 0, end_bit, stream));
-  temp = scratch.cub_temp.reserve<unsigned char>(sort_bytes, "CUB workspace");
-  PULSAR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, keys, slots, int(count), 0, end_bit, stream));
+  sort_pairs(keys, slots, count, std::max(1, bit_width(std::uint64_t(total_tiles - 1))), stream, scratch);
   ranges_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream>>>(count, keys.Current(), ranges);
   PULSAR_CUDA_LAUNCH_CHECK("ranges_kernel");
   // The keys are done with: the maps overwrite their buffers (InstanceArena).
