@@ -89,9 +89,9 @@ struct CudaScratch {
   DeviceBuffer tile_ends;       // int [B * n_tiles]: entries any pixel of the tile processed (backward)
   DeviceBuffer cub_temp;        // CUB workspace
   int backward_splits = 1;         // blocks per tile in the last backward (render_backward.cu)
-  int backward_windows = 1;        // position windows of the last backward (RowWindows)
-  DeviceBuffer tile_camera_grads;  // T [B, windows, n_tiles * splits, kCameraGradValues]
-  DeviceBuffer tile_background_grads;  // T [B * windows * n_tiles * splits, C]
+  // Partials per backward block, written in the first backward window, added to in the others.
+  DeviceBuffer tile_camera_grads;  // T [B * n_tiles * backward_splits, kCameraGradValues]
+  DeviceBuffer tile_background_grads;  // T [B * n_tiles * backward_splits, C]
   // Pinned, read back once per binning: [0] the instance count, [1] how many of them
   // belong to spheres whose box holds at most kSmallBoxPixels pixels.
   std::int64_t* host_count = nullptr;
@@ -128,7 +128,7 @@ struct CudaScratch {
 struct RowWindows {
   static constexpr std::int64_t kMinRowBytes = std::int64_t(128) << 20;
   std::int64_t count = 1;  // windows (at least one, so that an empty scene still writes zeros)
-  std::int64_t size = 0;   // sorted positions per window
+  std::int64_t size = 0;   // slots per window
 
   // budget: bytes of rows per window, 0 for the default.
   static RowWindows of(std::int64_t n_instances, std::int64_t row_bytes, std::int64_t budget) {
