@@ -36,9 +36,9 @@ __global__ void reduce_sphere_rows_kernel(SceneArgs scene, int channels, Gradien
   bool any = false;
   for (int b = b_first; b < b_last; ++b) {
     const int2 slots = item_slots[std::int64_t(b) * n + i];  // [first, end)
-    const std::int64_t u_end = min(std::int64_t(slots.y), hi);
-    for (std::int64_t u = max(std::int64_t(slots.x), lo); u < u_end; ++u) {
-      any = true;
+    const std::int64_t u_begin = max(std::int64_t(slots.x), lo), u_end = min(std::int64_t(slots.y), hi);
+    any = any || u_begin < u_end;
+    for (std::int64_t u = u_begin; u < u_end; ++u) {
       const T* g = rows + (u - lo) * stride;
 #pragma unroll
       for (int f = 0; f < kGpuInstFeatures + (C_STATIC > 0 ? C_STATIC : 0); ++f) sums[f] += g[f];
