@@ -187,4 +187,17 @@ inline unsigned blocks_for(std::int64_t n, int threads) {
   return unsigned((n + threads - 1) / threads);
 }
 
+// Camera and sphere of item = camera * n + sphere. Items stay below 2^31
+// (cuda_setup_and_bin's limit), so 32-bit division serves (64-bit division is a long
+// software routine on the GPU).
+struct ItemIndex {
+  int camera;
+  std::int32_t sphere;
+};
+__device__ inline ItemIndex split_item(std::int64_t item, std::int64_t n) {
+  const unsigned u = unsigned(item), un = unsigned(n);
+  const unsigned camera = u / un;
+  return {int(camera), std::int32_t(u - camera * un)};
+}
+
 }  // namespace pulsar

@@ -24,7 +24,8 @@ __global__ void reduce_sphere_rows_kernel(SceneArgs scene, int channels, Gradien
   const int sets = scene.shared_spheres ? 1 : scene.batch_size;
   const std::int64_t item = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (item >= n * sets) return;
-  const std::int64_t set = item / n, i = item % n;
+  const ItemIndex at = split_item(item, n);
+  const std::int64_t set = at.camera, i = at.sphere;
   const int b_first = scene.shared_spheres ? 0 : int(set);
   const int b_last = scene.shared_spheres ? scene.batch_size : int(set) + 1;
   if (C_STATIC > 0) channels = C_STATIC;

@@ -128,8 +128,8 @@ __device__ void block_sum(int count, ValueFn value, T* scratch, T* out, bool add
 // block sums dL/dd per pixel first and applies it once per pixel instead of once per
 // pair. Each warp owns one copy of the per-pixel sums (its lanes hold distinct pixels at
 // any time), so no two threads add into the same place and the sum order stays fixed.
-// Used when the copies fit the shared memory: float with up to about 350 channels;
-// never in double.
+// Used when the copies fit the shared memory (float with up to about 350 channels) and
+// the warps work on one entry at a time; never in double, nor with groups of lanes.
 
 // What the block stages per pixel of its tile (index q = ly * 16 + lx), so that a pair
 // reads its pixel's terms from shared memory instead of recomputing or fetching them.
@@ -240,6 +240,10 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
   // then fills a group instead of leaving most of a warp idle, and the per-entry work
   // (loads, row reduction) is shared; a large box takes twice the rounds of half the width.
   constexpr int kGroups = 32 / GROUP;
+  // Two groups may hold the same pixel, so the per-pixel ray sums (one copy per warp) need
+  // whole warps. (With groups adding to the copy in turn, W5's backward spent 18 % of its
+  // instructions on the turns; the per-pair fold costs it less.)
+  static_assert(!RAY_SUMS || GROUP == 32, "ray sums need one group per warp");
   const int group = lane / GROUP, lane_in_group = lane % GROUP;
   // Per-entry row values reduced at once (group_sum_scatter); this lane holds the sum of
   // value my_value of its group's row.
@@ -281,7 +285,6 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
     int lx = lx0 + lane_in_group % box_w, ly = ly0 + lane_in_group / box_w;
     for (int round = 0; round < rounds; ++round) {
       const int k = round * GROUP + lane_in_group;
-      Vec3<T> turn_ray_grad{0, 0, 0};  // RAY_SUMS with several groups: dL/d(ray direction)
       if (round > 0) {
         lx += step_x;
         ly += step_y;
@@ -343,13 +346,11 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
                                                grad_depth, grad_c, acc[3], grad_ray);
                 if (!RAY_SUMS) {
                   cg.add_sensor_offset(normalize_backward(cam.sensor_offset(T(x), T(y)), grad_ray), T(x), T(y));
-                } else if (kGroups == 1) {  // the lanes hold distinct pixels
+                } else {  // the lanes hold distinct pixels (one group per warp)
                   T* mine = ray_grad + warp * 3 * kThreads + q;
                   mine[0] += grad_ray.x;
                   mine[kThreads] += grad_ray.y;
                   mine[2 * kThreads] += grad_ray.z;
-                } else {
-                  turn_ray_grad = grad_ray;
                 }
               }
               acc[0] += grad_c.x;
@@ -357,21 +358,6 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
               acc[2] += grad_c.z;
             }
           }
-        }
-      }
-      // With several groups, the lanes of one group hold distinct pixels but two groups
-      // may hold the same one: they add to the warp's copy of the ray sums in turn.
-      // (Added in place above with one group: moving the add after the branch costs
-      // W1's backward 13 %.)
-      if (RAY_SUMS && kGroups > 1 && flags.geometry && tile_camera) {
-        for (int turn = 0; turn < kGroups; ++turn) {
-          if (turn == group && active) {
-            T* mine = ray_grad + warp * 3 * kThreads + q;
-            mine[0] += turn_ray_grad.x;
-            mine[kThreads] += turn_ray_grad.y;
-            mine[2 * kThreads] += turn_ray_grad.z;
-          }
-          __syncwarp();
         }
       }
       if (flags.features && kStatic) {
@@ -436,8 +422,10 @@ struct BackwardTargets {
   T* tile_background;
 };
 
+// dynamic_smem: the kernel's dynamic shared memory without the ray sums; ray_sum_bytes:
+// theirs (RAY_SUMS).
 template <typename T, int C_STATIC, bool ORTHO, bool RAY_SUMS>
-void launch_kernel(unsigned blocks, std::size_t dynamic_smem, const RendererConfig& config,
+void launch_kernel(unsigned blocks, std::size_t dynamic_smem, std::size_t ray_sum_bytes, const RendererConfig& config,
                    const SceneArgs& scene, const RenderOptions& options, const BackwardArgs& args,
                    GradFlags flags, cudaStream_t stream, CudaScratch& s, const BackwardTargets<T>& to) {
   // Small boxes (most instances' spheres within 32 pixels, W5): groups of 8 lanes, or 16
@@ -446,8 +434,10 @@ void launch_kernel(unsigned blocks, std::size_t dynamic_smem, const RendererConf
   // sums features per round over the whole warp and always takes 32.
   constexpr int kSmallGroup = C_STATIC == 0 ? 32 : (next_pow2(kGpuInstFeatures + C_STATIC) <= 8 ? 8 : 16);
   auto run = [&](auto group) {
-    render_backward_kernel<T, C_STATIC, ORTHO, RAY_SUMS, decltype(group)::value>
-        <<<blocks * s.backward_splits, kThreads, dynamic_smem, stream>>>(
+    constexpr int kGroup = decltype(group)::value;
+    constexpr bool kRaySums = RAY_SUMS && kGroup == 32;
+    render_backward_kernel<T, C_STATIC, ORTHO, kRaySums, kGroup>
+        <<<blocks * s.backward_splits, kThreads, dynamic_smem + (kRaySums ? ray_sum_bytes : 0), stream>>>(
             config, scene, options, args, flags, s.spheres.as<GpuSphere<T>>(), s.entry_sphere(), s.entry_slot(),
             s.tile_ranges.as<int2>(), to.tile_ends, s.backward_splits, to.window, to.rows, to.tile_camera,
             to.tile_background);
@@ -472,12 +462,12 @@ void launch(const RendererConfig& config, const SceneArgs& scene, const RenderOp
     throw std::invalid_argument("n_channels: " + std::to_string(config.n_channels) +
                                 " channels exceed the CUDA backward's shared memory");
   if (config.orthographic)
-    launch_kernel<T, C_STATIC, true, false>(blocks, dynamic, config, scene, options, args, flags, stream, s, to);
+    launch_kernel<T, C_STATIC, true, false>(blocks, dynamic, 0, config, scene, options, args, flags, stream, s, to);
   else if (std::is_same<T, float>::value && fixed + dynamic + ray_sums <= kLimit)
     launch_kernel<T, C_STATIC, false, std::is_same<T, float>::value>(
-        blocks, dynamic + ray_sums, config, scene, options, args, flags, stream, s, to);
+        blocks, dynamic, ray_sums, config, scene, options, args, flags, stream, s, to);
   else
-    launch_kernel<T, C_STATIC, false, false>(blocks, dynamic, config, scene, options, args, flags, stream, s, to);
+    launch_kernel<T, C_STATIC, false, false>(blocks, dynamic, 0, config, scene, options, args, flags, stream, s, to);
 }
 
 }  // namespace

@@ -45,11 +45,12 @@ __global__ void setup_spheres_kernel(RendererConfig config, SceneArgs scene, Gpu
   const std::int64_t item = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   // Lanes past the end stay for the warp reduction of the depth range.
   const bool valid = item < n * scene.batch_size;
-  const int b = valid ? int(item / n) : scene.batch_size - 1;
+  const ItemIndex at = valid ? split_item(item, n) : ItemIndex{scene.batch_size - 1, 0};
+  const int b = at.camera;
   SphereSetup<T> s;
   s.visible = false;
   if (valid) {
-    const std::int64_t i = item % n;
+    const std::int64_t i = at.sphere;
     const CameraFrame<T> cam = camera_of<T>(scene, b, config.orthographic);
     const SceneView<T> sv = SceneView<T>::of(scene, b, config.n_channels);
     const Vec3<T> p = load_vec3(sv.positions + 3 * i);
@@ -156,7 +157,7 @@ __global__ void count_kernel(RendererConfig config, SceneArgs scene, const GpuSp
     const std::int32_t item = order[rank];
     const GpuSphere<T> g = spheres[item];
     const TileBox box = tile_box(g);
-    const float* camera_bound = bound ? bound + (item / n) * tiling.n_tiles() : nullptr;
+    const float* camera_bound = bound ? bound + std::int64_t(split_item(item, n).camera) * tiling.n_tiles() : nullptr;
     const float zc = float(g.closest_depth);
     for (int ty = box.ty0; ty < box.ty0 + box.count / box.w; ++ty)
       for (int tx = box.tx0; tx < box.tx0 + box.w; ++tx)
@@ -202,14 +203,15 @@ __global__ void duplicate_kernel(RendererConfig config, SceneArgs scene, const G
   const std::int64_t first_slot = valid ? sphere_slots[rank] : 0;
   std::int64_t stored_before = 0;  // this lane's sphere: stored pairs of earlier rounds
   const int lane = int(threadIdx.x % 32);
-  deal_pairs(config, g, item / n, bound, [&](const DealtPair& pair, unsigned stored_lanes, int mine) {
+  deal_pairs(config, g, split_item(item, n).camera, bound, [&](const DealtPair& pair, unsigned stored_lanes, int mine) {
     const std::int64_t o_item = __shfl_sync(WarpDeal::kFullMask, item, pair.owner);
     const std::int64_t o_slot = __shfl_sync(WarpDeal::kFullMask, first_slot + stored_before, pair.owner);
     if (pair.stored) {
       const std::int64_t u = o_slot + __popc(stored_lanes & pair.held & ((1u << lane) - 1u));
-      keys[u] = std::uint32_t(o_item / n) * std::uint32_t(tiling.n_tiles()) + std::uint32_t(pair.tile);
+      const ItemIndex at = split_item(o_item, n);
+      keys[u] = std::uint32_t(at.camera) * std::uint32_t(tiling.n_tiles()) + std::uint32_t(pair.tile);
       slots[u] = std::int32_t(u);
-      slot_sphere[u] = std::int32_t(o_item % n);
+      slot_sphere[u] = at.sphere;
     }
     stored_before += mine;
   });

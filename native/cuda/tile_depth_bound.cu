@@ -126,7 +126,7 @@ __global__ void cover_kernel(RendererConfig config, SceneArgs scene, RenderOptio
   CoverJob job;
   if (valid) {
     g = spheres[item];
-    job = cover_job(config, scene, options, g, int(item / n), depth_range, buckets);
+    job = cover_job(config, scene, options, g, split_item(item, n).camera, depth_range, buckets);
   }
   const WarpDeal deal = WarpDeal::of(job.count);
   const int tiles_x = (config.width + kTileSize - 1) / kTileSize;
@@ -144,7 +144,7 @@ __global__ void cover_kernel(RendererConfig config, SceneArgs scene, RenderOptio
                                 __shfl_sync(kFullMask, g.cz, owner));
     const T dist = __shfl_sync(kFullMask, g.dist, owner), radius = __shfl_sync(kFullMask, g.radius, owner);
     if (j >= deal.total) continue;
-    const int b = int(o_item / n);
+    const int b = split_item(o_item, n).camera;
     const CameraFrame<T> cam = camera_of<T>(scene, b, config.orthographic);
     const int tx = o_tx0 + (j - o_first) % o_w, ty = o_ty0 + (j - o_first) / o_w;
     const int px0 = tx * kTileSize, px1 = min(px0 + kTileSize - 1, config.width - 1);
