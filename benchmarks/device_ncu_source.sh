@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Nsight Compute's per-instruction counters (executed instructions, stall samples) of the
-# render kernels, exported per source line, on the GPU machine: which lines of the
-# forward and backward cost the issue slots. Writes $OUT/src_<W>_<kernel>_<view>.csv for
-# each workload in $NCU_WORKLOADS (default W1); benchmarks/source_lines.py sums them.
-# Usage (through the device tool): bash benchmarks/device_ncu_source.sh
+# Nsight Compute's per-instruction counters (executed instructions, active lanes, stall
+# samples) of the render kernels, on the GPU machine: which instructions of the forward
+# and backward take the issue slots. For each workload in $NCU_WORKLOADS (default W1),
+# exports the SASS view of each render kernel as CSV and packs them, with the details
+# page, into $OUT/source_<W>.tgz (one file: the device tool brings back few files).
+# benchmarks/sass_hotspots.py prints the hot instructions of one CSV.
+# Usage (through the device tool): bash benchmarks/device_ncu_source.sh  (SKIP_BUILD=1: no build)
 set -uo pipefail
 export PULSAR_CUDA_ARCHITECTURES=${PULSAR_CUDA_ARCHITECTURES:-90}
 out=${OUT:-/tmp/pulsar_out}
@@ -11,16 +13,16 @@ mkdir -p "$out"
 [ -n "${SKIP_BUILD:-}" ] || python3 -m pip install --no-build-isolation --no-deps -q . 2>&1 | tail -3
 cd benchmarks
 for w in ${NCU_WORKLOADS:-W1}; do
-  rep="/tmp/src_$w"
+  work=$(mktemp -d)
   ncu --clock-control none --kernel-name regex:render_ --launch-count 2 --import-source yes \
       --section SourceCounters --section SpeedOfLight --section InstructionStats --section WarpStateStats \
-      -o "$rep" -f python3 ncu_step.py "$w" > "$out/ncu_src_$w.log" 2>&1
-  ncu --import "$rep.ncu-rep" --page details > "$out/details_$w.txt" 2>&1
+      -o "$work/report" -f python3 ncu_step.py "$w" > "$work/ncu.log" 2>&1
+  ncu --import "$work/report.ncu-rep" --page details > "$work/details_$w.txt" 2>&1
   for k in forward backward; do
-    for view in cuda sass; do
-      ncu --import "$rep.ncu-rep" --kernel-name "regex:render_${k}" --page source --csv \
-          --print-source "$view" > "$out/src_${w}_${k}_${view}.csv" 2> "$out/src_${w}_${k}_${view}.err"
-    done
+    ncu --import "$work/report.ncu-rep" --kernel-name "regex:render_${k}" --page source --csv \
+        --print-source sass > "$work/sass_${w}_${k}.csv" 2>> "$work/ncu.log"
   done
-  ls -la "$out" | head -30
+  tar czf "$out/source_$w.tgz" -C "$work" .
+  grep -E "render_|Duration|Executed Instructions  |Avg. Active Threads" "$work/details_$w.txt"
+  rm -rf "$work"
 done
