@@ -98,7 +98,12 @@ def test_matches_reference(length, rotation, flags, device):
             got = native_packed(cams, orthographic, right_handed, first_R_then_T, min_depth)
             want = reference_packed(cams, orthographic, right_handed, first_R_then_T, min_depth)
             assert got.shape == (batch, 15) and got.dtype == dtype and got.device == cams.device
-            torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+            # Absolute errors scale with the largest value: an entry that cancels (eye = M pos
+            # with first_R_then_T) carries the rounding of terms as large as the others, and
+            # torch's vectorised float32 kernels round differently on different CPUs (seen:
+            # 6e-6 apart at values up to 50, each within 3e-6 of the float64 result).
+            scale = max(1.0, want.abs().max().item())
+            torch.testing.assert_close(got, want, rtol=tol, atol=tol * scale)
         # Backward in float64: the native Jacobian-vector product equals autograd's.
         g = torch.randn((batch, 15), generator=torch.Generator().manual_seed(seed + 1), dtype=F64).to(device)
         grads = []

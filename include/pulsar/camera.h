@@ -3,6 +3,7 @@
 // size), with the derivative twin of that derivation.
 #pragma once
 
+#include "pulsar/exact_arith.h"
 #include "pulsar/hd.h"
 #include "pulsar/vec3.h"
 
@@ -35,8 +36,11 @@ struct CameraFrame {
   bool orthographic;
   bool right_handed;
 
-  // Sensor point of film pixel (column i, row j), relative to the eye.
-  PULSAR_HD Vec3<T> sensor_offset(T i, T j) const { return p00_rel + i * pdx + j * pdy; }
+  // Sensor point of film pixel (column i, row j), relative to the eye (rounded step by
+  // step: exact_arith.h).
+  PULSAR_HD Vec3<T> sensor_offset(T i, T j) const {
+    return add_rn(add_rn(p00_rel, scale_rn(i, pdx)), scale_rn(j, pdy));
+  }
 };
 
 template <typename T>
@@ -51,13 +55,14 @@ PULSAR_HD CameraFrame<T> load_camera(const T* packed, bool orthographic, bool ri
   cam.max_depth = packed[kMaxDepth];
   cam.orthographic = orthographic;
   cam.right_handed = right_handed;
-  const Vec3<T> z = normalize(cross(cam.pdy, cam.pdx));
+  // Rounded step by step (exact_arith.h): every backend derives the same frame.
+  const Vec3<T> z = normalize_rn(cross_rn(cam.pdy, cam.pdx));
   cam.z_axis = right_handed ? -z : z;
-  cam.pixel_width = norm(cam.pdx);
-  cam.pixel_height = norm(cam.pdy);
-  cam.x_unit = (T(1) / cam.pixel_width) * cam.pdx;
-  cam.y_unit = (T(1) / cam.pixel_height) * cam.pdy;
-  cam.pixel_size = std::sqrt(cam.pixel_width * cam.pixel_height);
+  cam.pixel_width = norm_rn(cam.pdx);
+  cam.pixel_height = norm_rn(cam.pdy);
+  cam.x_unit = scale_rn(div_rn(T(1), cam.pixel_width), cam.pdx);
+  cam.y_unit = scale_rn(div_rn(T(1), cam.pixel_height), cam.pdy);
+  cam.pixel_size = sqrt_rn(mul_rn(cam.pixel_width, cam.pixel_height));
   return cam;
 }
 

@@ -9,6 +9,7 @@
 
 #include <cmath>
 
+#include "pulsar/exact_arith.h"
 #include "pulsar/hd.h"
 #include "pulsar/vec3.h"
 
@@ -45,10 +46,13 @@ struct PairHit {
 
 // Shared tail: closeness and depth from delta, o1 and l^2. inv_r = 1 / r. The half chord
 // takes r^2 - l^2 directly: forming l first would cost a square root and be no more
-// accurate (l carries the same relative rounding).
+// accurate (l carries the same relative rounding). The closeness cancels near a
+// silhouette and, with a small gamma, one ulp of it can move a pixel by 1e-4 (the
+// sphere's weight there is kappa exp(s), exp(s) up to 1e5): it is rounded step by step
+// (exact_arith.h), like the chord it comes from.
 template <typename T>
 PULSAR_HD void finish_hit(PairHit<T>& h, T r, T inv_r) {
-  h.kappa = h.tiny ? T(1) : (T(1) - h.delta * inv_r);
+  h.kappa = h.tiny ? T(1) : add_rn(T(1), -mul_rn(h.delta, inv_r));
   h.kappa = h.kappa < T(0) ? T(0) : (h.kappa > T(1) ? T(1) : h.kappa);
   const T rest_sq = r * r - h.perp_sq;
   h.half_chord = (h.inside && rest_sq > T(0)) ? std::sqrt(rest_sq) : T(0);
@@ -80,10 +84,12 @@ PULSAR_HD void finish_hit_backward(const PairHit<T>& h, T r, T inv_r, T grad_kap
 // gives both without cancellation: c.d = t - delta^2 / (2t) (never above t, so the min is
 // that value) and l^2 = delta^2 (1 - delta^2 / (4 t^2)). In float32 the literal forms lose
 // most digits of l for a sphere far away (t - o1 ~ l^2 / 2t), these keep them.
+// c - t d cancels to a length under r from two of length t: the chord is rounded step by
+// step (exact_arith.h), so that every backend gets the same one.
 template <typename T>
 PULSAR_HD PairHit<T> intersect_perspective(Vec3<T> c, T t, T r, const PairTerms<T>& k, Vec3<T> d) {
   PairHit<T> h;
-  h.delta = norm(c - t * d);
+  h.delta = norm_rn(sub_rn(c, scale_rn(t, d)));
   h.inside = h.delta <= r;
   h.tiny = h.delta < k.tiny_radius;  // never when negative
   h.hit = h.inside || h.tiny;
@@ -131,7 +137,7 @@ template <typename T>
 PULSAR_HD PairHit<T> intersect_orthographic(T a, T b, T cz, T r, const PairTerms<T>& k, T pixel_width,
                                             T pixel_height) {
   PairHit<T> h;
-  h.delta = std::sqrt(a * a + b * b);
+  h.delta = sqrt_rn(add_rn(mul_rn(a, a), mul_rn(b, b)));  // rounded step by step, as the perspective chord
   h.inside = h.delta <= r;
   h.tiny = k.tiny_radius >= T(0) && std::abs(a) < T(0.5) * pixel_width &&
            std::abs(b) < T(0.5) * pixel_height;

@@ -19,12 +19,13 @@ template <typename T>
 PULSAR_HD PixelRay<T> pixel_ray(const CameraFrame<T>& cam, int x, int y) {
   PixelRay<T> r;
   const Vec3<T> s = cam.sensor_offset(T(x), T(y));
+  // Rounded step by step (exact_arith.h): every backend casts the same rays.
   if (cam.orthographic) {
-    r.sx = dot(s, cam.x_unit);
-    r.sy = dot(s, cam.y_unit);
+    r.sx = dot_rn(s, cam.x_unit);
+    r.sy = dot_rn(s, cam.y_unit);
     r.dir = cam.z_axis;
   } else {
-    r.dir = normalize(s);
+    r.dir = normalize_rn(s);
     r.sx = r.sy = T(0);
   }
   return r;

@@ -27,11 +27,21 @@ struct SphereSetup {
   PixelBounds bounds;
 };
 
+// Rounding allowance of the per-pixel pair test (float32), as an angle between the ray
+// and the centre: the chord |c - t d| carries an error of a few ulp of t (the unit ray d
+// and the product t d round to about 1e-7 relative), under 1e-6 rad of that angle. A
+// perspective box is grown by this angle, so that no pixel the test hits falls outside.
+// (The margin was half a pixel on each side: the boxes of W5's spheres of 1.6 px radius
+// held 60 % more pixels than the hits need, and every pixel of a box costs a test.)
+constexpr double kPairAngleSlack = 4e-6;
+// Pixels of margin on each side of a cone's box, against the double rounding of the conic.
+constexpr double kConeBoxPixelSlack = 1.0 / 32;
+
 // Bounds of the pixel centres whose ray makes an angle of at most `angle` (radians) with
 // the unit direction `axis` from the eye. The cone's image on the film is a conic; the
-// tangent lines u = const and v = const of its dual give the box exactly. Computed in
-// double; anything degenerate (the cone reaching the plane of the eye) falls back to
-// the whole image, which is always safe.
+// tangent lines u = const and v = const of its dual give the box exactly, up to
+// kConeBoxPixelSlack. Computed in double; anything degenerate (the cone reaching the
+// plane of the eye) falls back to the whole image, which is always safe.
 PULSAR_HD PixelBounds cone_pixel_bounds(Vec3<double> axis, double angle, Vec3<double> pdx,
                                         Vec3<double> pdy, Vec3<double> p00_rel, int width,
                                         int height) {
@@ -60,13 +70,12 @@ PULSAR_HD PixelBounds cone_pixel_bounds(Vec3<double> axis, double angle, Vec3<do
   const double u_hi = std::fmax((a13 - su) / a33, (a13 + su) / a33);
   const double v_lo = std::fmin((a23 - sv) / a33, (a23 + sv) / a33);
   const double v_hi = std::fmax((a23 - sv) / a33, (a23 + sv) / a33);
-  // Half a pixel of margin on each side against rounding in the per-pixel tests.
   const double lim = 4.0 * (width > height ? width : height);
   PixelBounds b;
-  b.x0 = (int)std::ceil(std::fmax(u_lo - 0.5, -1.0));
-  b.x1 = (int)std::floor(std::fmin(u_hi + 0.5, lim));
-  b.y0 = (int)std::ceil(std::fmax(v_lo - 0.5, -1.0));
-  b.y1 = (int)std::floor(std::fmin(v_hi + 0.5, lim));
+  b.x0 = (int)std::ceil(std::fmax(u_lo - kConeBoxPixelSlack, -1.0));
+  b.x1 = (int)std::floor(std::fmin(u_hi + kConeBoxPixelSlack, lim));
+  b.y0 = (int)std::ceil(std::fmax(v_lo - kConeBoxPixelSlack, -1.0));
+  b.y1 = (int)std::floor(std::fmin(v_hi + kConeBoxPixelSlack, lim));
   return b;
 }
 
@@ -116,7 +125,7 @@ PULSAR_HD SphereSetup<T> setup_sphere(const CameraFrame<T>& cam, Vec3<T> centre,
     double rho = (double)radius;
     if (s.is_tiny) rho = std::fmax(rho, kTinyCentreRadiusPx * (double)cam.pixel_size * (double)t / (double)cam.focal);
     const double half_sin = rho / (2.0 * (double)t);
-    const double angle = half_sin >= 1.0 ? 4.0 : 2.0 * std::asin(half_sin) * (1.0 + 1e-6) + 1e-9;
+    const double angle = half_sin >= 1.0 ? 4.0 : 2.0 * std::asin(half_sin) * (1.0 + 1e-6) + kPairAngleSlack;
     s.bounds = cone_pixel_bounds(normalize(to_double(c)), angle, to_double(cam.pdx),
                                  to_double(cam.pdy), to_double(cam.p00_rel), width, height);
   }

@@ -122,11 +122,13 @@ struct CudaScratch {
 // the sphere gradients (adding to the windows before), and reuses the rows. The rows of
 // a window may take the arena's binning space behind the maps (12 bytes per instance),
 // so that a backward needs no more memory than its binning did (W2: 14 M instances of
-// 32-byte rows take 3 windows), or kMinRowBytes when that is more: each window costs a
-// launch, a pass over the spheres and the staging of its tiles again (H100, W5: about
-// 0.25 ms per window after the first), and 128 MiB keeps up to 4 M rows (W1) in one.
+// 32-byte rows take 3 windows), or kMinRowBytes when that is more. Each window costs a
+// launch, a pass over the spheres and the staging of its tiles again (H100, W5: 0.17 ms
+// per call for its second window), so all rows up to kOneWindowRowBytes take one window
+// (W5's and W6's 5 to 6 M rows: +56 MiB of scratch, far under Pulsar's memory there).
 struct RowWindows {
   static constexpr std::int64_t kMinRowBytes = std::int64_t(128) << 20;
+  static constexpr std::int64_t kOneWindowRowBytes = std::int64_t(256) << 20;
   std::int64_t count = 1;  // windows (at least one, so that an empty scene still writes zeros)
   std::int64_t size = 0;   // slots per window
 
@@ -135,7 +137,9 @@ struct RowWindows {
     RowWindows w;
     if (budget <= 0) {
       const InstanceArena layout{std::size_t(n_instances)};
-      budget = std::max<std::int64_t>(std::int64_t(layout.binning_bytes() - layout.rows()), kMinRowBytes);
+      budget = n_instances * row_bytes <= kOneWindowRowBytes
+                   ? kOneWindowRowBytes
+                   : std::max<std::int64_t>(std::int64_t(layout.binning_bytes() - layout.rows()), kMinRowBytes);
     }
     const std::int64_t per_window = std::max<std::int64_t>(1, budget / row_bytes);
     w.count = std::max<std::int64_t>(1, (n_instances + per_window - 1) / per_window);

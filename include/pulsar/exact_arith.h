@@ -1,0 +1,106 @@
+// Arithmetic that is rounded step by step on every backend: never contracted into a fused
+// multiply-add and never approximated, on the GPU too. The CPU build has no contraction,
+// so these give the CPU's bits wherever they are used.
+//
+// Why: the CUDA forward may contract and use the fast division and square root (about
+// 10 % of its instructions), but the chord |c - t d| of a pixel and a sphere subtracts two
+// vectors of length t (about 30 in the standard workloads) to get a length under r. One
+// rounding step more or less in t d, or in the unit ray d itself, moves the chord by
+// ulp(t) and a small sphere's closeness by ulp(t) / r: up to 8.5e-5 of an image
+// (docs/benchmarks.md), over the 1e-5 that the backends agree to. So the camera frame,
+// the pixel rays and the product t d are computed with these; the rest of a pair is
+// well conditioned and may round as each backend likes.
+#pragma once
+
+#include <cmath>
+
+#include "pulsar/hd.h"
+#include "pulsar/vec3.h"
+
+namespace pulsar {
+
+PULSAR_HD float mul_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+PULSAR_HD double mul_rn(double a, double b) {
+#ifdef __CUDA_ARCH__
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+PULSAR_HD float add_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+PULSAR_HD double add_rn(double a, double b) {
+#ifdef __CUDA_ARCH__
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+PULSAR_HD float div_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+PULSAR_HD double div_rn(double a, double b) {
+#ifdef __CUDA_ARCH__
+  return __ddiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+PULSAR_HD float sqrt_rn(float a) {
+#ifdef __CUDA_ARCH__
+  return __fsqrt_rn(a);
+#else
+  return std::sqrt(a);
+#endif
+}
+PULSAR_HD double sqrt_rn(double a) {
+#ifdef __CUDA_ARCH__
+  return __dsqrt_rn(a);
+#else
+  return std::sqrt(a);
+#endif
+}
+
+// The vector functions of vec3.h, in the same order of operations, rounded step by step.
+template <typename T>
+PULSAR_HD T dot_rn(Vec3<T> a, Vec3<T> b) {
+  return add_rn(add_rn(mul_rn(a.x, b.x), mul_rn(a.y, b.y)), mul_rn(a.z, b.z));
+}
+template <typename T>
+PULSAR_HD Vec3<T> scale_rn(T s, Vec3<T> a) {
+  return {mul_rn(s, a.x), mul_rn(s, a.y), mul_rn(s, a.z)};
+}
+template <typename T>
+PULSAR_HD Vec3<T> add_rn(Vec3<T> a, Vec3<T> b) {
+  return {add_rn(a.x, b.x), add_rn(a.y, b.y), add_rn(a.z, b.z)};
+}
+template <typename T>
+PULSAR_HD Vec3<T> sub_rn(Vec3<T> a, Vec3<T> b) {
+  return {add_rn(a.x, -b.x), add_rn(a.y, -b.y), add_rn(a.z, -b.z)};
+}
+template <typename T>
+PULSAR_HD Vec3<T> cross_rn(Vec3<T> a, Vec3<T> b) {
+  return {add_rn(mul_rn(a.y, b.z), -mul_rn(a.z, b.y)), add_rn(mul_rn(a.z, b.x), -mul_rn(a.x, b.z)),
+          add_rn(mul_rn(a.x, b.y), -mul_rn(a.y, b.x))};
+}
+template <typename T>
+PULSAR_HD T norm_rn(Vec3<T> a) { return sqrt_rn(dot_rn(a, a)); }
+template <typename T>
+PULSAR_HD Vec3<T> normalize_rn(Vec3<T> v) { return scale_rn(div_rn(T(1), norm_rn(v)), v); }
+
+}  // namespace pulsar
