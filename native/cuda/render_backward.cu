@@ -143,12 +143,32 @@ struct PixelStage {
   T mom[kThreads][3], grad_mom[kThreads][3];  // depth moments and their gradients
 };
 
+// One entry of the tile's list as the warps read it. A batch of entries is staged in
+// shared memory by one thread each: the dependent loads (list position -> sphere record,
+// features, slot) and the box arithmetic are paid once per entry instead of once per
+// warp (W4: 103 warp instructions per entry before the rounds, the sphere record's load
+// the kernel's largest stall; Nsight Compute, docs/benchmarks.md).
+template <typename T, int C_STATIC>
+struct StagedEntry {
+  T cx, cy, cz, dist, radius, opacity;  // as GpuSphere
+  PairTerms<T> terms;
+  T features[C_STATIC > 0 ? C_STATIC : 1];  // static channel count only
+  std::int32_t sphere, slot;                // sphere index; the instance's slot (its row)
+  std::uint8_t lx0, ly0, box_w, box_h;      // the sphere's box within the tile (never empty)
+  std::uint16_t div_magic;  // ceil(512 / box_w): k / box_w = (k * div_magic) >> 9 for 0 <= k <= 32
+};
+
+// Entries staged at a time: as many as keep the block's static shared memory, with the
+// float ray sums, within the 48 KiB a block gets without opting in.
+template <typename T, int C_STATIC>
+constexpr int staged_batch() { return sizeof(T) == 4 && C_STATIC <= 3 ? 128 : 64; }
+
 // Four blocks per SM (64 registers): Nsight Compute durations W4 1.36 -> 1.27 ms,
 // W1 3.20 -> 3.12 against three (docs/benchmarks.md). ORTHO: the camera is orthographic
 // (a template parameter, so the perspective kernel keeps no orthographic camera terms
-// live). With few tiles, `splits` blocks share a tile: block s of the tile takes the
-// entries (s * 8 + warp) * groups + group, stepping 8 * groups * splits, and writes its own
-// partial camera and background rows (split 0 alone adds the background's pixel terms).
+// live). With few tiles, `splits` blocks share a tile: block s of the tile takes every
+// splits-th entry from the s-th on, and writes its own partial camera and background rows
+// (split 0 alone adds the background's pixel terms).
 // Rows: the window's, rows[u - window.lo] for slot u. tile_ends: written in the first
 // window and read in the others (null with one window).
 template <typename T, int C_STATIC, bool ORTHO, bool RAY_SUMS, int GROUP>
@@ -158,6 +178,8 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
                        const std::int32_t* entry_slot, const int2* tile_ranges, int* tile_ends, int splits,
                        SlotWindow window, T* rows, T* tile_camera, T* tile_background) {
   __shared__ PixelStage<T, C_STATIC> stage;
+  constexpr int kBatch = staged_batch<T, C_STATIC>();
+  __shared__ StagedEntry<T, C_STATIC> staged[kBatch];
   __shared__ int max_end;
   extern __shared__ unsigned char smem_raw[];
   T* feature_acc = reinterpret_cast<T*>(smem_raw);  // [kWarps][C], also block-reduction scratch
@@ -255,135 +277,166 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
   T eye_part = 0;  // writer lanes with my_value < 3: minus the sums of that position component
   if (window.first && tile_ends && split == 0 && threadIdx.x == 0) tile_ends[item] = max_end;
   const int e_end = first_slot_at_least(slots, max_end, window.hi);
-  for (int e_warp = e_begin + (split * kWarps + warp) * kGroups; e_warp < e_end;
-       e_warp += kWarps * kGroups * splits) {
-    const int e = e_warp + group;
-    const bool has_entry = e < e_end;
-    const std::int64_t p = range.x + (has_entry ? e : e_warp);
-    const std::int32_t id = entry_sphere[p];
-    const GpuSphere<T> g = spheres[std::int64_t(b) * scene.n_spheres + id];
-    const Vec3<T> c = make_vec3(g.cx, g.cy, g.cz);
-    const int lx0 = max(int(g.x0) - tile_x0, 0), lx1 = min(int(g.x1) - tile_x0, kTileSize - 1);
-    const int ly0 = max(int(g.y0) - tile_y0, 0), ly1 = min(int(g.y1) - tile_y0, kTileSize - 1);
-    const int box_w = lx1 - lx0 + 1;
-    const int box_pixels = has_entry ? box_w * (ly1 - ly0 + 1) : 0;
-    int rounds = (box_pixels + GROUP - 1) / GROUP;  // the most over the warp's groups
-    for (int offset = GROUP; offset < 32; offset *= 2) rounds = max(rounds, __shfl_xor_sync(kFullMask, rounds, offset));
-    const T* col = sv.features + std::int64_t(id) * channels;
-    T col_reg[kStatic ? C_STATIC : 1];
-    for (int ch = 0; ch < (kStatic ? C_STATIC : 1); ++ch) col_reg[ch] = kStatic ? col[ch] : T(0);
-    Vec3<T> c_world{0, 0, 0};
-    if (ORTHO && flags.geometry) c_world = load_vec3(sv.positions + 3 * std::int64_t(id)) - cam.eye;
-    T acc[5] = {0, 0, 0, 0, 0};  // position 3, radius, opacity
-    T feature_sum[kStatic ? C_STATIC : 1];
-    for (int k = 0; k < (kStatic ? C_STATIC : 1); ++k) feature_sum[k] = T(0);
-    if (!kStatic && flags.features && lane == 0)
-      for (int k = 0; k < channels; ++k) feature_acc[warp * channels + k] = T(0);
-    // Lane pixel k = round * GROUP + lane_in_group of the box, row-major:
-    // (lx0 + k % box_w, ly0 + k / box_w), advanced by GROUP per round without dividing.
-    const int step_x = GROUP % box_w, step_y = GROUP / box_w;
-    int lx = lx0 + lane_in_group % box_w, ly = ly0 + lane_in_group / box_w;
-    for (int round = 0; round < rounds; ++round) {
-      const int k = round * GROUP + lane_in_group;
-      if (round > 0) {
-        lx += step_x;
-        ly += step_y;
-        if (lx > lx1) {
-          lx -= box_w;
-          ++ly;
+  // Batches of kBatch * splits entries, of which block `split` of the tile stages every
+  // splits-th (staged entry t: list position base + t * splits + split); warp w takes
+  // the staged entries w * kGroups + group, stepping kWarps * kGroups.
+  for (int base = e_begin; base < e_end; base += kBatch * splits) {
+    const int batch_count = max(0, min(kBatch, (e_end - base - split + splits - 1) / splits));
+    __syncthreads();  // every warp is done with the previous batch
+    if (int(threadIdx.x) < batch_count) {
+      const std::int64_t p = range.x + base + int(threadIdx.x) * splits + split;
+      const std::int32_t id = entry_sphere[p];
+      const GpuSphere<T> g = spheres[std::int64_t(b) * scene.n_spheres + id];
+      StagedEntry<T, C_STATIC> se;
+      se.cx = g.cx; se.cy = g.cy; se.cz = g.cz;
+      se.dist = g.dist; se.radius = g.radius; se.opacity = g.opacity;
+      se.terms = g.terms;
+      for (int ch = 0; ch < C_STATIC; ++ch) se.features[ch] = sv.features[std::int64_t(id) * C_STATIC + ch];
+      se.sphere = id;
+      se.slot = entry_slot[p];
+      const int lx0 = max(int(g.x0) - tile_x0, 0), lx1 = min(int(g.x1) - tile_x0, kTileSize - 1);
+      const int ly0 = max(int(g.y0) - tile_y0, 0), ly1 = min(int(g.y1) - tile_y0, kTileSize - 1);
+      se.lx0 = std::uint8_t(lx0);
+      se.ly0 = std::uint8_t(ly0);
+      se.box_w = std::uint8_t(lx1 - lx0 + 1);
+      se.box_h = std::uint8_t(ly1 - ly0 + 1);
+      se.div_magic = std::uint16_t((512 + se.box_w - 1) / se.box_w);
+      staged[threadIdx.x] = se;
+    }
+    __syncthreads();
+    for (int local = warp * kGroups; local < batch_count; local += kWarps * kGroups) {
+      const bool has_entry = local + group < batch_count;
+      const StagedEntry<T, C_STATIC>& se = staged[has_entry ? local + group : local];
+      const int e = base + (local + group) * splits + split;  // position in the tile's list
+      // The sphere's values are read from the staged entry where they are used (kept in
+      // registers across the rounds they spilled: 40 bytes in the W4 kernel).
+      const std::int32_t id = se.sphere;
+      const int lx0 = se.lx0, ly0 = se.ly0, box_w = se.box_w;
+      const int lx1 = lx0 + box_w - 1;
+      const int box_pixels = has_entry ? box_w * se.box_h : 0;
+      int rounds = (box_pixels + GROUP - 1) / GROUP;  // the most over the warp's groups
+      for (int offset = GROUP; offset < 32; offset *= 2) rounds = max(rounds, __shfl_xor_sync(kFullMask, rounds, offset));
+      const T* col = sv.features + std::int64_t(id) * channels;  // the generic channel path
+      T col_reg[kStatic ? C_STATIC : 1];
+      for (int ch = 0; ch < (kStatic ? C_STATIC : 1); ++ch) col_reg[ch] = kStatic ? se.features[ch] : T(0);
+      Vec3<T> c_world{0, 0, 0};
+      if (ORTHO && flags.geometry) c_world = load_vec3(sv.positions + 3 * std::int64_t(id)) - cam.eye;
+      T acc[5] = {0, 0, 0, 0, 0};  // position 3, radius, opacity
+      T feature_sum[kStatic ? C_STATIC : 1];
+      for (int k = 0; k < (kStatic ? C_STATIC : 1); ++k) feature_sum[k] = T(0);
+      if (!kStatic && flags.features && lane == 0)
+        for (int k = 0; k < channels; ++k) feature_acc[warp * channels + k] = T(0);
+      // Lane pixel k = round * GROUP + lane_in_group of the box, row-major:
+      // (lx0 + k % box_w, ly0 + k / box_w), advanced by GROUP per round without dividing
+      // (the first quotients by the staged magic number).
+      const unsigned magic = se.div_magic;
+      const int step_y = int((unsigned(GROUP) * magic) >> 9), step_x = GROUP - step_y * box_w;
+      const int lane_row = int((unsigned(lane_in_group) * magic) >> 9);
+      int lx = lx0 + lane_in_group - lane_row * box_w, ly = ly0 + lane_row;
+      for (int round = 0; round < rounds; ++round) {
+        const int k = round * GROUP + lane_in_group;
+        if (round > 0) {
+          lx += step_x;
+          ly += step_y;
+          if (lx > lx1) {
+            lx -= box_w;
+            ++ly;
+          }
         }
-      }
-      const int q = ly * kTileSize + lx;
-      bool active = k < box_pixels && e < stage.end[q];
-      const int x = tile_x0 + lx, y = tile_y0 + ly;
-      T weight = 0;
-      const T* g_img = grad_image + (image_base + std::int64_t(y) * config.width + x) * channels;
-      if (active) {
-        PixelRay<T> ray;
-        if (ORTHO) ray = pixel_ray(cam, x, y);
-        else ray.dir = make_vec3(stage.ray[0][q], stage.ray[1][q], stage.ray[2][q]);
-        const PairHit<T> h = evaluate_pair(cam, c, g.dist, g.radius, g.terms, ray);
-        active = h.hit;
+        const int q = ly * kTileSize + lx;
+        bool active = k < box_pixels && e < stage.end[q];
+        const int x = tile_x0 + lx, y = tile_y0 + ly;
+        T weight = 0;
+        const T* g_img = grad_image + (image_base + std::int64_t(y) * config.width + x) * channels;
         if (active) {
-          const T n_depth = normalized_depth(bp, h.depth);
-          const T s = blend_exponent(bp, g.opacity, n_depth);
-          const T unit = pair_exp(s - stage.log_total[q]);  // weight per unit closeness and opacity
-          weight = h.kappa * g.opacity * unit;
-          T gw = -stage.grad_dot_image[q], grad_n = 0;  // gw = dL/dw * total weight
-          if (kStatic) {
-            for (int ch = 0; ch < C_STATIC; ++ch) gw += stage.grad_image[ch][q] * col_reg[ch];
-          } else {
-            for (int ch = 0; ch < channels; ++ch) gw += g_img[ch] * col[ch];
-          }
-          if (with_moments) {
-            const T* mom = stage.mom[q];
-            const T* g_mom = stage.grad_mom[q];
-            gw += g_mom[0] * (T(1) - mom[0]) + g_mom[1] * (n_depth - mom[1]) +
-                  g_mom[2] * (n_depth * n_depth - mom[2]);
-            grad_n += weight * (g_mom[1] + T(2) * g_mom[2] * n_depth);
-          }
-          if (flags.blend) {
-            T grad_depth = 0, grad_opacity = h.kappa * unit * gw;
-            blend_exponent_backward(bp, g.opacity, n_depth, weight * gw, grad_opacity, grad_n);
-            normalized_depth_backward(bp, h.depth, grad_n, grad_depth, cg.min_depth, cg.max_depth);
-            acc[4] += grad_opacity;
-            if (flags.geometry) {
-              const T grad_kappa = g.opacity * unit * gw;
-              Vec3<T> grad_c{0, 0, 0};
-              if (ORTHO) {
-                const Vec3<T> sensor_rel = cam.sensor_offset(T(x), T(y));
-                T ga = 0, gb = 0, gcz = 0;
-                intersect_orthographic_backward(h, g.cx - ray.sx, g.cy - ray.sy, g.cz, g.radius,
-                                                g.terms, grad_kappa, grad_depth, ga, gb, gcz, acc[3]);
-                grad_c = ga * cam.x_unit + gb * cam.y_unit + gcz * cam.z_axis;
-                cg.x_unit += ga * (c_world - sensor_rel);
-                cg.y_unit += gb * (c_world - sensor_rel);
-                cg.z_axis += gcz * c_world;
-                cg.add_sensor_offset(-(ga * cam.x_unit + gb * cam.y_unit), T(x), T(y));
-              } else {
-                Vec3<T> grad_ray{0, 0, 0};
-                intersect_perspective_backward(h, c, g.dist, g.radius, g.terms, ray.dir, grad_kappa,
-                                               grad_depth, grad_c, acc[3], grad_ray);
-                if (!RAY_SUMS) {
-                  cg.add_sensor_offset(normalize_backward(cam.sensor_offset(T(x), T(y)), grad_ray), T(x), T(y));
-                } else {  // the lanes hold distinct pixels (one group per warp)
-                  T* mine = ray_grad + warp * 3 * kThreads + q;
-                  mine[0] += grad_ray.x;
-                  mine[kThreads] += grad_ray.y;
-                  mine[2 * kThreads] += grad_ray.z;
+          PixelRay<T> ray;
+          if (ORTHO) ray = pixel_ray(cam, x, y);
+          else ray.dir = make_vec3(stage.ray[0][q], stage.ray[1][q], stage.ray[2][q]);
+          const Vec3<T> c = make_vec3(se.cx, se.cy, se.cz);
+        const T radius = se.radius, opacity = se.opacity;
+        const PairHit<T> h = evaluate_pair(cam, c, se.dist, radius, se.terms, ray);
+          active = h.hit;
+          if (active) {
+            const T n_depth = normalized_depth(bp, h.depth);
+            const T s = blend_exponent(bp, opacity, n_depth);
+            const T unit = pair_exp(s - stage.log_total[q]);  // weight per unit closeness and opacity
+            weight = h.kappa * opacity * unit;
+            T gw = -stage.grad_dot_image[q], grad_n = 0;  // gw = dL/dw * total weight
+            if (kStatic) {
+              for (int ch = 0; ch < C_STATIC; ++ch) gw += stage.grad_image[ch][q] * col_reg[ch];
+            } else {
+              for (int ch = 0; ch < channels; ++ch) gw += g_img[ch] * col[ch];
+            }
+            if (with_moments) {
+              const T* mom = stage.mom[q];
+              const T* g_mom = stage.grad_mom[q];
+              gw += g_mom[0] * (T(1) - mom[0]) + g_mom[1] * (n_depth - mom[1]) +
+                    g_mom[2] * (n_depth * n_depth - mom[2]);
+              grad_n += weight * (g_mom[1] + T(2) * g_mom[2] * n_depth);
+            }
+            if (flags.blend) {
+              T grad_depth = 0, grad_opacity = h.kappa * unit * gw;
+              blend_exponent_backward(bp, opacity, n_depth, weight * gw, grad_opacity, grad_n);
+              normalized_depth_backward(bp, h.depth, grad_n, grad_depth, cg.min_depth, cg.max_depth);
+              acc[4] += grad_opacity;
+              if (flags.geometry) {
+                const T grad_kappa = opacity * unit * gw;
+                Vec3<T> grad_c{0, 0, 0};
+                if (ORTHO) {
+                  const Vec3<T> sensor_rel = cam.sensor_offset(T(x), T(y));
+                  T ga = 0, gb = 0, gcz = 0;
+                  intersect_orthographic_backward(h, c.x - ray.sx, c.y - ray.sy, c.z, radius, se.terms,
+                                                  grad_kappa, grad_depth, ga, gb, gcz, acc[3]);
+                  grad_c = ga * cam.x_unit + gb * cam.y_unit + gcz * cam.z_axis;
+                  cg.x_unit += ga * (c_world - sensor_rel);
+                  cg.y_unit += gb * (c_world - sensor_rel);
+                  cg.z_axis += gcz * c_world;
+                  cg.add_sensor_offset(-(ga * cam.x_unit + gb * cam.y_unit), T(x), T(y));
+                } else {
+                  Vec3<T> grad_ray{0, 0, 0};
+                  intersect_perspective_backward(h, c, se.dist, radius, se.terms, ray.dir, grad_kappa,
+                                                 grad_depth, grad_c, acc[3], grad_ray);
+                  if (!RAY_SUMS) {
+                    cg.add_sensor_offset(normalize_backward(cam.sensor_offset(T(x), T(y)), grad_ray), T(x), T(y));
+                  } else {  // the lanes hold distinct pixels (one group per warp)
+                    T* mine = ray_grad + warp * 3 * kThreads + q;
+                    mine[0] += grad_ray.x;
+                    mine[kThreads] += grad_ray.y;
+                    mine[2 * kThreads] += grad_ray.z;
+                  }
                 }
+                acc[0] += grad_c.x;
+                acc[1] += grad_c.y;
+                acc[2] += grad_c.z;
               }
-              acc[0] += grad_c.x;
-              acc[1] += grad_c.y;
-              acc[2] += grad_c.z;
             }
           }
         }
-      }
-      if (flags.features && kStatic) {
-        if (active)
-          for (int ch = 0; ch < (kStatic ? C_STATIC : 1); ++ch) feature_sum[ch] += weight * stage.grad_image[ch][q];
-      } else if (flags.features) {  // GROUP == 32 (static_assert above)
-        for (int ch = 0; ch < channels; ++ch) {
-          const T v = warp_sum(active ? weight * g_img[ch] : T(0));
-          if (lane == 0) feature_acc[warp * channels + ch] += v;
+        if (flags.features && kStatic) {
+          if (active)
+            for (int ch = 0; ch < (kStatic ? C_STATIC : 1); ++ch) feature_sum[ch] += weight * stage.grad_image[ch][q];
+        } else if (flags.features) {  // GROUP == 32 (static_assert above)
+          for (int ch = 0; ch < channels; ++ch) {
+            const T v = warp_sum(active ? weight * g_img[ch] : T(0));
+            if (lane == 0) feature_acc[warp * channels + ch] += v;
+          }
         }
       }
+      // The entry's row: position 3, radius, opacity, then the features when they are summed
+      // in registers (static channel count); one reduce-scatter for all of them.
+      T* out = rows + (se.slot - window.lo) * stride;
+      T values[kRowValues];
+      for (int f = 0; f < kRowValues; ++f) values[f] = T(0);
+      for (int f = 0; f < kGpuInstFeatures; ++f) values[f] = acc[f];
+      for (int ch = 0; ch < (kStatic ? C_STATIC : 0); ++ch) values[kGpuInstFeatures + ch] = feature_sum[ch];
+      const T sum = group_sum_scatter<GROUP>(values, lane);
+      const int row_values = flags.features && kStatic ? kGpuInstFeatures + channels : kGpuInstFeatures;
+      if (has_entry && row_writer && my_value < row_values) out[my_value] = sum;
+      if (has_entry && row_writer && my_value < 3) eye_part -= sum;
+      if (!kStatic && flags.features && lane == 0)
+        for (int ch = 0; ch < channels; ++ch) out[kGpuInstFeatures + ch] = feature_acc[warp * channels + ch];
+      __syncwarp();
     }
-    // The entry's row: position 3, radius, opacity, then the features when they are summed
-    // in registers (static channel count); one reduce-scatter for all of them.
-    T* out = rows + (entry_slot[p] - window.lo) * stride;
-    T values[kRowValues];
-    for (int f = 0; f < kRowValues; ++f) values[f] = T(0);
-    for (int f = 0; f < kGpuInstFeatures; ++f) values[f] = acc[f];
-    for (int ch = 0; ch < (kStatic ? C_STATIC : 0); ++ch) values[kGpuInstFeatures + ch] = feature_sum[ch];
-    const T sum = group_sum_scatter<GROUP>(values, lane);
-    const int row_values = flags.features && kStatic ? kGpuInstFeatures + channels : kGpuInstFeatures;
-    if (has_entry && row_writer && my_value < row_values) out[my_value] = sum;
-    if (has_entry && row_writer && my_value < 3) eye_part -= sum;
-    if (!kStatic && flags.features && lane == 0)
-      for (int ch = 0; ch < channels; ++ch) out[kGpuInstFeatures + ch] = feature_acc[warp * channels + ch];
-    __syncwarp();
   }
   // c = centre - eye: the eye's gradient is minus every position gradient (component
   // my_value of this lane's part).
@@ -455,7 +508,8 @@ void launch(const RendererConfig& config, const SceneArgs& scene, const RenderOp
             const BackwardTargets<T>& to) {
   const unsigned blocks = unsigned(Tiling::of(config.width, config.height).n_tiles() * scene.batch_size);
   constexpr std::size_t kLimit = 48 * 1024;  // shared memory per block without opting in
-  const std::size_t fixed = sizeof(PixelStage<T, C_STATIC>) + sizeof(int);
+  const std::size_t fixed = sizeof(PixelStage<T, C_STATIC>) + sizeof(int) +
+                            sizeof(StagedEntry<T, C_STATIC>) * staged_batch<T, C_STATIC>();
   const std::size_t dynamic = kWarps * std::size_t(std::max(kCameraGradValues, config.n_channels)) * sizeof(T);
   const std::size_t ray_sums = kWarps * 3 * std::size_t(kThreads) * sizeof(T);
   if (fixed + dynamic > kLimit)

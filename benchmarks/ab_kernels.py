@@ -1,0 +1,89 @@
+"""A/B of two builds on the GPU machine: CUPTI kernel times (torch.profiler) of one
+forward + backward of each workload, for two copies of the package (each a folder holding
+pulsar_py with its built _native module), alternating A and B so that both see the same
+machine. Usage: python3 benchmarks/ab_kernels.py A_DIR B_DIR W4 W5 ...
+
+Each (build, workload) runs in a fresh interpreter (the two packages share a name).
+"""
+import subprocess
+import sys
+
+CHILD = r'''
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+sys.path.insert(1, sys.argv[3])
+from torch.profiler import ProfilerActivity, profile
+from pulsar_py import Renderer
+from profile_kernels import make
+(pos, col, rad, opa), size = make(sys.argv[2], "cuda")
+cam = torch.tensor([0, 0, 0, 0, 0, 0, 5.0, 2.0], device="cuda")
+r = Renderer(size, size, n_channels=3).cuda()
+r.check_values = False
+leaves = [t.clone().requires_grad_() if t is not None else None for t in (pos, col, rad, opa, cam)]
+def step():
+    img = r(leaves[0], leaves[1], leaves[2], leaves[4], opacity=leaves[3], gamma=0.1, max_depth=45.0,
+            percent_allowed_difference=0.01)
+    torch.autograd.grad(img.sum(), [t for t in leaves if t is not None])
+for _ in range(5):
+    step()
+torch.cuda.synchronize()
+reps = 10
+with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    for _ in range(reps):
+        step()
+    torch.cuda.synchronize()
+totals = {}
+for e in prof.key_averages():
+    t = getattr(e, "self_device_time_total", None)
+    t = getattr(e, "self_cuda_time_total", 0) if t is None else t
+    key = e.key.lower()
+    # Device work only: kernels and memsets (the Python-level ops report their kernels' time too).
+    if t > 0 and ("kernel" in key or "memset (device)" in key) and not key.startswith("cuda"):
+        totals[e.key] = t / reps / 1000.0
+for k, v in totals.items():
+    print(f"{v:.4f}\t{k}")
+'''
+
+
+def run(pkg: str, workload: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", CHILD, pkg, workload, sys.path[0]], capture_output=True, text=True)
+    if out.returncode != 0:
+        print(out.stderr[-2000:])
+        return {}
+    times = {}
+    for line in out.stdout.splitlines():
+        ms, name = line.split("\t", 1)
+        times[name] = float(ms)
+    return times
+
+
+def short(name: str) -> str:
+    for key in ("render_backward", "render_forward", "setup_spheres", "reduce_sphere_rows", "duplicate", "count_kernel",
+                "item_slots", "cover_kernel", "maps_kernel", "ranges_kernel", "radix_sort", "DeviceScan", "Memset",
+                "tile_bound", "reduce_camera", "camera_"):
+        if key in name:
+            return key
+    return name[:24]
+
+
+def main():
+    a, b, workloads = sys.argv[1], sys.argv[2], sys.argv[3:] or ["W4"]
+    for w in workloads:
+        rounds = [(run(a, w), run(b, w)) for _ in range(2)]
+        merged = {}
+        for ta, tb in rounds:
+            for label, t in (("A", ta), ("B", tb)):
+                for name, ms in t.items():
+                    merged.setdefault(short(name), {}).setdefault(label, []).append(ms)
+        print(f"{w}: kernel ms per forward + backward (A / B, two runs each)")
+        total = {"A": 0.0, "B": 0.0}
+        for name, d in sorted(merged.items(), key=lambda kv: -max(kv[1].get("A", [0]) + kv[1].get("B", [0]))):
+            fa = d.get("A", [0.0]); fb = d.get("B", [0.0])
+            ma = sum(fa) / len(fa); mb = sum(fb) / len(fb)
+            total["A"] += ma; total["B"] += mb
+            print(f"  {name:22s} {ma:7.3f} {mb:7.3f}  ({', '.join(f'{x:.3f}' for x in fa)} / {', '.join(f'{x:.3f}' for x in fb)})")
+        print(f"  {'sum':22s} {total['A']:7.3f} {total['B']:7.3f}")
+
+
+if __name__ == "__main__":
+    main()
