@@ -1,9 +1,9 @@
-"""A/B of two builds on the GPU machine: CUPTI kernel times (torch.profiler) of one
-forward + backward of each workload, for two copies of the package (each a folder holding
-pulsar_py with its built _native module), alternating A and B so that both see the same
-machine. Usage: python3 benchmarks/ab_kernels.py A_DIR B_DIR W4 W5 ...
+"""A/B of builds on the GPU machine: CUPTI kernel times (torch.profiler) of one forward +
+backward of each workload, for two or more copies of the package (each a folder holding
+pulsar_py with its built _native module), alternating between them so that all see the
+same machine. Usage: python3 benchmarks/ab_kernels.py A_DIR B_DIR [C_DIR ...] -- W4 W5 ...
 
-Each (build, workload) runs in a fresh interpreter (the two packages share a name).
+Each (build, workload) runs in a fresh interpreter (the packages share a name).
 """
 import subprocess
 import sys
@@ -67,22 +67,26 @@ def short(name: str) -> str:
 
 
 def main():
-    a, b, workloads = sys.argv[1], sys.argv[2], sys.argv[3:] or ["W4"]
+    args = sys.argv[1:]
+    split = args.index("--") if "--" in args else len(args)
+    packages, workloads = args[:split], args[split + 1:] or ["W4"]
+    labels = [chr(ord("A") + i) for i in range(len(packages))]
     for w in workloads:
-        rounds = [(run(a, w), run(b, w)) for _ in range(2)]
         merged = {}
-        for ta, tb in rounds:
-            for label, t in (("A", ta), ("B", tb)):
-                for name, ms in t.items():
+        for _ in range(2):
+            for label, pkg in zip(labels, packages):
+                for name, ms in run(pkg, w).items():
                     merged.setdefault(short(name), {}).setdefault(label, []).append(ms)
-        print(f"{w}: kernel ms per forward + backward (A / B, two runs each)")
-        total = {"A": 0.0, "B": 0.0}
-        for name, d in sorted(merged.items(), key=lambda kv: -max(kv[1].get("A", [0]) + kv[1].get("B", [0]))):
-            fa = d.get("A", [0.0]); fb = d.get("B", [0.0])
-            ma = sum(fa) / len(fa); mb = sum(fb) / len(fb)
-            total["A"] += ma; total["B"] += mb
-            print(f"  {name:22s} {ma:7.3f} {mb:7.3f}  ({', '.join(f'{x:.3f}' for x in fa)} / {', '.join(f'{x:.3f}' for x in fb)})")
-        print(f"  {'sum':22s} {total['A']:7.3f} {total['B']:7.3f}")
+        print(f"{w}: kernel ms per forward + backward ({' / '.join(labels)}, two runs each)")
+        totals = dict.fromkeys(labels, 0.0)
+        for name, d in sorted(merged.items(), key=lambda kv: -max(sum(kv[1].values(), []))):
+            means = []
+            for label in labels:
+                runs = d.get(label, [0.0])
+                means.append(sum(runs) / len(runs))
+                totals[label] += means[-1]
+            print(f"  {name:22s} " + " ".join(f"{m:7.3f}" for m in means))
+        print(f"  {'sum':22s} " + " ".join(f"{totals[label]:7.3f}" for label in labels))
 
 
 if __name__ == "__main__":

@@ -25,9 +25,11 @@ namespace pulsar {
 
 // One sphere as seen from one camera (stage 1), what the render kernels load per entry.
 // The first fields are what every pixel tests before anything else (one 16-byte load
-// in float32); the geometry follows.
+// in float32); the geometry follows. Aligned to 16 bytes so that it is written and read
+// in 16-byte accesses (field by field, the setup kernel's twelve narrow stores per record
+// made it W5's third-largest kernel).
 template <typename T>
-struct GpuSphere {
+struct alignas(16) GpuSphere {
   T closest_depth;              // zc, world units
   std::int16_t x0, y0, x1, y1;  // inclusive pixel bounds (empty: x0 > x1)
   T cx, cy, cz;      // perspective: centre - eye (world); orthographic: camera-frame coords
@@ -35,6 +37,30 @@ struct GpuSphere {
   T radius, opacity;
   PairTerms<T> terms;  // per-sphere constants of the pair tests
 };
+
+// A record read and written in 16-byte accesses: the compiler splits the first 16 bytes,
+// which mix float and int16 fields, into four narrow ones otherwise.
+template <typename T>
+union GpuSphereWords {
+  GpuSphere<T> sphere;
+  int4 words[sizeof(GpuSphere<T>) / 16];
+};
+template <typename T>
+__device__ inline GpuSphere<T> load_sphere(const GpuSphere<T>* at) {
+  GpuSphereWords<T> u;
+  const int4* src = reinterpret_cast<const int4*>(at);
+#pragma unroll
+  for (int k = 0; k < int(sizeof(u.words) / 16); ++k) u.words[k] = src[k];
+  return u.sphere;
+}
+template <typename T>
+__device__ inline void store_sphere(GpuSphere<T>* at, const GpuSphere<T>& g) {
+  GpuSphereWords<T> u;
+  u.sphere = g;
+  int4* dst = reinterpret_cast<int4*>(at);
+#pragma unroll
+  for (int k = 0; k < int(sizeof(u.words) / 16); ++k) dst[k] = u.words[k];
+}
 
 // Byte layout of depth_order for m = B * N items: uint32 keys (float bits of zc) and int32
 // values (item indices), each double-buffered, 16 bytes per item. After the sort the

@@ -158,6 +158,34 @@ struct StagedEntry {
   std::uint16_t div_magic;  // ceil(512 / box_w): k / box_w = (k * div_magic) >> 9 for 0 <= k <= 32
 };
 
+// Orders a batch's entries by a small key, stably: order[rank] = entry. Every thread of
+// the block calls it; thread t < count holds entry t's key (0 .. KEYS - 1). Ballots per
+// key in the first BATCH / 32 warps, then each entry's rank from the per-warp counts.
+// Ends with the block synchronised.
+template <int BATCH, int KEYS>
+__device__ void order_by_key(int key, int count, std::uint8_t* order, int (*counts)[KEYS]) {
+  static_assert(BATCH % 32 == 0 && BATCH <= 256, "entries in whole warps, indices in a byte");
+  const int t = int(threadIdx.x), warp = t / 32, lane = t % 32;
+  const bool mine = t < count;
+  unsigned same = 0;  // this warp's lanes with the same key
+  if (warp < BATCH / 32) {
+    for (int v = 0; v < KEYS; ++v) {
+      const unsigned lanes = __ballot_sync(kFullMask, mine && key == v);
+      if (lane == 0) counts[warp][v] = __popc(lanes);
+      if (mine && key == v) same = lanes;
+    }
+  }
+  __syncthreads();
+  if (mine) {
+    int rank = __popc(same & ((1u << lane) - 1u));
+    for (int v = 0; v < KEYS; ++v)
+      for (int w = 0; w < BATCH / 32; ++w)
+        if (v < key || (v == key && w < warp)) rank += counts[w][v];
+    order[rank] = std::uint8_t(t);
+  }
+  __syncthreads();
+}
+
 // Entries staged at a time: as many as keep the block's static shared memory, with the
 // float ray sums, within the 48 KiB a block gets without opting in.
 template <typename T, int C_STATIC>
@@ -180,6 +208,11 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
   __shared__ PixelStage<T, C_STATIC> stage;
   constexpr int kBatch = staged_batch<T, C_STATIC>();
   __shared__ StagedEntry<T, C_STATIC> staged[kBatch];
+  // With lane groups, a warp's entries take as many rounds as the largest of them: the
+  // groups take the batch's entries in the order of their rounds (up to kRoundKeys).
+  constexpr int kRoundKeys = 8;
+  __shared__ std::uint8_t batch_order[GROUP < 32 ? kBatch : 1];
+  __shared__ int round_counts[GROUP < 32 ? kBatch / 32 : 1][kRoundKeys];
   __shared__ int max_end;
   extern __shared__ unsigned char smem_raw[];
   T* feature_acc = reinterpret_cast<T*>(smem_raw);  // [kWarps][C], also block-reduction scratch
@@ -279,14 +312,16 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
   const int e_end = first_slot_at_least(slots, max_end, window.hi);
   // Batches of kBatch * splits entries, of which block `split` of the tile stages every
   // splits-th (staged entry t: list position base + t * splits + split); warp w takes
-  // the staged entries w * kGroups + group, stepping kWarps * kGroups.
+  // the staged entries w * kGroups + group, stepping kWarps * kGroups (with groups, in
+  // the order of their rounds).
   for (int base = e_begin; base < e_end; base += kBatch * splits) {
     const int batch_count = max(0, min(kBatch, (e_end - base - split + splits - 1) / splits));
     __syncthreads();  // every warp is done with the previous batch
+    int round_key = 0;
     if (int(threadIdx.x) < batch_count) {
       const std::int64_t p = range.x + base + int(threadIdx.x) * splits + split;
       const std::int32_t id = entry_sphere[p];
-      const GpuSphere<T> g = spheres[std::int64_t(b) * scene.n_spheres + id];
+      const GpuSphere<T> g = load_sphere(spheres + std::int64_t(b) * scene.n_spheres + id);
       StagedEntry<T, C_STATIC> se;
       se.cx = g.cx; se.cy = g.cy; se.cz = g.cz;
       se.dist = g.dist; se.radius = g.radius; se.opacity = g.opacity;
@@ -302,12 +337,16 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
       se.box_h = std::uint8_t(ly1 - ly0 + 1);
       se.div_magic = std::uint16_t((512 + se.box_w - 1) / se.box_w);
       staged[threadIdx.x] = se;
+      round_key = min((se.box_w * se.box_h + GROUP - 1) / GROUP, kRoundKeys) - 1;
     }
     __syncthreads();
+    if (GROUP < 32) order_by_key<kBatch>(round_key, batch_count, batch_order, round_counts);
     for (int local = warp * kGroups; local < batch_count; local += kWarps * kGroups) {
       const bool has_entry = local + group < batch_count;
-      const StagedEntry<T, C_STATIC>& se = staged[has_entry ? local + group : local];
-      const int e = base + (local + group) * splits + split;  // position in the tile's list
+      const int taken = has_entry ? local + group : local;
+      const int t = GROUP < 32 ? batch_order[taken] : taken;  // staged index
+      const StagedEntry<T, C_STATIC>& se = staged[t];
+      const int e = base + t * splits + split;  // position in the tile's list
       // The sphere's values are read from the staged entry where they are used (kept in
       // registers across the rounds they spilled: 40 bytes in the W4 kernel).
       const std::int32_t id = se.sphere;

@@ -169,7 +169,7 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
     int lx0 = 0, lx1 = -1, ly0 = 0, ly1 = -1;  // the entry's box in the tile (empty past the list)
     if (p < range.y) {
       const std::int32_t id = entry_sphere[p];
-      const GpuSphere<T> g = spheres[std::int64_t(b) * scene.n_spheres + id];
+      const GpuSphere<T> g = load_sphere(spheres + std::int64_t(b) * scene.n_spheres + id);
       batch_id[threadIdx.x] = id;
       batch[threadIdx.x] = g;
       lx0 = max(int(g.x0) - tile_x0, 0), lx1 = min(int(g.x1) - tile_x0, kTileSize - 1);

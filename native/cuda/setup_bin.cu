@@ -17,19 +17,41 @@ namespace {
 
 // Records the smallest and largest visible zc of camera b (float bits order like the
 // values: zc > 0). The smallest is kept as the maximum of the complemented bits, so one
-// zero fill initialises both. A warp whose lanes share a camera reduces first.
+// zero fill initialises both. Every thread of the block calls it. A block whose threads
+// share a camera (items ascend, so its first and last thread tell) reduces first and
+// adds once: per warp, W5's 125 K warps serialised on the camera's two words. Otherwise
+// each warp whose lanes share a camera reduces first.
 __device__ void record_depth_range(std::uint32_t* depth_range, int b, bool visible, float zc) {
   const unsigned full = 0xffffffffu;
   const std::uint32_t bits = __float_as_uint(zc);
   std::uint32_t lo = visible ? ~bits : 0u, hi = visible ? bits : 0u;
+  __shared__ int block_camera[2];
+  __shared__ std::uint32_t warp_lo[32], warp_hi[32];
+  if (threadIdx.x == 0) block_camera[0] = b;
+  if (threadIdx.x == blockDim.x - 1) block_camera[1] = b;
+  __syncthreads();
+  const bool one_camera_block = block_camera[0] == block_camera[1];
   const int first_camera = __shfl_sync(full, b, 0);
-  const bool one_camera = __all_sync(full, first_camera == b);
+  const bool one_camera = one_camera_block || __all_sync(full, first_camera == b);
   if (one_camera) {
     for (int offset = 16; offset > 0; offset /= 2) {
       lo = max(lo, __shfl_down_sync(full, lo, offset));
       hi = max(hi, __shfl_down_sync(full, hi, offset));
     }
-    if (threadIdx.x % 32 != 0) return;
+  }
+  if (one_camera_block) {
+    if (threadIdx.x % 32 == 0) {
+      warp_lo[threadIdx.x / 32] = lo;
+      warp_hi[threadIdx.x / 32] = hi;
+    }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    for (int w = 1; w < int(blockDim.x + 31) / 32; ++w) {
+      lo = max(lo, warp_lo[w]);
+      hi = max(hi, warp_hi[w]);
+    }
+  } else if (one_camera && threadIdx.x % 32 != 0) {
+    return;
   }
   if (hi != 0) {
     atomicMax(depth_range + 2 * b, lo);
@@ -72,7 +94,7 @@ __global__ void setup_spheres_kernel(RendererConfig config, SceneArgs scene, Gpu
     g.y0 = std::int16_t(s.visible ? s.bounds.y0 : 1);
     g.y1 = std::int16_t(s.visible ? s.bounds.y1 : 0);
     g.terms = pair_terms(cam, g.dist, radius, s.is_tiny);
-    spheres[item] = g;
+    store_sphere(spheres + item, g);
     // Visible zc > 0 (min_depth > 0), so its float bits order like it; invisible items
     // store no tiles and go last.
     depth_keys[item] = s.visible ? __float_as_uint(float(s.closest_depth)) : 0xffffffffu;
@@ -155,7 +177,7 @@ __global__ void count_kernel(RendererConfig config, SceneArgs scene, const GpuSp
   if (valid) {
     const Tiling tiling = Tiling::of(config.width, config.height);
     const std::int32_t item = order[rank];
-    const GpuSphere<T> g = spheres[item];
+    const GpuSphere<T> g = load_sphere(spheres + item);
     const TileBox box = tile_box(g);
     const float* camera_bound = bound ? bound + std::int64_t(split_item(item, n).camera) * tiling.n_tiles() : nullptr;
     const float zc = float(g.closest_depth);
@@ -198,7 +220,7 @@ __global__ void duplicate_kernel(RendererConfig config, SceneArgs scene, const G
   const std::int64_t rank = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const bool valid = rank < n * scene.batch_size;
   const std::int64_t item = valid ? order[rank] : 0;
-  const GpuSphere<T> g = valid ? spheres[item] : GpuSphere<T>{T(0), 1, 1, 0, 0};
+  const GpuSphere<T> g = valid ? load_sphere(spheres + item) : GpuSphere<T>{T(0), 1, 1, 0, 0};
   const Tiling tiling = Tiling::of(config.width, config.height);
   const std::int64_t first_slot = valid ? sphere_slots[rank] : 0;
   std::int64_t stored_before = 0;  // this lane's sphere: stored pairs of earlier rounds

@@ -125,7 +125,7 @@ __global__ void cover_kernel(RendererConfig config, SceneArgs scene, RenderOptio
   GpuSphere<T> g{};
   CoverJob job;
   if (valid) {
-    g = spheres[item];
+    g = load_sphere(spheres + item);
     job = cover_job(config, scene, options, g, split_item(item, n).camera, depth_range, buckets);
   }
   const WarpDeal deal = WarpDeal::of(job.count);
