@@ -98,11 +98,20 @@ class RenderFunction(torch.autograd.Function):
         ctx.has_opacity = opacity is not None
         ctx.save_for_backward(pos, col, rad, opacity, bg, cameras, image, state, ends, moments)
         ctx.mark_non_differentiable(hits, info)
+        # Outputs without a gradient reach backward as None, not as zero-filled tensors
+        # (the hit counts [B, H, W] alone cost an allocation and a fill per backward).
+        ctx.set_materialize_grads(False)
         return image, hits, info, moments
 
     @staticmethod
     def backward(ctx, grad_image, _grad_hits, _grad_info, grad_moments):
+        # grad_image, grad_moments: None when the output got no gradient (not materialised).
+        if grad_image is None and (grad_moments is None or not ctx.settings.want_depth_moments):
+            return (None,) * 8
         pos, col, rad, opacity, bg, cameras, image, state, ends, moments = ctx.saved_tensors
+        if grad_image is None:
+            grad_image = torch.zeros_like(image)
+        want_moments = ctx.settings.want_depth_moments and grad_moments is not None
         need = ctx.needs_input_grad  # (native, settings, pos, col, rad, opacity, bg, cameras)
         grads = _native.GradientOutputs()
         g_pos = torch.empty_like(pos) if need[2] else None
@@ -118,7 +127,7 @@ class RenderFunction(torch.autograd.Function):
             grad_image = grad_image.contiguous()
             args.grad_image, args.image = _ptr(grad_image), _ptr(image)
             args.blend_state, args.traversal_end = _ptr(state), _ptr(ends)
-            if ctx.settings.want_depth_moments:
+            if want_moments:
                 grad_moments = grad_moments.contiguous()
                 args.depth_moments, args.grad_depth_moments = _ptr(moments), _ptr(grad_moments)
             scene = _scene_args(pos, col, rad, opacity, bg, cameras, ctx.settings.right_handed)
@@ -128,7 +137,7 @@ class RenderFunction(torch.autograd.Function):
                 _reraise_with_snapshot(error, "backward", ctx.native, ctx.settings, pos.device, dict(
                     vert_pos=pos, vert_col=col, vert_rad=rad, opacity=opacity, bg_col=bg, cameras=cameras,
                     grad_image=grad_image,
-                    grad_depth_moments=grad_moments if ctx.settings.want_depth_moments else None))
+                    grad_depth_moments=grad_moments if want_moments else None))
         return None, None, g_pos, g_col, g_rad, g_opa, g_bg, g_cam
 
 

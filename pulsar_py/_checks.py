@@ -16,6 +16,7 @@ are not) before the native call.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from typing import Callable, Optional, Sequence, Tuple
@@ -219,6 +220,14 @@ def check_tensor(name: str, t: object, *, dims: Sequence[int], last: Optional[in
     return t
 
 
+@functools.lru_cache(maxsize=32)
+def _default_background(n_channels: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Ones [C]: the default background, made once per (C, dtype, device) rather than per
+    call (a fill kernel and an allocation before the first kernel of every frame). The
+    native core only reads it."""
+    return torch.ones(n_channels, dtype=dtype, device=device)
+
+
 def check_scene(vert_pos: object, vert_col: object, vert_rad: object, opacity: object, bg_col: object, *,
                 n_channels: int, device: torch.device, max_num_balls: Optional[int],
                 checks: Optional["DeferredValueChecks"]):
@@ -248,7 +257,7 @@ def check_scene(vert_pos: object, vert_col: object, vert_rad: object, opacity: o
             raise ValueError(f"opacity: expected shape {tuple(pos.shape[:-1])} to match vert_pos, "
                              f"got {tuple(opacity.shape)}")
     if bg_col is None:
-        bg = torch.ones(n_channels, dtype=dtype, device=device)
+        bg = _default_background(n_channels, dtype, pos.device)
     else:
         bg = check_tensor("bg_col", bg_col, dims=(1,), last=n_channels, dtype=dtype, device=device)
     if max_num_balls is not None and n > max_num_balls:
