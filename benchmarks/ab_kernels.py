@@ -75,8 +75,11 @@ def main():
         merged = {}
         for _ in range(2):
             for label, pkg in zip(labels, packages):
+                per_kind = {}  # kernels of one kind (e.g. a sort's passes) summed within the run
                 for name, ms in run(pkg, w).items():
-                    merged.setdefault(short(name), {}).setdefault(label, []).append(ms)
+                    per_kind[short(name)] = per_kind.get(short(name), 0.0) + ms
+                for kind, ms in per_kind.items():
+                    merged.setdefault(kind, {}).setdefault(label, []).append(ms)
         print(f"{w}: kernel ms per forward + backward ({' / '.join(labels)}, two runs each)")
         totals = dict.fromkeys(labels, 0.0)
         for name, d in sorted(merged.items(), key=lambda kv: -max(sum(kv[1].values(), []))):
