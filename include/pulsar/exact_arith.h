@@ -13,64 +13,46 @@
 #pragma once
 
 #include <cmath>
+#include <type_traits>
 
 #include "pulsar/hd.h"
 #include "pulsar/vec3.h"
 
 namespace pulsar {
 
-PULSAR_HD float mul_rn(float a, float b) {
+// a * b, a + b, a / b, sqrt(a) for float and double.
+template <typename T>
+PULSAR_HD T mul_rn(T a, T b) {
 #ifdef __CUDA_ARCH__
-  return __fmul_rn(a, b);
+  if constexpr (std::is_same<T, float>::value) return __fmul_rn(a, b);
+  else return __dmul_rn(a, b);
 #else
   return a * b;
 #endif
 }
-PULSAR_HD double mul_rn(double a, double b) {
+template <typename T>
+PULSAR_HD T add_rn(T a, T b) {
 #ifdef __CUDA_ARCH__
-  return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-PULSAR_HD float add_rn(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fadd_rn(a, b);
+  if constexpr (std::is_same<T, float>::value) return __fadd_rn(a, b);
+  else return __dadd_rn(a, b);
 #else
   return a + b;
 #endif
 }
-PULSAR_HD double add_rn(double a, double b) {
+template <typename T>
+PULSAR_HD T div_rn(T a, T b) {
 #ifdef __CUDA_ARCH__
-  return __dadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-PULSAR_HD float div_rn(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fdiv_rn(a, b);
+  if constexpr (std::is_same<T, float>::value) return __fdiv_rn(a, b);
+  else return __ddiv_rn(a, b);
 #else
   return a / b;
 #endif
 }
-PULSAR_HD double div_rn(double a, double b) {
+template <typename T>
+PULSAR_HD T sqrt_rn(T a) {
 #ifdef __CUDA_ARCH__
-  return __ddiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
-PULSAR_HD float sqrt_rn(float a) {
-#ifdef __CUDA_ARCH__
-  return __fsqrt_rn(a);
-#else
-  return std::sqrt(a);
-#endif
-}
-PULSAR_HD double sqrt_rn(double a) {
-#ifdef __CUDA_ARCH__
-  return __dsqrt_rn(a);
+  if constexpr (std::is_same<T, float>::value) return __fsqrt_rn(a);
+  else return __dsqrt_rn(a);
 #else
   return std::sqrt(a);
 #endif
