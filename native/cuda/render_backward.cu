@@ -1,9 +1,10 @@
 // Stage 3 on CUDA: one block per (camera, tile), or a few per tile when tiles are few.
-// Sphere-major: each warp takes one entry of the tile's list at a time (or, for small
-// spheres, one per group of 8 or 16 lanes) and its lanes take the pixels of that sphere's
-// bounds within the tile, so the warp or group works on one sphere and its gradient is
-// one reduce-scatter written straight into that (tile, sphere) instance's row, which no
-// other warp writes. A pair counts when the pixel's forward processed it: it is a hit and
+// Sphere-major: the block stages a batch of its tile's entries in shared memory (one
+// thread per entry), then each warp takes one staged entry at a time (or, for small
+// spheres, one per group of 8 or 16 lanes, in the order of their rounds) and its lanes
+// take the pixels of that sphere's bounds within the tile, so the warp or group works
+// on one sphere and its gradient is one reduce-scatter written straight into that
+// (tile, sphere) instance's row, which no other warp writes. A pair counts when the pixel's forward processed it: it is a hit and
 // lies before the pixel's traversal end. Camera terms accumulate per lane and background
 // terms per pixel; both are reduced once per block. Every sum has a fixed order, so
 // gradients are bitwise reproducible, and nothing touches global memory atomically.
@@ -157,6 +158,28 @@ struct StagedEntry {
   std::uint8_t lx0, ly0, box_w, box_h;      // the sphere's box within the tile (never empty)
   std::uint16_t div_magic;  // ceil(512 / box_w): k / box_w = (k * div_magic) >> 9 for 0 <= k <= 32
 };
+
+// The staged entry of sphere `id` (its record g), at slot `slot` of the tile whose first
+// pixel is (tile_x0, tile_y0); features: the sphere's C_STATIC values (none when 0).
+template <typename T, int C_STATIC>
+__device__ StagedEntry<T, C_STATIC> stage_entry(const GpuSphere<T>& g, std::int32_t id, std::int32_t slot,
+                                                const T* features, int tile_x0, int tile_y0) {
+  StagedEntry<T, C_STATIC> se;
+  se.cx = g.cx; se.cy = g.cy; se.cz = g.cz;
+  se.dist = g.dist; se.radius = g.radius; se.opacity = g.opacity;
+  se.terms = g.terms;
+  for (int ch = 0; ch < C_STATIC; ++ch) se.features[ch] = features[ch];
+  se.sphere = id;
+  se.slot = slot;
+  const int lx0 = max(int(g.x0) - tile_x0, 0), lx1 = min(int(g.x1) - tile_x0, kTileSize - 1);
+  const int ly0 = max(int(g.y0) - tile_y0, 0), ly1 = min(int(g.y1) - tile_y0, kTileSize - 1);
+  se.lx0 = std::uint8_t(lx0);
+  se.ly0 = std::uint8_t(ly0);
+  se.box_w = std::uint8_t(lx1 - lx0 + 1);
+  se.box_h = std::uint8_t(ly1 - ly0 + 1);
+  se.div_magic = std::uint16_t((512 + se.box_w - 1) / se.box_w);
+  return se;
+}
 
 // Orders a batch's entries by a small key, stably: order[rank] = entry. Every thread of
 // the block calls it; thread t < count holds entry t's key (0 .. KEYS - 1). Ballots per
@@ -322,20 +345,8 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
       const std::int64_t p = range.x + base + int(threadIdx.x) * splits + split;
       const std::int32_t id = entry_sphere[p];
       const GpuSphere<T> g = load_sphere(spheres + std::int64_t(b) * scene.n_spheres + id);
-      StagedEntry<T, C_STATIC> se;
-      se.cx = g.cx; se.cy = g.cy; se.cz = g.cz;
-      se.dist = g.dist; se.radius = g.radius; se.opacity = g.opacity;
-      se.terms = g.terms;
-      for (int ch = 0; ch < C_STATIC; ++ch) se.features[ch] = sv.features[std::int64_t(id) * C_STATIC + ch];
-      se.sphere = id;
-      se.slot = entry_slot[p];
-      const int lx0 = max(int(g.x0) - tile_x0, 0), lx1 = min(int(g.x1) - tile_x0, kTileSize - 1);
-      const int ly0 = max(int(g.y0) - tile_y0, 0), ly1 = min(int(g.y1) - tile_y0, kTileSize - 1);
-      se.lx0 = std::uint8_t(lx0);
-      se.ly0 = std::uint8_t(ly0);
-      se.box_w = std::uint8_t(lx1 - lx0 + 1);
-      se.box_h = std::uint8_t(ly1 - ly0 + 1);
-      se.div_magic = std::uint16_t((512 + se.box_w - 1) / se.box_w);
+      const StagedEntry<T, C_STATIC> se = stage_entry<T, C_STATIC>(
+          g, id, entry_slot[p], sv.features + std::int64_t(id) * C_STATIC, tile_x0, tile_y0);
       staged[threadIdx.x] = se;
       round_key = min((se.box_w * se.box_h + GROUP - 1) / GROUP, kRoundKeys) - 1;
     }
