@@ -13,17 +13,8 @@ import sys, torch
 sys.path.insert(0, sys.argv[1])
 sys.path.insert(1, sys.argv[3])
 from torch.profiler import ProfilerActivity, profile
-from pulsar_py import Renderer
-from profile_kernels import make
-(pos, col, rad, opa), size = make(sys.argv[2], "cuda")
-cam = torch.tensor([0, 0, 0, 0, 0, 0, 5.0, 2.0], device="cuda")
-r = Renderer(size, size, n_channels=3).cuda()
-r.check_values = False
-leaves = [t.clone().requires_grad_() if t is not None else None for t in (pos, col, rad, opa, cam)]
-def step():
-    img = r(leaves[0], leaves[1], leaves[2], leaves[4], opacity=leaves[3], gamma=0.1, max_depth=45.0,
-            percent_allowed_difference=0.01)
-    torch.autograd.grad(img.sum(), [t for t in leaves if t is not None])
+from profile_kernels import workload_step
+r, step = workload_step(sys.argv[2])
 for _ in range(5):
     step()
 torch.cuda.synchronize()

@@ -11,35 +11,16 @@ import sys
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from pulsar_py import Renderer
-
-from profile_kernels import make
+from profile_kernels import workload_step
 
 
 def one_workload(name: str) -> None:
-    (pos, col, rad, opa), size = make(name, "cuda")
-    cam = torch.tensor([0, 0, 0, 0, 0, 0, 5.0, 2.0], device="cuda")
-    r = Renderer(size, size, n_channels=3).cuda()
-    r.check_values = False
-    leaves = [t.clone().requires_grad_() if t is not None else None for t in (pos, col, rad, opa, cam)]
-    grad = None
-
-    def step():
-        nonlocal grad
-        img = r(leaves[0], leaves[1], leaves[2], leaves[4], opacity=leaves[3], gamma=0.1, max_depth=45.0,
-                percent_allowed_difference=0.01)
-        if grad is None:
-            grad = torch.rand_like(img)
-        img.backward(grad)
-
+    _, step = workload_step(name)
     for _ in range(10):
         step()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(3):
-            for t in leaves:
-                if t is not None:
-                    t.grad = None
             torch.cuda.synchronize()
             with torch.profiler.record_function("STEP"):
                 step()

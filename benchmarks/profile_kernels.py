@@ -34,11 +34,16 @@ def make(name, dev):
     return out, size
 
 
-def main():
-    name = sys.argv[1] if len(sys.argv) > 1 else "W4"
-    (pos, col, rad, opa), size = make(name, "cuda")
-    cam = torch.tensor([0, 0, 0, 0, 0, 0, 5.0, 2.0], device="cuda")
-    r = Renderer(size, size, n_channels=3).cuda()
+def workload_step(name, device="cuda", backward_row_budget=0):
+    """(renderer, step) for workload `name`: step() runs one forward and the backward of
+    image.sum() with every input requiring a gradient (value checks off; set
+    renderer.check_values to turn them on). backward_row_budget: the renderer's backward
+    window size in bytes of rows (0: default)."""
+    (pos, col, rad, opa), size = make(name, device)
+    cam = torch.tensor([0, 0, 0, 0, 0, 0, 5.0, 2.0], device=device)
+    r = Renderer(size, size, n_channels=3).to(device)
+    r.check_values = False
+    r._backward_row_budget = backward_row_budget
     kw = dict(gamma=0.1, max_depth=45.0, percent_allowed_difference=0.01)
     leaves = [t.clone().requires_grad_() if t is not None else None for t in (pos, col, rad, opa, cam)]
 
@@ -46,6 +51,12 @@ def main():
         img = r(leaves[0], leaves[1], leaves[2], leaves[4], opacity=leaves[3], **kw)
         torch.autograd.grad(img.sum(), [t for t in leaves if t is not None])
 
+    return r, step
+
+
+def main():
+    name = sys.argv[1] if len(sys.argv) > 1 else "W4"
+    r, step = workload_step(name)
     for check in (True, False):
         r.check_values = check
         for _ in range(3):
