@@ -4,6 +4,12 @@ conversion (Pulsar camera vectors -> packed cameras) that feeds it.
 Forward allocates the outputs with torch (the caller owns outputs) and passes raw
 pointers to the native core; backward routes ``ctx.needs_input_grad`` into the native
 backward, so gradients nobody asked for are neither computed nor allocated.
+
+The hot path (``Renderer.forward`` with camera vectors and plain-number depths) is one
+autograd node: the camera conversion runs outside the graph and RenderFunction carries
+the camera gradient back through the conversion's exact derivative itself. On the lent
+H100 machine's host a second node and its Python cost about 100 us per forward +
+backward (benchmarks/host_path.py), time the GPU spends idle on small scenes.
 """
 
 from __future__ import annotations
@@ -22,6 +28,22 @@ def _ptr(t: Optional[torch.Tensor]) -> int:
     return 0 if t is None else t.data_ptr()
 
 
+# torch's current CUDA stream as a raw handle: the private accessor is one C call, the
+# public torch.cuda.current_stream builds a Stream object (about 10 us per call on the
+# lent machine's host, twice per frame).
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def stream_handle(device: torch.device) -> int:
+    """cudaStream_t (as an int) of torch's current stream on ``device``; 0 on the CPU."""
+    if device.type != "cuda":
+        return 0
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if _raw_stream is not None:
+        return int(_raw_stream(index))
+    return torch.cuda.current_stream(index).cuda_stream
+
+
 @dataclass(frozen=True)
 class CallSettings:
     """Per-call settings that are not tensors."""
@@ -33,14 +55,16 @@ class CallSettings:
     want_forward_info: bool
     want_depth_moments: bool = False
     debug: bool = False  # save a snapshot of the inputs when the native call fails (debug.py)
+    # Outputs keep the batch dimension [B, H, W, ...]; False (B must be 1): [H, W, ...],
+    # the same memory, so an unbatched call needs no squeeze node in the graph.
+    batch_dim: bool = True
 
     def options(self, device: torch.device) -> "_native.RenderOptions":
         opt = _native.RenderOptions()
         opt.gamma = self.gamma
         opt.percent_allowed_difference = self.percent_allowed_difference
         opt.max_n_hits = self.max_n_hits
-        if device.type == "cuda":
-            opt.stream = torch.cuda.current_stream(device).cuda_stream
+        opt.stream = stream_handle(device)
         return opt
 
 
@@ -62,42 +86,42 @@ def _scene_args(pos, col, rad, opacity, bg, cameras, right_handed) -> "_native.S
 
 class RenderFunction(torch.autograd.Function):
     """image, hit_count, forward_info, depth_moments = RenderFunction.apply(native,
-    settings, pos, col, rad, opacity, bg, cameras).
+    settings, pos, col, rad, opacity, bg, cameras[, cam_params, camera_args]).
 
     pos [B?, N, 3], col [B?, N, C], rad [B?, N], opacity [B?, N] or None, bg [C],
-    cameras [B, 15] (packed native cameras, camera.h). Outputs: image [B, H, W, C];
-    hit_count [B, H, W] int32; forward_info [B, H, W, 3 + 2K] or an empty tensor;
-    depth_moments [B, H, W, 3] (differentiable) or an empty tensor.
+    cameras [B, 15] (packed native cameras, camera.h). cam_params: None, or the camera
+    vectors [B?, L] (L in {8, 10, 11, 13}) that ``cameras`` was converted from outside
+    the graph with ``camera_args`` (``convert_camera_vectors``); the camera gradient then
+    reaches cam_params through the conversion's exact derivative, one node instead of
+    two. Outputs (without B when ``settings.batch_dim`` is False): image [B, H, W, C];
+    hit_count [B, H, W] int32; forward_info [B, H, W, 3 + 2K] or None; depth_moments
+    [B, H, W, 3] (differentiable) or None.
     """
 
     @staticmethod
-    def forward(ctx, native, settings: CallSettings, pos, col, rad, opacity, bg, cameras):
+    def forward(ctx, native, settings: CallSettings, pos, col, rad, opacity, bg, cameras, cam_params=None,
+                camera_args=None):
         cfg = native.config
-        b, h, w, c = cameras.shape[0], cfg.height, cfg.width, cfg.n_channels
+        b, c = cameras.shape[0], cfg.n_channels
+        lead = (b, cfg.height, cfg.width) if settings.batch_dim else (cfg.height, cfg.width)
         like = dict(dtype=pos.dtype, device=pos.device)
-        image = torch.empty((b, h, w, c), **like)
-        state = torch.empty((b, h, w, 2), **like)
-        hits = torch.empty((b, h, w), dtype=torch.int32, device=pos.device)
-        ends = torch.empty((b, h, w), dtype=torch.int32, device=pos.device)
-        info = (torch.empty((b, h, w, 3 + 2 * cfg.n_track), **like) if settings.want_forward_info
-                else torch.empty(0, **like))
-        moments = (torch.empty((b, h, w, 3), **like) if settings.want_depth_moments
-                   else torch.empty(0, **like))
+        image = torch.empty(lead + (c,), **like)
+        state = torch.empty(lead + (2,), **like)
+        hits, ends = torch.empty((2,) + lead, dtype=torch.int32, device=pos.device).unbind(0)
+        info = torch.empty(lead + (3 + 2 * cfg.n_track,), **like) if settings.want_forward_info else None
+        moments = torch.empty(lead + (3,), **like) if settings.want_depth_moments else None
         out = _native.ForwardOutputs()
         out.image, out.blend_state, out.hit_count = _ptr(image), _ptr(state), _ptr(hits)
-        out.traversal_end = _ptr(ends)
-        out.forward_info = _ptr(info) if settings.want_forward_info else 0
-        out.depth_moments = _ptr(moments) if settings.want_depth_moments else 0
+        out.traversal_end, out.forward_info, out.depth_moments = _ptr(ends), _ptr(info), _ptr(moments)
         scene = _scene_args(pos, col, rad, opacity, bg, cameras, settings.right_handed)
         try:
             token = native.forward(scene, settings.options(pos.device), out)
         except RuntimeError as error:
             _reraise_with_snapshot(error, "forward", native, settings, pos.device, dict(
                 vert_pos=pos, vert_col=col, vert_rad=rad, opacity=opacity, bg_col=bg, cameras=cameras))
-        ctx.native, ctx.settings, ctx.token = native, settings, token
-        ctx.has_opacity = opacity is not None
-        ctx.save_for_backward(pos, col, rad, opacity, bg, cameras, image, state, ends, moments)
-        ctx.mark_non_differentiable(hits, info)
+        ctx.native, ctx.settings, ctx.token, ctx.camera_args = native, settings, token, camera_args
+        ctx.save_for_backward(pos, col, rad, opacity, bg, cameras, cam_params, image, state, ends, moments)
+        ctx.mark_non_differentiable(*(t for t in (hits, info) if t is not None))
         # Outputs without a gradient reach backward as None, not as zero-filled tensors
         # (the hit counts [B, H, W] alone cost an allocation and a fill per backward).
         ctx.set_materialize_grads(False)
@@ -107,19 +131,21 @@ class RenderFunction(torch.autograd.Function):
     def backward(ctx, grad_image, _grad_hits, _grad_info, grad_moments):
         # grad_image, grad_moments: None when the output got no gradient (not materialised).
         if grad_image is None and (grad_moments is None or not ctx.settings.want_depth_moments):
-            return (None,) * 8
-        pos, col, rad, opacity, bg, cameras, image, state, ends, moments = ctx.saved_tensors
+            return (None,) * 10
+        pos, col, rad, opacity, bg, cameras, cam_params, image, state, ends, moments = ctx.saved_tensors
         if grad_image is None:
             grad_image = torch.zeros_like(image)
         want_moments = ctx.settings.want_depth_moments and grad_moments is not None
-        need = ctx.needs_input_grad  # (native, settings, pos, col, rad, opacity, bg, cameras)
+        # (native, settings, pos, col, rad, opacity, bg, cameras[, cam_params, camera_args])
+        need = ctx.needs_input_grad
+        want_params = cam_params is not None and need[8]
         grads = _native.GradientOutputs()
         g_pos = torch.empty_like(pos) if need[2] else None
         g_col = torch.empty_like(col) if need[3] else None
         g_rad = torch.empty_like(rad) if need[4] else None
         g_opa = torch.empty_like(opacity) if (need[5] and opacity is not None) else None
         g_bg = torch.empty_like(bg) if need[6] else None
-        g_cam = torch.empty_like(cameras) if need[7] else None
+        g_cam = torch.empty_like(cameras) if (need[7] or want_params) else None
         if any(g is not None for g in (g_pos, g_col, g_rad, g_opa, g_bg, g_cam)):
             grads.positions, grads.features, grads.radii = _ptr(g_pos), _ptr(g_col), _ptr(g_rad)
             grads.opacities, grads.background, grads.cameras = _ptr(g_opa), _ptr(g_bg), _ptr(g_cam)
@@ -138,7 +164,36 @@ class RenderFunction(torch.autograd.Function):
                     vert_pos=pos, vert_col=col, vert_rad=rad, opacity=opacity, bg_col=bg, cameras=cameras,
                     grad_image=grad_image,
                     grad_depth_moments=grad_moments if want_moments else None))
-        return None, None, g_pos, g_col, g_rad, g_opa, g_bg, g_cam
+        g_params = camera_vectors_backward(ctx.camera_args, cam_params, g_cam) if want_params else None
+        return None, None, g_pos, g_col, g_rad, g_opa, g_bg, (g_cam if need[7] else None), g_params, None
+
+
+def convert_camera_vectors(cams: torch.Tensor, args: "_native.CameraParamsArgs") -> torch.Tensor:
+    """Packed cameras [B, 15] of contiguous camera vectors cams [B, L], outside the graph
+    (RenderFunction differentiates the conversion when given the vectors). ``args``
+    describes the conversion; its pointer and stream are set here."""
+    packed = torch.empty((cams.shape[0], _native.CAMERA_PARAMS), dtype=cams.dtype, device=cams.device)
+    args.params = cams.data_ptr()
+    args.stream = stream_handle(cams.device)
+    _native.camera_params_to_packed(args, packed.data_ptr())
+    return packed
+
+
+def camera_vectors_backward(args: "_native.CameraParamsArgs", cam_params: torch.Tensor,
+                            grad_packed: torch.Tensor) -> torch.Tensor:
+    """dL/dcam_params, shaped like cam_params [B?, L] (one camera expanded over a batch of
+    B gets the sum over the batch), from dL/dpacked [B, 15]."""
+    batch, length = grad_packed.shape[0], cam_params.shape[-1]
+    cams = cam_params.detach().reshape(-1, length)
+    rows = cams.shape[0]
+    cams = cams.expand(batch, length).contiguous()
+    grad = torch.empty_like(cams)
+    args.params = cams.data_ptr()
+    args.stream = stream_handle(cams.device)  # backward may run on another stream than forward
+    _native.camera_params_backward(args, grad_packed.data_ptr(), grad.data_ptr())
+    if rows != batch:
+        grad = grad.sum(0)
+    return grad.reshape(cam_params.shape)
 
 
 class CameraParamsFunction(torch.autograd.Function):
@@ -178,8 +233,7 @@ class CameraParamsFunction(torch.autograd.Function):
             grad_params = torch.empty_like(cam_params)
             args = ctx.args
             args.params = cam_params.data_ptr()
-            if cam_params.device.type == "cuda":  # backward may run on another stream than forward
-                args.stream = torch.cuda.current_stream(cam_params.device).cuda_stream
+            args.stream = stream_handle(cam_params.device)  # backward may run on another stream than forward
             _native.camera_params_backward(args, grad_packed.data_ptr(), grad_params.data_ptr())
         return grad_params, None, None, None, None, None, None, None
 
@@ -194,19 +248,28 @@ def _camera_params_args(cam_params: torch.Tensor, width: int, height: int, ortho
         raise TypeError(f"cam_params: expected dtype torch.float32 or torch.float64, got {cam_params.dtype}")
     if cam_params.device.type not in ("cpu", "cuda"):
         raise ValueError(f"cam_params: expected a tensor on cpu or cuda, got {cam_params.device}")
+    args = camera_conversion_args(cam_params.shape[0], cam_params.shape[-1], cam_params.dtype, cam_params.device,
+                                  width, height, orthographic, right_handed, first_R_then_T, min_depth, max_depth)
+    args.params = cam_params.data_ptr()
+    args.stream = stream_handle(cam_params.device)
+    return args
+
+
+def camera_conversion_args(batch: int, length: int, dtype: torch.dtype, device: torch.device, width: int, height: int,
+                           orthographic: bool, right_handed: bool, first_R_then_T: bool, min_depth: float,
+                           max_depth: float) -> "_native.CameraParamsArgs":
+    """The native description of a camera conversion of [batch, length] vectors, without
+    the pointer and stream (set per call: convert_camera_vectors)."""
     args = _native.CameraParamsArgs()
-    args.dtype = _native.DType.float64 if cam_params.dtype == torch.float64 else _native.DType.float32
-    device = cam_params.device
+    args.dtype = _native.DType.float64 if dtype == torch.float64 else _native.DType.float32
     if device.type == "cuda":
         args.device = _native.DeviceKind.cuda
         args.device_index = device.index if device.index is not None else torch.cuda.current_device()
-        args.stream = torch.cuda.current_stream(device).cuda_stream
-    args.batch_size = cam_params.shape[0]
-    args.length = cam_params.shape[-1]
+    args.batch_size = batch
+    args.length = length
     args.width, args.height = width, height
     args.orthographic, args.right_handed, args.first_R_then_T = orthographic, right_handed, first_R_then_T
     args.min_depth, args.max_depth = float(min_depth), float(max_depth)
-    args.params = cam_params.data_ptr()
     return args
 
 

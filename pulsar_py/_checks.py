@@ -110,6 +110,8 @@ def check_depth(name: str, value: object, dtype: torch.dtype, device: torch.devi
 
 
 def _is_real_number(value: object) -> bool:
+    if type(value) is float or type(value) is int:  # the common case, without the ABC check
+        return True
     return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
 
 

@@ -56,7 +56,8 @@ def replay(path: str, device: Optional[str] = None) -> dict:
         device: where to run (default: the device of the original call).
 
     Returns:
-        dict with ``image``, ``hit_count``, ``forward_info``, ``depth_moments`` for a
+        dict with ``image``, ``hit_count``, ``forward_info``, ``depth_moments`` (the last two
+        None when the call did not ask for them) for a
         forward snapshot, and additionally the gradients (``grad_<input>``) for a
         backward snapshot.
     """
@@ -71,19 +72,22 @@ def replay(path: str, device: Optional[str] = None) -> dict:
     cfg.device = _native.DeviceKind.cuda if dev.type == "cuda" else _native.DeviceKind.cpu
     cfg.device_index = dev.index or 0
     native = _native.Renderer(cfg)
-    settings = CallSettings(**snap["settings"])
+    # Replayed outputs keep the batch dimension [B, ...] whatever the call returned.
+    settings = CallSettings(**{**snap["settings"], "batch_dim": True})
     t = {k: (None if v is None else v.to(dev)) for k, v in snap["tensors"].items()}
     names = ("vert_pos", "vert_col", "vert_rad", "opacity", "bg_col", "cameras")
     inputs = [t[n] for n in names]
     if snap["stage"] == "backward":
         inputs = [None if x is None else x.clone().requires_grad_() for x in inputs]
     image, hits, info, moments = RenderFunction.apply(native, settings, *inputs)
-    result = dict(image=image.detach(), hit_count=hits, forward_info=info, depth_moments=moments.detach())
+    result = dict(image=image.detach(), hit_count=hits, forward_info=info,
+                  depth_moments=None if moments is None else moments.detach())
     if snap["stage"] == "backward":
-        outputs, grads_out = [image], [t["grad_image"]]
+        # Saved as the call returned them (with or without B = 1).
+        outputs, grads_out = [image], [t["grad_image"].reshape(image.shape)]
         if settings.want_depth_moments and t.get("grad_depth_moments") is not None:
             outputs.append(moments)
-            grads_out.append(t["grad_depth_moments"])
+            grads_out.append(t["grad_depth_moments"].reshape(moments.shape))
         wanted = [(n, x) for n, x in zip(names, inputs) if x is not None]
         grads = torch.autograd.grad(outputs, [x for _, x in wanted], grads_out)
         result.update({f"grad_{n}": g for (n, _), g in zip(wanted, grads)})

@@ -8,7 +8,8 @@ from typing import NamedTuple, Optional, Tuple, Union
 import torch
 
 from . import _checks, _native
-from ._autograd import CallSettings, CameraParamsFunction, RenderFunction
+from ._autograd import (CallSettings, CameraParamsFunction, RenderFunction, camera_conversion_args,
+                        convert_camera_vectors)
 from .camera import Camera
 from .camera_params import NativeCamera, VALID_PARAM_LENGTHS, camera_from_params
 from .outputs import RenderResult, depth_from_moments
@@ -118,6 +119,11 @@ class Renderer(torch.nn.Module):
         self.register_buffer("_device_tracker", torch.empty(0), persistent=False)
         self._natives: dict = {}
         self._warned_small_gamma = False
+        # The last call's CallSettings and camera-conversion arguments with their keys:
+        # rebuilt only when a call's settings differ (saves pybind and dataclass work
+        # per frame).
+        self._last_settings: Optional[tuple] = None
+        self._last_camera_args: Optional[tuple] = None
 
     @property
     def device(self) -> torch.device:
@@ -200,10 +206,15 @@ class Renderer(torch.nn.Module):
             forward info when requested. The batch dimension is present when any input
             was batched.
         """
+        depths = _checks.depth_numbers(max_depth, min_depth)
+        if depths is not None and isinstance(cam_params, torch.Tensor):
+            return self._forward_camera_vectors(vert_pos, vert_col, vert_rad, cam_params, gamma, max_depth, min_depth,
+                                                depths, bg_col, opacity, percent_allowed_difference, max_n_hits,
+                                                mode, return_forward_info, first_R_then_T)
         checks = _checks.DeferredValueChecks() if self.check_values else None
         pos, col, rad, opacity, bg, batched = self._check_scene(vert_pos, vert_col, vert_rad, opacity, bg_col, checks)
         camera, camera_batched = self._resolve_camera(cam_params, pos, checks, first_R_then_T, "cam_params",
-                                                      depths=_checks.depth_numbers(max_depth, min_depth))
+                                                      depths=depths)
         raw = self._render(pos, col, rad, opacity, bg, camera, gamma, max_depth, min_depth,
                            percent_allowed_difference, max_n_hits, mode, return_forward_info, checks)
         info = raw.forward_info
@@ -212,6 +223,79 @@ class Renderer(torch.nn.Module):
             result = _drop_batch(result)
             info = _drop_batch(info) if return_forward_info else info
         return (result, info) if return_forward_info else result
+
+    def _forward_camera_vectors(self, vert_pos, vert_col, vert_rad, cam_params: torch.Tensor, gamma, max_depth,
+                                min_depth, depths: Tuple[float, float], bg_col, opacity, percent_allowed_difference,
+                                max_n_hits, mode, return_forward_info, first_R_then_T):
+        """``forward`` with camera vectors and plain-number depths: the hot path.
+
+        The same checks and the same native calls as the general path, with the camera
+        conversion outside the autograd graph: RenderFunction carries the camera gradient
+        back through the conversion's exact derivative, so a frame is one autograd node
+        and its outputs are allocated in their final shape (no squeeze node). On the lent
+        GPU machine's host the Python of a small frame is most of its time
+        (benchmarks/host_path.py, docs/benchmarks.md).
+        """
+        checks = _checks.DeferredValueChecks() if self.check_values else None
+        pos, col, rad, opacity, bg, batched = self._check_scene(vert_pos, vert_col, vert_rad, opacity, bg_col, checks)
+        first_R_then_T = _checks.check_bool("first_R_then_T", first_R_then_T)
+        # Checked and shaped [B, L] outside the graph; cam_params itself enters RenderFunction.
+        cams = self._check_cam_params(cam_params.detach(), pos, checks)
+        gamma, percent, hit_cap, mode, want_info = _checks.check_call_settings(
+            gamma, percent_allowed_difference, max_n_hits, mode, return_forward_info)
+        batch = cams.shape[0]
+        _checks.check_batch(batch, self.width, self.height)
+        _checks.check_depth_numbers(max_depth, min_depth)
+        args = self._camera_args(batch, cams.shape[-1], pos, first_R_then_T, depths)
+        packed = convert_camera_vectors(cams.contiguous(), args)
+        if checks is not None:
+            _checks.add_depth_checks(checks, packed[:, 13], packed[:, 14], packed[:, 12], self.orthogonal_projection,
+                                     max_depth, min_depth)
+            # Backstop for any degenerate camera (rotation, sensor) the checks above miss.
+            checks.finite("camera (converted from cam_params)", packed[:, :13])
+            checks.run()
+        self._warn_if_sharp(gamma, pos, rad, cam_params)
+        settings = self._call_settings(gamma, percent, hit_cap, self.right_handed_system, want_info,
+                                       batch_dim=batched or cam_params.dim() == 2)
+        native = self._native_for(pos.device)
+        image, hits, info, _ = RenderFunction.apply(native, settings, pos, col, rad, opacity, bg, packed, cam_params,
+                                                    args)
+        result = image if mode == 0 else hits[..., None].to(pos.dtype)
+        return (result, info) if want_info else result
+
+    def _camera_args(self, batch: int, length: int, pos: torch.Tensor, first_R_then_T: bool,
+                     depths: Tuple[float, float]) -> "_native.CameraParamsArgs":
+        """The native camera conversion's description for this call, reused while the
+        call's camera layout and depths stay the same (its pointer and stream are set per
+        call, in forward and again in backward)."""
+        key = (batch, length, pos.dtype, pos.device, self.width, self.height, self.orthogonal_projection,
+               self.right_handed_system, first_R_then_T, depths)
+        if self._last_camera_args is None or self._last_camera_args[0] != key:
+            args = camera_conversion_args(batch, length, pos.dtype, pos.device, self.width, self.height,
+                                          self.orthogonal_projection, self.right_handed_system, first_R_then_T,
+                                          *depths)
+            self._last_camera_args = (key, args)
+        return self._last_camera_args[1]
+
+    def _call_settings(self, gamma: float, percent: float, hit_cap: int, right_handed: bool, want_info: bool,
+                       want_moments: bool = False, batch_dim: bool = True) -> CallSettings:
+        """The call's CallSettings, reused while they stay the same (they are frozen)."""
+        key = (gamma, percent, hit_cap, right_handed, want_info, want_moments, self.debug, batch_dim)
+        if self._last_settings is None or self._last_settings[0] != key:
+            self._last_settings = (key, CallSettings(
+                gamma=gamma, percent_allowed_difference=percent, max_n_hits=hit_cap, right_handed=right_handed,
+                want_forward_info=want_info, want_depth_moments=want_moments, debug=self.debug,
+                batch_dim=batch_dim))
+        return self._last_settings[1]
+
+    def _warn_if_sharp(self, gamma: float, pos: torch.Tensor, rad: torch.Tensor, camera_leaf: torch.Tensor) -> None:
+        """Warns once per renderer when a small gamma meets geometry or camera gradients."""
+        if gamma >= 1e-3 or self._warned_small_gamma or not torch.is_grad_enabled():
+            return
+        if pos.requires_grad or rad.requires_grad or camera_leaf.requires_grad:
+            warnings.warn(f"gamma={gamma} < 1e-3: geometry and camera gradients become very sharp and "
+                          "may be unstable for optimisation", stacklevel=4)
+            self._warned_small_gamma = True
 
     def render(
         self,
@@ -367,18 +451,11 @@ class Renderer(torch.nn.Module):
             # Backstop for any degenerate camera (rotation, sensor) the checks above miss.
             checks.finite("camera (converted from cam_params or the Camera)", camera.packed())
             checks.run()
-        wants_geometry_grad = torch.is_grad_enabled() and (
-            pos.requires_grad or rad.requires_grad or camera.eye.requires_grad or camera.pdx.requires_grad)
-        if gamma < 1e-3 and wants_geometry_grad and not self._warned_small_gamma:
-            warnings.warn(f"gamma={gamma} < 1e-3: geometry and camera gradients become very sharp and "
-                          "may be unstable for optimisation", stacklevel=3)
-            self._warned_small_gamma = True
         if cameras is None:
             cameras = torch.cat([camera.packed(), near[:, None], far[:, None]], dim=-1).contiguous()
-        settings = CallSettings(gamma=gamma, percent_allowed_difference=percent, max_n_hits=hit_cap,
-                                right_handed=camera.right_handed,
-                                want_forward_info=bool(return_forward_info),
-                                want_depth_moments=bool(want_depth_moments), debug=self.debug)
+        self._warn_if_sharp(gamma, pos, rad, cameras)
+        settings = self._call_settings(gamma, percent, hit_cap, camera.right_handed, bool(return_forward_info),
+                                       bool(want_depth_moments))
         native = self._native_for(pos.device, camera.orthographic)
         image, hits, info, moments = RenderFunction.apply(native, settings, pos, col, rad, opacity, bg, cameras)
         return _RawOutputs(image, hits, info, moments, near, far)
