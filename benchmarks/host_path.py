@@ -81,9 +81,26 @@ def main() -> None:
     outputs = _native.ForwardOutputs()
     outputs.image, outputs.blend_state = image.data_ptr(), state.data_ptr()
     outputs.hit_count, outputs.traversal_end = hits.data_ptr(), ends.data_ptr()
-    print(f"{device}: microseconds per call (median of one run of 2000 calls each)")
+    x = torch.ones(16, **like, requires_grad=True)
+    rows.append(("  autograd engine: (2 x).sum().backward()", lambda: (2 * x).sum().backward()))
+    print(f"{device}: microseconds per call (one run of 2000 calls each)")
     for name, fn in rows:
         print(f"  {name:44s} {per_call_us(fn):8.1f}")
+    # The backward's own Python (it runs on autograd's device thread, out of cProfile's sight).
+    spent = []
+    original = RenderFunction.backward
+
+    def timed(ctx, *grads):
+        start = time.perf_counter()
+        result = original(ctx, *grads)
+        spent.append(time.perf_counter() - start)
+        return result
+
+    RenderFunction.backward = staticmethod(timed)
+    per_call_us(forward_backward, 1000)
+    RenderFunction.backward = staticmethod(original)
+    spent.sort()
+    print(f"  {'  RenderFunction.backward body (median)':44s} {spent[len(spent) // 2] * 1e6:8.1f}")
     profile = cProfile.Profile()
     profile.enable()
     for _ in range(500):

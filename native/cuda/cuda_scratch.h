@@ -119,10 +119,10 @@ struct CudaScratch {
   DeviceBuffer tile_camera_grads;  // T [B * n_tiles * backward_splits, kCameraGradValues]
   DeviceBuffer tile_background_grads;  // T [B * n_tiles * backward_splits, C]
   // Pinned, read back once per binning: [0] the instance count, [1] how many of them
-  // belong to spheres whose box holds at most kSmallBoxPixels pixels.
+  // have a box within their tile of at most kSmallBoxPixels pixels.
   std::int64_t* host_count = nullptr;
   std::int64_t n_instances = 0;
-  std::int64_t small_box_instances = 0;  // of n_instances, those of spheres with small boxes
+  std::int64_t small_box_instances = 0;  // of n_instances, those with small boxes within their tile
   std::int64_t backward_row_budget = 0;  // RendererConfig::backward_row_budget
 
   // The maps binning leaves (InstanceArena, tile_counts).
@@ -177,9 +177,12 @@ struct RowWindows {
 // CameraGrad<T> flattened (CameraGrad::to_array).
 constexpr int kCameraGradValues = CameraGrad<float>::kValues;
 
-// A sphere whose pixel box holds at most this many pixels is small (count_kernel counts
-// their instances); when at least half the instances are small, the backward gives each
-// entry 8 or 16 lanes instead of a warp (render_backward.cu).
+// An instance whose sphere's box within its tile holds at most this many pixels is small
+// (count_kernel counts them); when at least half the instances are small, the backward
+// gives each entry 8 or 16 lanes instead of a warp (render_backward.cu). Within the tile,
+// not the whole box: W4's boxes average 47 pixels, but cut at tile edges 72 % of its
+// instances hold at most 32 (whole warps ran them at 59 % of the lanes, groups of 8 at
+// 89 %: backward 0.974 -> 0.775 ms on an H100).
 constexpr int kSmallBoxPixels = 32;
 
 // Per-instance gradient layout: [position 3, radius, opacity, features C].

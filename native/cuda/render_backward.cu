@@ -34,10 +34,11 @@ struct GradFlags {
   bool features, blend, geometry;
 };
 
-// The slots [lo, hi) one launch renders; first: the first window of a backward.
+// The slots [lo, hi) one launch renders; first: the first window of a backward; whole:
+// the only window (every slot in it).
 struct SlotWindow {
   std::int64_t lo, hi;
-  bool first;
+  bool first, whole;
 };
 
 // The first of slots[0, count) (ascending) that is at least value; count if none.
@@ -49,6 +50,28 @@ __device__ int first_slot_at_least(const std::int32_t* slots, int count, std::in
     else hi = mid;
   }
   return lo;
+}
+
+// Zeroes the rows of the tile's list positions [from, to) (their slots in the window
+// starting at slot lo): entries no pixel of the tile reached, whose rows the reduction
+// still sums. Only these rows need it (every reached entry's row is written whole), so no
+// memset of all the window's rows precedes the launch (W4: 59 MB, about 25 us on an H100).
+// Rows whose bytes are a multiple of 16 (float with 3 channels: 32 bytes) are written in
+// 16-byte stores: the rows are scattered, one sector each, and narrow stores cost a
+// transaction per value (W1's backward: +0.1 ms with 4-byte stores).
+template <typename T>
+__device__ void zero_unreached_rows(const std::int32_t* slots, int from, int to, T* rows, std::int64_t lo,
+                                    int stride) {
+  const bool wide = (stride * sizeof(T)) % 16 == 0;  // the rows start 256-byte aligned (InstanceArena)
+  for (int p = from + int(threadIdx.x); p < to; p += int(blockDim.x)) {
+    T* row = rows + (slots[p] - lo) * stride;
+    if (wide) {
+      int4* words = reinterpret_cast<int4*>(row);
+      for (int k = 0; k < int(stride * sizeof(T) / 16); ++k) words[k] = make_int4(0, 0, 0, 0);
+    } else {
+      for (int f = 0; f < stride; ++f) row[f] = T(0);
+    }
+  }
 }
 
 template <typename T>
@@ -263,15 +286,22 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
   T* camera_out = tile_camera ? tile_camera + std::int64_t(blockIdx.x) * kCameraGradValues : nullptr;
   T* background_out = tile_background ? tile_background + std::int64_t(blockIdx.x) * channels : nullptr;
 
-  // The tile's processed entries with slots in the window: [e_begin, e_end). Past the
-  // first window, a block without any leaves at once (every thread finds the same).
+  // The tile's entries with slots in the window: [w_begin, w_end) of its list, of which
+  // the processed ones are [e_begin, e_end). Past the first window, a block without any
+  // processed entry only zeroes its unreached rows and leaves (every thread finds the same).
   const int2 range = tile_ranges[item];
   const std::int32_t* slots = entry_slot + range.x;
+  const int list_length = range.y - range.x;
+  const int w_begin = window.whole ? 0 : first_slot_at_least(slots, list_length, window.lo);
+  const int w_end = window.whole ? list_length : first_slot_at_least(slots, list_length, window.hi);
   int e_begin = 0;
   if (!window.first) {
     const int processed = tile_ends[item];
-    e_begin = first_slot_at_least(slots, processed, window.lo);
-    if (e_begin == processed) return;
+    e_begin = min(w_begin, processed);
+    if (e_begin == processed) {
+      if (split == 0) zero_unreached_rows(slots, max(processed, w_begin), w_end, rows, window.lo, stride);
+      return;
+    }
   }
 
   // Stage this thread's pixel.
@@ -332,7 +362,8 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
   const bool row_writer = scatter_writer<kRowValues, GROUP>(lane);
   T eye_part = 0;  // writer lanes with my_value < 3: minus the sums of that position component
   if (window.first && tile_ends && split == 0 && threadIdx.x == 0) tile_ends[item] = max_end;
-  const int e_end = first_slot_at_least(slots, max_end, window.hi);
+  const int e_end = min(w_end, max_end);
+  if (split == 0) zero_unreached_rows(slots, max(max_end, w_begin), w_end, rows, window.lo, stride);
   // Batches of kBatch * splits entries, of which block `split` of the tile stages every
   // splits-th (staged entry t: list position base + t * splits + split); warp w takes
   // the staged entries w * kGroups + group, stepping kWarps * kGroups (with groups, in
@@ -531,10 +562,10 @@ template <typename T, int C_STATIC, bool ORTHO, bool RAY_SUMS>
 void launch_kernel(unsigned blocks, std::size_t dynamic_smem, std::size_t ray_sum_bytes, const RendererConfig& config,
                    const SceneArgs& scene, const RenderOptions& options, const BackwardArgs& args,
                    GradFlags flags, cudaStream_t stream, CudaScratch& s, const BackwardTargets<T>& to) {
-  // Small boxes (most instances' spheres within 32 pixels, W5): groups of 8 lanes, or 16
-  // when a row's values need them; otherwise whole warps (groups lose on large spheres:
-  // CUPTI kernel times W1 2.92 -> 4.05 ms with 16, W4 1.14 -> 1.18). The generic channel path
-  // sums features per round over the whole warp and always takes 32.
+  // Small boxes (most instances' boxes within their tile of at most 32 pixels: W4, W5):
+  // groups of 8 lanes, or 16 when a row's values need them; otherwise whole warps (groups
+  // lose on large spheres: CUPTI kernel times W1 2.92 -> 4.05 ms with 16). The generic
+  // channel path sums features per round over the whole warp and always takes 32.
   constexpr int kSmallGroup = C_STATIC == 0 ? 32 : (next_pow2(kGpuInstFeatures + C_STATIC) <= 8 ? 8 : 16);
   auto run = [&](auto group) {
     constexpr int kGroup = decltype(group)::value;
@@ -611,8 +642,8 @@ void cuda_render_backward(const RendererConfig& config, const SceneArgs& scene,
     to.window.lo = w * windows.size;
     to.window.hi = std::min(n, to.window.lo + windows.size);
     to.window.first = w == 0;
-    // Entries past a tile's last traversal end are never visited: their rows must read zero.
-    PULSAR_CUDA_CHECK(cudaMemsetAsync(rows, 0, std::size_t(to.window.hi - to.window.lo) * row_bytes, stream));
+    to.window.whole = windows.count == 1;
+    // Rows of entries no pixel reached are zeroed by the kernel (zero_unreached_rows).
     switch (config.n_channels) {
       case 1: launch<T, 1>(config, scene, options, args, flags, stream, scratch, to); break;
       case 3: launch<T, 3>(config, scene, options, args, flags, stream, scratch, to); break;

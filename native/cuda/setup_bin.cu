@@ -163,9 +163,9 @@ __device__ void deal_pairs(const RendererConfig& config, const GpuSphere<T>& g, 
 // Tiles stored per item, in depth rank order (rank r holds item order[r]), in a plain
 // loop per sphere: counting is too light per tile for WarpDeal's shuffles to pay (H100:
 // W2 0.11 ms against 0.19 dealt). Also adds to
-// *small_box_instances the instances of spheres whose box holds at most kSmallBoxPixels
-// pixels (one atomic per block, integers: exact), which picks the backward's lane
-// grouping (render_backward.cu).
+// *small_box_instances the instances whose box within their tile holds at most
+// kSmallBoxPixels pixels (one atomic per block, integers: exact), which picks the
+// backward's lane grouping (render_backward.cu).
 template <typename T>
 __global__ void count_kernel(RendererConfig config, SceneArgs scene, const GpuSphere<T>* spheres,
                              const float* bound, const std::int32_t* order, std::int64_t* tile_counts,
@@ -181,12 +181,17 @@ __global__ void count_kernel(RendererConfig config, SceneArgs scene, const GpuSp
     const TileBox box = tile_box(g);
     const float* camera_bound = bound ? bound + std::int64_t(split_item(item, n).camera) * tiling.n_tiles() : nullptr;
     const float zc = float(g.closest_depth);
-    for (int ty = box.ty0; ty < box.ty0 + box.count / box.w; ++ty)
-      for (int tx = box.tx0; tx < box.tx0 + box.w; ++tx)
-        if (camera_bound == nullptr || zc <= camera_bound[ty * tiling.tiles_x + tx]) ++count;
+    for (int ty = box.ty0; ty < box.ty0 + box.count / box.w; ++ty) {
+      const int rows = min(int(g.y1), ty * kTileSize + kTileSize - 1) - max(int(g.y0), ty * kTileSize) + 1;
+      for (int tx = box.tx0; tx < box.tx0 + box.w; ++tx) {
+        if (camera_bound != nullptr && zc > camera_bound[ty * tiling.tiles_x + tx]) continue;
+        ++count;
+        // The box within this tile: what the backward's lanes walk for this instance.
+        const int columns = min(int(g.x1), tx * kTileSize + kTileSize - 1) - max(int(g.x0), tx * kTileSize) + 1;
+        small += rows * columns <= kSmallBoxPixels ? 1 : 0;
+      }
+    }
     tile_counts[rank] = count;
-    const int box_pixels = (int(g.x1) - int(g.x0) + 1) * (int(g.y1) - int(g.y0) + 1);
-    small = box_pixels <= kSmallBoxPixels ? count : 0;
   }
   // One atomic per block: per warp they serialised on the one address (W4 count kernel
   // 20 -> 36 us).
