@@ -101,6 +101,18 @@ class RenderFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, native, settings: CallSettings, pos, col, rad, opacity, bg, cameras, cam_params=None,
                 camera_args=None):
+        def failed(error: RuntimeError) -> None:
+            _reraise_with_snapshot(error, "forward", native, settings, pos.device, dict(
+                vert_pos=pos, vert_col=col, vert_rad=rad, opacity=opacity, bg_col=bg, cameras=cameras))
+
+        scene = _scene_args(pos, col, rad, opacity, bg, cameras, settings.right_handed)
+        options = settings.options(pos.device)
+        # The binning starts first; the outputs are allocated while the device works on it
+        # (W4 on the lent H100: about 40 us of the host's time no longer before the GPU's).
+        try:
+            native.begin_forward(scene, options)
+        except RuntimeError as error:
+            failed(error)
         cfg = native.config
         b, c = cameras.shape[0], cfg.n_channels
         lead = (b, cfg.height, cfg.width) if settings.batch_dim else (cfg.height, cfg.width)
@@ -113,12 +125,10 @@ class RenderFunction(torch.autograd.Function):
         out = _native.ForwardOutputs()
         out.image, out.blend_state, out.hit_count = _ptr(image), _ptr(state), _ptr(hits)
         out.traversal_end, out.forward_info, out.depth_moments = _ptr(ends), _ptr(info), _ptr(moments)
-        scene = _scene_args(pos, col, rad, opacity, bg, cameras, settings.right_handed)
         try:
-            token = native.forward(scene, settings.options(pos.device), out)
+            token = native.finish_forward(scene, options, out)
         except RuntimeError as error:
-            _reraise_with_snapshot(error, "forward", native, settings, pos.device, dict(
-                vert_pos=pos, vert_col=col, vert_rad=rad, opacity=opacity, bg_col=bg, cameras=cameras))
+            failed(error)
         ctx.native, ctx.settings, ctx.token, ctx.camera_args = native, settings, token, camera_args
         ctx.save_for_backward(pos, col, rad, opacity, bg, cameras, cam_params, image, state, ends, moments)
         ctx.mark_non_differentiable(*(t for t in (hits, info) if t is not None))

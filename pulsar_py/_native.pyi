@@ -107,6 +107,10 @@ def camera_params_backward(args: CameraParamsArgs, grad_packed: int, grad_params
 class Renderer:
     def __init__(self, config: RendererConfig) -> None: ...
     def forward(self, scene: SceneArgs, options: RenderOptions, outputs: ForwardOutputs) -> int: ...
+    def begin_forward(self, scene: SceneArgs, options: RenderOptions) -> None:
+        """Starts forward's binning (CUDA: enqueues it up to its one host sync)."""
+    def finish_forward(self, scene: SceneArgs, options: RenderOptions, outputs: ForwardOutputs) -> int:
+        """Completes the binning begin_forward started and renders; returns forward's token."""
     def backward(self, scene: SceneArgs, options: RenderOptions, args: BackwardArgs,
                  grads: GradientOutputs, forward_token: int) -> None: ...
     @property

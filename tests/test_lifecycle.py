@@ -266,7 +266,10 @@ class _FailingNative:
     def __init__(self, real):
         self.config = real.config
 
-    def forward(self, *args):
+    def begin_forward(self, *args):
+        pass
+
+    def finish_forward(self, *args):  # the binning began; the render's launch fails
         raise RuntimeError("pulsar: CUDA call cudaLaunchKernel failed: simulated")
 
 
@@ -337,3 +340,53 @@ def test_gradients_are_bitwise_reproducible_in_deterministic_mode(dtype, device,
     torch.use_deterministic_algorithms(False)
     default = _gradients(scene.renderer(device), scene, device, dtype)
     assert all(torch.equal(a, b) for a, b in zip(default, first))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_forward_in_two_calls_is_forward_and_finish_needs_its_begin(device):
+    """The native forward split in begin_forward / finish_forward (the outputs are
+    allocated in between) renders what one forward call renders, bitwise; a finish
+    without its begin, or after another call of the renderer came in between, is an
+    error naming finish_forward."""
+    from pulsar_py import _native
+    from pulsar_py._autograd import CallSettings, _scene_args, convert_camera_vectors, camera_conversion_args
+
+    dev = torch.device(device)
+    scene = random_scene(7, n_spheres=40)
+    kwargs = scene.call_kwargs(F64, device)
+    renderer = scene.renderer(device)
+    native = renderer._native_for(dev)
+    cams = kwargs["cam_params"].reshape(-1, kwargs["cam_params"].shape[-1]).contiguous()
+    args = camera_conversion_args(1, cams.shape[-1], F64, dev, renderer.width, renderer.height, False, False, False,
+                                  0.0, float(kwargs["max_depth"]))
+    packed = convert_camera_vectors(cams, args)
+    bg = torch.ones(renderer.n_channels, dtype=F64, device=dev)
+    settings = CallSettings(gamma=float(kwargs["gamma"]), percent_allowed_difference=0.01, max_n_hits=-1,
+                            right_handed=False, want_forward_info=False)
+    scene_args = _scene_args(kwargs["vert_pos"], kwargs["vert_col"], kwargs["vert_rad"], kwargs.get("opacity"), bg,
+                             packed, False)
+    options = settings.options(dev)
+
+    def outputs():
+        image = torch.full((1, renderer.height, renderer.width, renderer.n_channels), float("nan"), dtype=F64,
+                           device=dev)
+        state = torch.empty((1, renderer.height, renderer.width, 2), dtype=F64, device=dev)
+        counts = torch.empty((2, 1, renderer.height, renderer.width), dtype=torch.int32, device=dev)
+        out = _native.ForwardOutputs()
+        out.image, out.blend_state = image.data_ptr(), state.data_ptr()
+        out.hit_count, out.traversal_end = counts[0].data_ptr(), counts[1].data_ptr()
+        return image, counts, out
+
+    one_image, one_counts, out = outputs()
+    native.forward(scene_args, options, out)
+    two_image, two_counts, out = outputs()
+    native.begin_forward(scene_args, options)
+    native.finish_forward(scene_args, options, out)
+    assert torch.equal(one_image, two_image) and torch.equal(one_counts, two_counts)
+    assert float((one_counts[0] > 0).float().mean()) > 0.1  # a scene that renders something
+    with pytest.raises(ValueError, match="finish_forward: expected a begin_forward"):
+        native.finish_forward(scene_args, options, out)
+    native.begin_forward(scene_args, options)
+    native.forward(scene_args, options, out)  # another call in between
+    with pytest.raises(ValueError, match="finish_forward: expected a begin_forward"):
+        native.finish_forward(scene_args, options, out)

@@ -108,6 +108,15 @@ class Renderer {
   std::uint64_t forward(const SceneArgs& scene, const RenderOptions& options,
                         const ForwardOutputs& outputs);
 
+  // forward in two calls: begin_forward starts the binning (on CUDA it enqueues the
+  // device work up to its one host synchronisation and returns), finish_forward completes
+  // it for the same scene and options and renders into the outputs. The caller may
+  // allocate the outputs in between while the device works. finish_forward without a
+  // begin_forward of its own (or after another call came in between) is an error.
+  void begin_forward(const SceneArgs& scene, const RenderOptions& options);
+  std::uint64_t finish_forward(const SceneArgs& scene, const RenderOptions& options,
+                               const ForwardOutputs& outputs);
+
   // Exact gradients of the forward (model.md section 8) for the same scene and options.
   void backward(const SceneArgs& scene, const RenderOptions& options, const BackwardArgs& args,
                 const GradientOutputs& grads, std::uint64_t forward_token);
@@ -127,6 +136,7 @@ class Renderer {
   std::unique_ptr<Backend> backend_;
   std::uint64_t binned_token_ = 0;  // token of the binning the backend holds; 0: none
   std::uint64_t next_token_ = 1;
+  bool forward_begun_ = false;      // a begin_forward awaits its finish_forward
 };
 
 // Pulsar camera vectors -> packed native cameras, in one call (include/pulsar/

@@ -11,6 +11,10 @@ void bind_renderer(py::module_& m) {
       .def(py::init<const RendererConfig&>(), py::arg("config"))
       .def("forward", &Renderer::forward, py::arg("scene"), py::arg("options"), py::arg("outputs"),
            py::call_guard<py::gil_scoped_release>())
+      .def("begin_forward", &Renderer::begin_forward, py::arg("scene"), py::arg("options"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("finish_forward", &Renderer::finish_forward, py::arg("scene"), py::arg("options"), py::arg("outputs"),
+           py::call_guard<py::gil_scoped_release>())
       .def("backward", &Renderer::backward, py::arg("scene"), py::arg("options"), py::arg("args"),
            py::arg("grads"), py::arg("forward_token"), py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("config", &Renderer::config)

@@ -1,8 +1,12 @@
 // The seam between the stage sequence (renderer.cpp, written once) and the devices.
 // A backend is chosen once, when the Renderer is constructed for a device, and owns
 // that device's scratch. Stages, in order:
-//   1. setup_and_bin: per-sphere culling, closest depth and screen bounds; binning of
-//      the visible spheres into per-tile lists ordered by (closest depth, index).
+//   1. begin_binning, finish_binning: per-sphere culling, closest depth and screen
+//      bounds; binning of the visible spheres into per-tile lists ordered by (closest
+//      depth, index). In two calls so that the caller's host work (allocating the
+//      outputs) overlaps the device's: begin_binning enqueues all it can without waiting
+//      (CUDA: up to the read-back of the instance count), finish_binning waits for that
+//      and completes the lists. The CPU bins whole in begin_binning.
 //   2. render_forward: per-pixel traversal of its tile's list and blending.
 //   3. render_backward: per-pixel re-traversal of the processed hits; gradient partials
 //      per (tile, sphere) instance and per tile for the camera.
@@ -25,7 +29,9 @@ void dispatch_dtype(DType dtype, Fn&& fn) {
 class Backend {
  public:
   virtual ~Backend() = default;
-  virtual void setup_and_bin(const SceneArgs& scene, const RenderOptions& options) = 0;
+  virtual void begin_binning(const SceneArgs& scene, const RenderOptions& options) = 0;
+  // Completes the binning begin_binning started, for the same scene and options.
+  virtual void finish_binning(const SceneArgs& scene, const RenderOptions& options) = 0;
   virtual void render_forward(const SceneArgs& scene, const RenderOptions& options,
                               const ForwardOutputs& outputs) = 0;
   virtual void render_backward(const SceneArgs& scene, const RenderOptions& options,

@@ -61,16 +61,42 @@ void Renderer::check_call(const SceneArgs& scene, const RenderOptions& options) 
 
 void Renderer::prepare(const SceneArgs& scene, const RenderOptions& options) {
   binned_token_ = 0;  // a failure part-way leaves no binning to reuse
-  backend_->setup_and_bin(scene, options);
+  forward_begun_ = false;
+  backend_->begin_binning(scene, options);
+  backend_->finish_binning(scene, options);
   binned_token_ = next_token_++;
 }
 
-std::uint64_t Renderer::forward(const SceneArgs& scene, const RenderOptions& options,
-                                const ForwardOutputs& outputs) {
-  check_call(scene, options);
+namespace {
+void check_forward_outputs(const ForwardOutputs& outputs) {
   PULSAR_REQUIRE(outputs.image && outputs.blend_state && outputs.hit_count && outputs.traversal_end,
                  "forward outputs: image, blend_state, hit_count and traversal_end are required");
-  prepare(scene, options);
+}
+}  // namespace
+
+std::uint64_t Renderer::forward(const SceneArgs& scene, const RenderOptions& options,
+                                const ForwardOutputs& outputs) {
+  check_forward_outputs(outputs);
+  begin_forward(scene, options);
+  return finish_forward(scene, options, outputs);
+}
+
+void Renderer::begin_forward(const SceneArgs& scene, const RenderOptions& options) {
+  check_call(scene, options);
+  binned_token_ = 0;  // a failure part-way leaves no binning to reuse
+  forward_begun_ = false;
+  backend_->begin_binning(scene, options);
+  forward_begun_ = true;
+}
+
+std::uint64_t Renderer::finish_forward(const SceneArgs& scene, const RenderOptions& options,
+                                       const ForwardOutputs& outputs) {
+  PULSAR_REQUIRE(forward_begun_, "finish_forward: expected a begin_forward of the same scene just before, "
+                 "with no other call of this renderer in between");
+  forward_begun_ = false;
+  check_forward_outputs(outputs);
+  backend_->finish_binning(scene, options);
+  binned_token_ = next_token_++;
   backend_->render_forward(scene, options, outputs);
   return binned_token_;
 }

@@ -13,11 +13,12 @@ class CpuBackend final : public Backend {
     scratch_.threads = resolve_thread_count(config.num_threads);
   }
 
-  void setup_and_bin(const SceneArgs& scene, const RenderOptions&) override {
+  void begin_binning(const SceneArgs& scene, const RenderOptions&) override {
     dispatch_dtype(scene.dtype, [&](auto tag) {
       cpu_setup_and_bin<decltype(tag)>(config_, scene, scratch_);
     });
   }
+  void finish_binning(const SceneArgs&, const RenderOptions&) override {}  // all done in begin_binning
 
   void render_forward(const SceneArgs& scene, const RenderOptions& options,
                       const ForwardOutputs& outputs) override {

@@ -25,10 +25,16 @@ class CudaBackend final : public Backend {
     if (scratch_.host_count) cudaFreeHost(scratch_.host_count);
   }
 
-  void setup_and_bin(const SceneArgs& scene, const RenderOptions& options) override {
+  void begin_binning(const SceneArgs& scene, const RenderOptions& options) override {
     DeviceGuard guard(config_.device_index);
     dispatch_dtype(scene.dtype, [&](auto tag) {
-      cuda_setup_and_bin<decltype(tag)>(config_, scene, options, stream(options), scratch_);
+      cuda_begin_binning<decltype(tag)>(config_, scene, options, stream(options), scratch_);
+    });
+  }
+  void finish_binning(const SceneArgs& scene, const RenderOptions& options) override {
+    DeviceGuard guard(config_.device_index);
+    dispatch_dtype(scene.dtype, [&](auto tag) {
+      cuda_finish_binning<decltype(tag)>(config_, scene, stream(options), scratch_);
     });
   }
 

@@ -124,6 +124,12 @@ struct CudaScratch {
   std::int64_t n_instances = 0;
   std::int64_t small_box_instances = 0;  // of n_instances, those with small boxes within their tile
   std::int64_t backward_row_budget = 0;  // RendererConfig::backward_row_budget
+  // Between cuda_begin_binning and cuda_finish_binning: whether a count is in flight, the
+  // rank -> item order (in one of depth_order's buffers) and the tile depth bounds (null:
+  // none).
+  bool binning_pending = false;
+  const std::int32_t* pending_order = nullptr;
+  const float* pending_bound = nullptr;
 
   // The maps binning leaves (InstanceArena, tile_counts).
   std::int32_t* entry_sphere() const { return arena_map(InstanceArena{std::size_t(n_instances)}.entry_sphere()); }
@@ -188,9 +194,16 @@ constexpr int kSmallBoxPixels = 32;
 // Per-instance gradient layout: [position 3, radius, opacity, features C].
 constexpr int kGpuInstPos = 0, kGpuInstRadius = 3, kGpuInstOpacity = 4, kGpuInstFeatures = 5;
 
+// Stage 1 in two calls (backend.h): the first enqueues setup, the depth sort, the tile
+// depth bound, the tile counts and their scan and the instance count's read-back; the
+// second waits for the count (the one host synchronisation of a binning) and builds the
+// lists.
 template <typename T>
-void cuda_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
+void cuda_begin_binning(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
                         cudaStream_t stream, CudaScratch& scratch);
+template <typename T>
+void cuda_finish_binning(const RendererConfig& config, const SceneArgs& scene, cudaStream_t stream,
+                         CudaScratch& scratch);
 // Per tile of every camera, a depth beyond which no pixel processes a sphere (float
 // [B * n_tiles], in scratch), or null when early termination is off.
 template <typename T>

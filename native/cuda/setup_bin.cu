@@ -288,8 +288,9 @@ int bit_width(std::uint64_t v) {
 }  // namespace
 
 template <typename T>
-void cuda_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
+void cuda_begin_binning(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
                         cudaStream_t stream, CudaScratch& scratch) {
+  scratch.binning_pending = false;
   const std::int64_t items = scene.n_spheres * scene.batch_size;
   const Tiling tiling = Tiling::of(config.width, config.height);
   const std::int64_t total_tiles = tiling.n_tiles() * scene.batch_size;
@@ -336,10 +337,21 @@ void cuda_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, co
   PULSAR_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, counts, slots_of + 1, items, stream));
   void* temp = scratch.cub_temp.reserve<unsigned char>(scan_bytes, "CUB workspace");
   PULSAR_CUDA_CHECK(cub::DeviceScan::InclusiveSum(temp, scan_bytes, counts, slots_of + 1, items, stream));
-  // The one host sync of the forward: the instance count sizes the sort (read back with
-  // the small-box count behind it).
+  // The instance count sizes the sort: read back with the small-box count behind it, and
+  // waited for in cuda_finish_binning.
   PULSAR_CUDA_CHECK(cudaMemcpyAsync(scratch.host_count, slots_of + items, 2 * sizeof(std::int64_t),
                                     cudaMemcpyDeviceToHost, stream));
+  scratch.pending_order = order;
+  scratch.pending_bound = bound;
+  scratch.binning_pending = true;
+}
+
+template <typename T>
+void cuda_finish_binning(const RendererConfig& config, const SceneArgs& scene, cudaStream_t stream,
+                         CudaScratch& scratch) {
+  if (!scratch.binning_pending) return;  // no items: cuda_begin_binning left empty lists
+  scratch.binning_pending = false;
+  // The one host synchronisation of a binning.
   PULSAR_CUDA_CHECK(cudaStreamSynchronize(stream));
   const std::int64_t count = *scratch.host_count;
   if (count >= (std::int64_t(1) << 31))
@@ -350,6 +362,15 @@ void cuda_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, co
   scratch.small_box_instances = scratch.host_count[1];
   // With no instances every tile count is 0, so item_slots reads [0, 0) for every item.
   if (count == 0) return;
+  const std::int64_t items = scene.n_spheres * scene.batch_size;
+  const Tiling tiling = Tiling::of(config.width, config.height);
+  const std::int64_t total_tiles = tiling.n_tiles() * scene.batch_size;
+  constexpr int kThreads = 256;
+  const auto* spheres = scratch.spheres.as<GpuSphere<T>>();
+  const std::int32_t* order = scratch.pending_order;
+  const float* bound = scratch.pending_bound;
+  auto* slots_of = scratch.sphere_slots.as<std::int64_t>();
+  auto* ranges = scratch.tile_ranges.as<int2>();
 
   const InstanceArena layout{std::size_t(count)};
   unsigned char* arena = scratch.instance_arena.reserve<unsigned char>(layout.binning_bytes(), "sphere-tile instances");
@@ -374,9 +395,11 @@ void cuda_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, co
   PULSAR_CUDA_LAUNCH_CHECK("maps_kernel");
 }
 
-template void cuda_setup_and_bin<float>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
+template void cuda_begin_binning<float>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
                                         cudaStream_t, CudaScratch&);
-template void cuda_setup_and_bin<double>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
+template void cuda_begin_binning<double>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
                                          cudaStream_t, CudaScratch&);
+template void cuda_finish_binning<float>(const RendererConfig&, const SceneArgs&, cudaStream_t, CudaScratch&);
+template void cuda_finish_binning<double>(const RendererConfig&, const SceneArgs&, cudaStream_t, CudaScratch&);
 
 }  // namespace pulsar
