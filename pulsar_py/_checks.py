@@ -47,6 +47,8 @@ def magnitude_limit(dtype: torch.dtype) -> float:
 # ---------------------------------------------------------------------------- scalars
 def check_int(name: str, value: object, low: int, high: Optional[int] = None) -> int:
     """An integer (Python, NumPy or a one-element integer tensor) in [low, high]."""
+    if type(value) is int and value >= low and (high is None or value <= high):
+        return value  # the common case, without the ABC checks below (per call, every frame)
     if isinstance(value, torch.Tensor) and value.numel() == 1 and not (
             value.is_floating_point() or value.is_complex() or value.dtype == torch.bool):
         value = int(value.item())
@@ -67,6 +69,9 @@ def check_float(name: str, value: object, low: float, high: float, *, low_open: 
     (a sync on CUDA) and the argument is not differentiable, which a tensor requiring
     grad would suggest it is.
     """
+    if type(value) is float and (value > low if low_open else value >= low) and (
+            value < high if high_open else value <= high):
+        return value  # the common case (NaN fails the comparisons), without the checks below
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
             raise ValueError(f"{name}: expected a scalar, got a tensor of shape {tuple(value.shape)}")
@@ -89,6 +94,8 @@ def check_float(name: str, value: object, low: float, high: float, *, low_open: 
 
 def check_bool(name: str, value: object) -> bool:
     """A flag: bool or numpy.bool_ (1, "yes", None or tensors are rejected, not guessed)."""
+    if value is True or value is False:
+        return value
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name}: expected a bool (True or False), got {type(value).__name__} {_short(value)}")
     return bool(value)

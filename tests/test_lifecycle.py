@@ -368,6 +368,8 @@ def test_forward_in_two_calls_is_forward_and_finish_needs_its_begin(device):
     options = settings.options(dev)
 
     def outputs():
+        """(image, blend state, hit counts and traversal ends, the native outputs over them:
+        the caller keeps the tensors alive while the native side writes them)."""
         image = torch.full((1, renderer.height, renderer.width, renderer.n_channels), float("nan"), dtype=F64,
                            device=dev)
         state = torch.empty((1, renderer.height, renderer.width, 2), dtype=F64, device=dev)
@@ -375,14 +377,15 @@ def test_forward_in_two_calls_is_forward_and_finish_needs_its_begin(device):
         out = _native.ForwardOutputs()
         out.image, out.blend_state = image.data_ptr(), state.data_ptr()
         out.hit_count, out.traversal_end = counts[0].data_ptr(), counts[1].data_ptr()
-        return image, counts, out
+        return image, state, counts, out
 
-    one_image, one_counts, out = outputs()
+    one_image, one_state, one_counts, out = outputs()
     native.forward(scene_args, options, out)
-    two_image, two_counts, out = outputs()
+    two_image, two_state, two_counts, out = outputs()
     native.begin_forward(scene_args, options)
     native.finish_forward(scene_args, options, out)
     assert torch.equal(one_image, two_image) and torch.equal(one_counts, two_counts)
+    assert torch.equal(one_state, two_state)
     assert float((one_counts[0] > 0).float().mean()) > 0.1  # a scene that renders something
     with pytest.raises(ValueError, match="finish_forward: expected a begin_forward"):
         native.finish_forward(scene_args, options, out)
