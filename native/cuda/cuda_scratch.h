@@ -105,8 +105,7 @@ struct CudaScratch {
   // then the rank -> item order.
   DeviceBuffer depth_order;
   // int64 [B * N]: tiles stored per item, in rank order (the scan's input); then, from the
-  // duplicate kernel on, int2 [B * N]: each item's slots [first, end), by item (item_slots;
-  // only when the sphere reduction goes by sphere, see reduce_by_rank).
+  // duplicate kernel on, int2 [B * N]: each item's slots [first, end), by item (item_slots).
   DeviceBuffer tile_counts;
   DeviceBuffer sphere_slots;    // int64 [B * N + 2]: exclusive scan of tile_counts (rank
                                 // order), then the count of small-box instances (count_kernel)
@@ -125,18 +124,17 @@ struct CudaScratch {
   std::int64_t n_instances = 0;
   std::int64_t small_box_instances = 0;  // of n_instances, those with small boxes within their tile
   std::int64_t backward_row_budget = 0;  // RendererConfig::backward_row_budget
-  // The binning's rank -> item order (in one of depth_order's buffers; sphere_slots gives
-  // each rank's slots), valid until the next binning.
-  const std::int32_t* rank_order = nullptr;
-  // Between cuda_begin_binning and cuda_finish_binning: whether a count is in flight and
-  // the tile depth bounds (null: none).
+  // Between cuda_begin_binning and cuda_finish_binning: whether a count is in flight, the
+  // rank -> item order (in one of depth_order's buffers) and the tile depth bounds (null:
+  // none).
   bool binning_pending = false;
+  const std::int32_t* pending_order = nullptr;
   const float* pending_bound = nullptr;
 
   // The maps binning leaves (InstanceArena, tile_counts).
   std::int32_t* entry_sphere() const { return arena_map(InstanceArena{std::size_t(n_instances)}.entry_sphere()); }
   std::int32_t* entry_slot() const { return arena_map(InstanceArena{std::size_t(n_instances)}.entry_slot()); }
-  int2* item_slots() const { return tile_counts.as<int2>(); }  // only when !reduce_by_rank
+  int2* item_slots() const { return tile_counts.as<int2>(); }
 
   std::int32_t* arena_map(std::size_t offset) const {
     return reinterpret_cast<std::int32_t*>(instance_arena.as<unsigned char>() + offset);
@@ -226,11 +224,6 @@ template <typename T>
 void cuda_reduce_sphere_rows(const RendererConfig& config, const SceneArgs& scene,
                              const GradientOutputs& grads, cudaStream_t stream, const CudaScratch& scratch,
                              const T* rows, std::int64_t lo, std::int64_t hi, bool first);
-// Whether the sphere reduction goes by depth rank (reduce_rank_rows_kernel): when every
-// (camera, sphere) item is its own sphere of the gradient arrays, i.e. one camera or
-// spheres per camera. Otherwise (shared spheres, several cameras) it goes by sphere,
-// through item_slots, which the binning then builds.
-inline bool reduce_by_rank(const SceneArgs& scene) { return scene.batch_size == 1 || !scene.shared_spheres; }
 // Camera and background partials -> the caller's arrays.
 template <typename T>
 void cuda_reduce_gradients(const RendererConfig& config, const SceneArgs& scene,

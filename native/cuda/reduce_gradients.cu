@@ -15,44 +15,8 @@ namespace {
 constexpr int kThreads = 256;
 
 
-// The values one reduction sums per row: position 3, radius, opacity, then the features
-// when their count is static (C_STATIC > 0: summed in registers; 0: any count, summed in
-// the output array).
-template <int C_STATIC>
-constexpr int kRowSums = kGpuInstFeatures + (C_STATIC > 0 ? C_STATIC : 0);
-
-// Adds the rows of slots [u_begin, u_end) (rows[u - lo], `stride` values each) to sums, in
-// ascending slot order; with C_STATIC == 0 their features to col[0, channels) too.
-template <typename T, int C_STATIC>
-__device__ void add_rows(const T* rows, std::int64_t lo, int stride, std::int64_t u_begin, std::int64_t u_end,
-                         int channels, T (&sums)[kRowSums<C_STATIC>], T* col) {
-  for (std::int64_t u = u_begin; u < u_end; ++u) {
-    const T* g = rows + (u - lo) * stride;
-#pragma unroll
-    for (int f = 0; f < kRowSums<C_STATIC>; ++f) sums[f] += g[f];
-    if (col && C_STATIC == 0)
-      for (int k = 0; k < channels; ++k) col[k] += g[kGpuInstFeatures + k];
-  }
-}
-
-// Writes (first window) or adds an item's sums into the requested gradient arrays.
-template <typename T, int C_STATIC>
-__device__ void put_sums(const GradientOutputs& grads, std::int64_t item, const T (&sums)[kRowSums<C_STATIC>],
-                         bool first) {
-  auto put = [first](void* out, std::int64_t index, T value) {
-    T* o = static_cast<T*>(out) + index;
-    *o = first ? value : *o + value;
-  };
-  if (grads.positions)
-    for (int d = 0; d < 3; ++d) put(grads.positions, 3 * item + d, sums[kGpuInstPos + d]);
-  if (grads.radii) put(grads.radii, item, sums[kGpuInstRadius]);
-  if (grads.opacities) put(grads.opacities, item, sums[kGpuInstOpacity]);
-  if (grads.features && C_STATIC > 0)
-    for (int k = 0; k < C_STATIC; ++k) put(grads.features, item * C_STATIC + k, sums[kGpuInstFeatures + k]);
-}
-
-// One thread per sphere (item of the gradient arrays): its rows within the window, over
-// the cameras when the spheres are shared, found through item_slots.
+// C_STATIC > 0: the channel count, features summed in registers; 0: any count, summed in
+// the output array.
 template <typename T, int C_STATIC>
 __global__ void reduce_sphere_rows_kernel(SceneArgs scene, int channels, GradientOutputs grads, const int2* item_slots,
                                           const T* rows, std::int64_t lo, std::int64_t hi, bool first) {
@@ -65,58 +29,44 @@ __global__ void reduce_sphere_rows_kernel(SceneArgs scene, int channels, Gradien
   const int b_first = scene.shared_spheres ? 0 : int(set);
   const int b_last = scene.shared_spheres ? scene.batch_size : int(set) + 1;
   if (C_STATIC > 0) channels = C_STATIC;
-  T sums[kRowSums<C_STATIC>] = {};
-  T* col = C_STATIC == 0 && grads.features ? static_cast<T*>(grads.features) + item * channels : nullptr;
-  if (col && first)
-    for (int k = 0; k < channels; ++k) col[k] = T(0);
+  const int stride = kGpuInstFeatures + channels;
+  T sums[kGpuInstFeatures + (C_STATIC > 0 ? C_STATIC : 0)] = {};
+  auto* col = static_cast<T*>(grads.features);
+  if (col && C_STATIC == 0 && first)
+    for (int k = 0; k < channels; ++k) col[item * channels + k] = T(0);
   bool any = false;
   for (int b = b_first; b < b_last; ++b) {
     const int2 slots = item_slots[std::int64_t(b) * n + i];  // [first, end)
     const std::int64_t u_begin = max(std::int64_t(slots.x), lo), u_end = min(std::int64_t(slots.y), hi);
     any = any || u_begin < u_end;
-    add_rows<T, C_STATIC>(rows, lo, kGpuInstFeatures + channels, u_begin, u_end, channels, sums, col);
+    for (std::int64_t u = u_begin; u < u_end; ++u) {
+      const T* g = rows + (u - lo) * stride;
+#pragma unroll
+      for (int f = 0; f < kGpuInstFeatures + (C_STATIC > 0 ? C_STATIC : 0); ++f) sums[f] += g[f];
+      if (col && C_STATIC == 0)
+        for (int k = 0; k < channels; ++k) col[item * channels + k] += g[kGpuInstFeatures + k];
+    }
   }
   if (!first && !any) return;
-  put_sums<T, C_STATIC>(grads, item, sums, first);
-}
-
-// One thread per depth rank, when each (camera, sphere) item is a sphere of the gradient
-// arrays (one camera, or spheres per camera): a rank's rows are contiguous and the next
-// rank's follow them, so a warp reads one run of rows where the per-sphere kernel reads
-// 32 scattered ones, and the item -> slots map (item_slots_kernel's scatter) is not
-// needed. Each item's rows are summed in the same (ascending slot) order as there: the
-// gradients are bitwise the same.
-template <typename T, int C_STATIC>
-__global__ void reduce_rank_rows_kernel(std::int64_t items, int channels, GradientOutputs grads,
-                                        const std::int32_t* order, const std::int64_t* rank_slots, const T* rows,
-                                        std::int64_t lo, std::int64_t hi, bool first) {
-  const std::int64_t rank = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (rank >= items) return;
-  const std::int64_t u_begin = max(rank_slots[rank], lo), u_end = min(rank_slots[rank + 1], hi);
-  if (!first && u_begin >= u_end) return;
-  const std::int64_t item = order[rank];
-  if (C_STATIC > 0) channels = C_STATIC;
-  T sums[kRowSums<C_STATIC>] = {};
-  T* col = C_STATIC == 0 && grads.features ? static_cast<T*>(grads.features) + item * channels : nullptr;
-  if (col && first)
-    for (int k = 0; k < channels; ++k) col[k] = T(0);
-  add_rows<T, C_STATIC>(rows, lo, kGpuInstFeatures + channels, u_begin, u_end, channels, sums, col);
-  put_sums<T, C_STATIC>(grads, item, sums, first);
+  auto put = [first](void* out, std::int64_t index, T value) {
+    T* o = static_cast<T*>(out) + index;
+    *o = first ? value : *o + value;
+  };
+  if (grads.positions)
+    for (int d = 0; d < 3; ++d) put(grads.positions, 3 * item + d, sums[kGpuInstPos + d]);
+  if (grads.radii) put(grads.radii, item, sums[kGpuInstRadius]);
+  if (grads.opacities) put(grads.opacities, item, sums[kGpuInstOpacity]);
+  if (col && C_STATIC > 0)
+    for (int k = 0; k < C_STATIC; ++k) put(col, item * C_STATIC + k, sums[kGpuInstFeatures + k]);
 }
 
 template <typename T, int C_STATIC>
 void launch_reduce_sphere_rows(std::int64_t items, const SceneArgs& scene, int channels, const GradientOutputs& grads,
                                cudaStream_t stream, const CudaScratch& scratch, const T* rows, std::int64_t lo,
                                std::int64_t hi, bool first) {
-  if (reduce_by_rank(scene)) {
-    reduce_rank_rows_kernel<T, C_STATIC><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
-        items, channels, grads, scratch.rank_order, scratch.sphere_slots.as<std::int64_t>(), rows, lo, hi, first);
-    PULSAR_CUDA_LAUNCH_CHECK("reduce_rank_rows_kernel");
-  } else {
-    reduce_sphere_rows_kernel<T, C_STATIC><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
-        scene, channels, grads, scratch.item_slots(), rows, lo, hi, first);
-    PULSAR_CUDA_LAUNCH_CHECK("reduce_sphere_rows_kernel");
-  }
+  reduce_sphere_rows_kernel<T, C_STATIC><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
+      scene, channels, grads, scratch.item_slots(), rows, lo, hi, first);
+  PULSAR_CUDA_LAUNCH_CHECK("reduce_sphere_rows_kernel");
 }
 
 // Fixed-order block sum: thread t sums rows t, t + 256, ...; then a shared-memory tree.

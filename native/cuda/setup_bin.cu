@@ -341,7 +341,7 @@ void cuda_begin_binning(const RendererConfig& config, const SceneArgs& scene, co
   // waited for in cuda_finish_binning.
   PULSAR_CUDA_CHECK(cudaMemcpyAsync(scratch.host_count, slots_of + items, 2 * sizeof(std::int64_t),
                                     cudaMemcpyDeviceToHost, stream));
-  scratch.rank_order = order;
+  scratch.pending_order = order;
   scratch.pending_bound = bound;
   scratch.binning_pending = true;
 }
@@ -367,7 +367,7 @@ void cuda_finish_binning(const RendererConfig& config, const SceneArgs& scene, c
   const std::int64_t total_tiles = tiling.n_tiles() * scene.batch_size;
   constexpr int kThreads = 256;
   const auto* spheres = scratch.spheres.as<GpuSphere<T>>();
-  const std::int32_t* order = scratch.rank_order;
+  const std::int32_t* order = scratch.pending_order;
   const float* bound = scratch.pending_bound;
   auto* slots_of = scratch.sphere_slots.as<std::int64_t>();
   auto* ranges = scratch.tile_ranges.as<int2>();
@@ -380,11 +380,8 @@ void cuda_finish_binning(const RendererConfig& config, const SceneArgs& scene, c
   duplicate_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
       config, scene, spheres, bound, order, slots_of, keys.Current(), slots.Current(), slot_sphere);
   PULSAR_CUDA_LAUNCH_CHECK("duplicate_kernel");
-  if (!reduce_by_rank(scene)) {  // the reduction by sphere's index (W5: 0.14 ms, a scatter)
-    item_slots_kernel<<<blocks_for(items, kThreads), kThreads, 0, stream>>>(items, order, slots_of,
-                                                                           scratch.item_slots());
-    PULSAR_CUDA_LAUNCH_CHECK("item_slots_kernel");
-  }
+  item_slots_kernel<<<blocks_for(items, kThreads), kThreads, 0, stream>>>(items, order, slots_of, scratch.item_slots());
+  PULSAR_CUDA_LAUNCH_CHECK("item_slots_kernel");
 
   // Slots are in rank order, and the stable sort keeps it within each tile: only the
   // bits of the largest tile key take passes. The double-buffer sort needs no workspace
