@@ -226,12 +226,9 @@ class CameraParamsFunction(torch.autograd.Function):
         cam_params = cam_params.contiguous()
         args = _camera_params_args(cam_params, width, height, orthographic, right_handed, first_R_then_T,
                                    min_depth, max_depth)
-        packed = torch.empty((cam_params.shape[0], _native.CAMERA_PARAMS), dtype=cam_params.dtype,
-                             device=cam_params.device)
-        _native.camera_params_to_packed(args, packed.data_ptr())
         ctx.args = args  # reused by backward (its pointer is refreshed from the saved tensor)
         ctx.save_for_backward(cam_params)
-        return packed
+        return convert_camera_vectors(cam_params, args)
 
     @staticmethod
     @once_differentiable
@@ -239,30 +236,23 @@ class CameraParamsFunction(torch.autograd.Function):
         grad_params = None
         if ctx.needs_input_grad[0]:
             (cam_params,) = ctx.saved_tensors
-            grad_packed = grad_packed.contiguous()
-            grad_params = torch.empty_like(cam_params)
-            args = ctx.args
-            args.params = cam_params.data_ptr()
-            args.stream = stream_handle(cam_params.device)  # backward may run on another stream than forward
-            _native.camera_params_backward(args, grad_packed.data_ptr(), grad_params.data_ptr())
+            grad_params = camera_vectors_backward(ctx.args, cam_params, grad_packed.contiguous())
         return grad_params, None, None, None, None, None, None, None
 
 
 def _camera_params_args(cam_params: torch.Tensor, width: int, height: int, orthographic: bool, right_handed: bool,
                         first_R_then_T: bool, min_depth: float, max_depth: float) -> "_native.CameraParamsArgs":
-    """The native arguments for contiguous cam_params [B, L] (the native side checks L,
-    B, the image size and the pointers; the tensor's own properties are checked here)."""
+    """The native arguments for contiguous cam_params [B, L], pointer and stream set per
+    call (convert_camera_vectors, camera_vectors_backward). The native side checks L, B,
+    the image size and the pointers; the tensor's own properties are checked here."""
     if cam_params.dim() != 2:
         raise ValueError(f"cam_params: expected a tensor of shape [B, L], got shape {tuple(cam_params.shape)}")
     if cam_params.dtype not in (torch.float32, torch.float64):
         raise TypeError(f"cam_params: expected dtype torch.float32 or torch.float64, got {cam_params.dtype}")
     if cam_params.device.type not in ("cpu", "cuda"):
         raise ValueError(f"cam_params: expected a tensor on cpu or cuda, got {cam_params.device}")
-    args = camera_conversion_args(cam_params.shape[0], cam_params.shape[-1], cam_params.dtype, cam_params.device,
+    return camera_conversion_args(cam_params.shape[0], cam_params.shape[-1], cam_params.dtype, cam_params.device,
                                   width, height, orthographic, right_handed, first_R_then_T, min_depth, max_depth)
-    args.params = cam_params.data_ptr()
-    args.stream = stream_handle(cam_params.device)
-    return args
 
 
 def camera_conversion_args(batch: int, length: int, dtype: torch.dtype, device: torch.device, width: int, height: int,

@@ -180,6 +180,18 @@ def add_depth_checks(checks: "DeferredValueChecks", near: torch.Tensor, far: tor
         f"max_depth: expected > min_depth ({near.max().item()}), got {_short(max_depth)}"))
 
 
+def run_camera_checks(checks: "DeferredValueChecks", near: torch.Tensor, far: torch.Tensor, focal: torch.Tensor,
+                      camera: torch.Tensor, orthographic: bool, max_depth: object, min_depth: object,
+                      source: str) -> None:
+    """Adds the depth-range checks (add_depth_checks) and, as a backstop for any
+    degenerate camera (rotation, sensor) the earlier checks miss, finiteness of the
+    converted camera [B, 13+] (``source`` names where it came from); then runs all of the
+    call's checks."""
+    add_depth_checks(checks, near, far, focal, orthographic, max_depth, min_depth)
+    checks.finite(f"camera (converted from {source})", camera)
+    checks.run()
+
+
 def check_call_settings(gamma: object, percent_allowed_difference: object, max_n_hits: object, mode: object,
                         return_forward_info: object) -> Tuple[float, float, int, int, bool]:
     """(gamma, percent, hit cap (-1: unlimited), mode, want forward info) of one call."""

@@ -249,11 +249,8 @@ class Renderer(torch.nn.Module):
         args = self._camera_args(batch, cams.shape[-1], pos, first_R_then_T, depths)
         packed = convert_camera_vectors(cams.contiguous(), args)
         if checks is not None:
-            _checks.add_depth_checks(checks, packed[:, 13], packed[:, 14], packed[:, 12], self.orthogonal_projection,
-                                     max_depth, min_depth)
-            # Backstop for any degenerate camera (rotation, sensor) the checks above miss.
-            checks.finite("camera (converted from cam_params)", packed[:, :13])
-            checks.run()
+            _checks.run_camera_checks(checks, packed[:, 13], packed[:, 14], packed[:, 12], packed[:, :13],
+                                      self.orthogonal_projection, max_depth, min_depth, "cam_params")
         self._warn_if_sharp(gamma, pos, rad, cam_params)
         settings = self._call_settings(gamma, percent, hit_cap, self.right_handed_system, want_info,
                                        batch_dim=batched or cam_params.dim() == 2)
@@ -436,8 +433,9 @@ class Renderer(torch.nn.Module):
         _checks.check_batch(camera.batch_size, self.width, self.height)
         depths = _checks.depth_numbers(max_depth, min_depth)
         if camera.native_packed is not None and depths is not None and camera.native_depths == depths:
-            # Hot path: the native conversion already resolved near/far into the packed
-            # cameras [B, 15]; no tensor is built from the depth numbers.
+            # Camera vectors with number depths (render()): CameraParamsFunction already
+            # resolved near/far into the packed cameras [B, 15]; no tensor is built from
+            # the depth numbers. (forward() takes _forward_camera_vectors instead.)
             _checks.check_depth_numbers(max_depth, min_depth)
             cameras = camera.native_packed.contiguous()  # a copy only when expanded
             near, far = cameras[:, 13], cameras[:, 14]
@@ -447,10 +445,8 @@ class Renderer(torch.nn.Module):
             far = max_depth_t.expand_as(camera.focal)
             cameras = None
         if checks is not None:
-            _checks.add_depth_checks(checks, near, far, camera.focal, camera.orthographic, max_depth, min_depth)
-            # Backstop for any degenerate camera (rotation, sensor) the checks above miss.
-            checks.finite("camera (converted from cam_params or the Camera)", camera.packed())
-            checks.run()
+            _checks.run_camera_checks(checks, near, far, camera.focal, camera.packed(), camera.orthographic,
+                                      max_depth, min_depth, "cam_params or the Camera")
         if cameras is None:
             cameras = torch.cat([camera.packed(), near[:, None], far[:, None]], dim=-1).contiguous()
         self._warn_if_sharp(gamma, pos, rad, cameras)

@@ -130,6 +130,10 @@ class Renderer {
 
  private:
   void check_call(const SceneArgs& scene, const RenderOptions& options) const;
+  // Binning in its two halves (the backend's begin_binning / finish_binning) with the
+  // token bookkeeping; prepare runs both.
+  void start_binning(const SceneArgs& scene, const RenderOptions& options);
+  void complete_binning(const SceneArgs& scene, const RenderOptions& options);
   void prepare(const SceneArgs& scene, const RenderOptions& options);
 
   RendererConfig config_;

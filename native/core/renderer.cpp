@@ -59,12 +59,20 @@ void Renderer::check_call(const SceneArgs& scene, const RenderOptions& options) 
   PULSAR_REQUIRE(options.max_n_hits != 0, "max_n_hits: expected >= 1 (or negative: unlimited), got 0");
 }
 
-void Renderer::prepare(const SceneArgs& scene, const RenderOptions& options) {
+void Renderer::start_binning(const SceneArgs& scene, const RenderOptions& options) {
   binned_token_ = 0;  // a failure part-way leaves no binning to reuse
   forward_begun_ = false;
   backend_->begin_binning(scene, options);
+}
+
+void Renderer::complete_binning(const SceneArgs& scene, const RenderOptions& options) {
   backend_->finish_binning(scene, options);
   binned_token_ = next_token_++;
+}
+
+void Renderer::prepare(const SceneArgs& scene, const RenderOptions& options) {
+  start_binning(scene, options);
+  complete_binning(scene, options);
 }
 
 namespace {
@@ -83,9 +91,7 @@ std::uint64_t Renderer::forward(const SceneArgs& scene, const RenderOptions& opt
 
 void Renderer::begin_forward(const SceneArgs& scene, const RenderOptions& options) {
   check_call(scene, options);
-  binned_token_ = 0;  // a failure part-way leaves no binning to reuse
-  forward_begun_ = false;
-  backend_->begin_binning(scene, options);
+  start_binning(scene, options);
   forward_begun_ = true;
 }
 
@@ -95,8 +101,7 @@ std::uint64_t Renderer::finish_forward(const SceneArgs& scene, const RenderOptio
                  "with no other call of this renderer in between");
   forward_begun_ = false;
   check_forward_outputs(outputs);
-  backend_->finish_binning(scene, options);
-  binned_token_ = next_token_++;
+  complete_binning(scene, options);
   backend_->render_forward(scene, options, outputs);
   return binned_token_;
 }

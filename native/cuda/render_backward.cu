@@ -13,8 +13,10 @@
 // entries with slots in it (a run of each tile's list), then cuda_reduce_sphere_rows adds
 // the window's rows to the sphere gradients. Every block runs the first window, which
 // records how many entries its tile processes (tile_ends) and adds the background's
-// pixel terms; a later window runs only the blocks with entries in it, which add to the
-// camera partials the first wrote.
+// pixel terms; in a later window only the blocks with processed entries in it render
+// (adding to the camera partials the first wrote), the others zero the rows of their
+// unreached entries and leave. No block's rows are cleared before its launch: each
+// block zeroes the rows of the entries its tile never reached (zero_unreached_rows).
 #include <algorithm>
 #include <type_traits>
 
