@@ -21,6 +21,24 @@ namespace pulsar {
 // docs/benchmarks.md).
 constexpr double kCoreChord = 0.75;
 
+// Below this projected radius (pixels) the core (kCoreChord of it) cannot hold a 16 x 16
+// tile, whose half diagonal is 11.3 px.
+constexpr double kMinCoverRadiusPx = 15.5;
+
+// The sphere's radius on the film in pixels (perspective: at its centre's distance t).
+template <typename T>
+PULSAR_HD double projected_radius_px(const CameraFrame<T>& cam, T r, T t) {
+  return cam.orthographic ? double(r) / double(cam.pixel_size)
+                          : double(r) * double(cam.focal) / (double(t) * double(cam.pixel_size));
+}
+
+// Whether a sphere may cover a whole tile (tile_depth_bound.cu): large enough on the film,
+// and drawn with a positive opacity.
+template <typename T>
+PULSAR_HD bool may_cover_tiles(const CameraFrame<T>& cam, T r, T t, T opacity) {
+  return opacity > T(0) && projected_radius_px(cam, r, t) >= kMinCoverRadiusPx;
+}
+
 // Unclamped pixel bounds of the sphere's core. Only a hint of where to look: every tile
 // found in it is verified by covered_closeness. Empty when the sphere is too large
 // against its distance for the verification to be valid.

@@ -94,11 +94,20 @@ struct InstanceArena {
   std::size_t rows() const { return (maps_bytes() + 255) / 256 * 256; }
 };
 
+// The per-camera words of CudaScratch::camera_words, which the setup kernel fills
+// (uint32; zc > 0, so its float bits order like it).
+struct CameraWords {
+  static constexpr int kCount = 4;             // words per camera (3 used)
+  static constexpr int kLowZc = 0;             // ~bits of the smallest visible zc (max of the complement)
+  static constexpr int kHighZc = 1;            // bits of the largest visible zc
+  static constexpr int kCoverCandidates = 2;   // nonzero: a visible sphere may cover a tile (may_cover_tiles)
+};
+
 struct CudaScratch {
   int device = 0;
   int sm_count = 1;
   DeviceBuffer spheres;         // GpuSphere<T> [B, N]
-  DeviceBuffer depth_range;     // uint32 [B, 2]: ~bits of the smallest, bits of the largest visible zc
+  DeviceBuffer camera_words;    // uint32 [B, CameraWords::kCount], zeroed per binning
   DeviceBuffer cover_histogram; // uint64 [B * n_tiles, buckets] (tile_depth_bound.cu)
   DeviceBuffer tile_depth_bound;  // float [B * n_tiles]: no pixel processes a sphere with larger zc
   // The depth sort of the B * N items (DepthOrder): its double-buffered keys and values,
@@ -141,7 +150,7 @@ struct CudaScratch {
   }
 
   std::size_t bytes() const {
-    return spheres.capacity() + depth_range.capacity() + cover_histogram.capacity() +
+    return spheres.capacity() + camera_words.capacity() + cover_histogram.capacity() +
            tile_depth_bound.capacity() + depth_order.capacity() + tile_counts.capacity() +
            sphere_slots.capacity() + instance_arena.capacity() + tile_ranges.capacity() + tile_ends.capacity() +
            cub_temp.capacity() + tile_camera_grads.capacity() + tile_background_grads.capacity();

@@ -9,6 +9,7 @@
 
 #include "cuda_scratch.h"
 #include "pulsar/pixel_ray.h"
+#include "pulsar/tile_cover.h"
 #include "warp_deal.cuh"
 
 namespace pulsar {
@@ -16,17 +17,19 @@ namespace pulsar {
 namespace {
 
 // Records the smallest and largest visible zc of camera b (float bits order like the
-// values: zc > 0). The smallest is kept as the maximum of the complemented bits, so one
-// zero fill initialises both. Every thread of the block calls it. A block whose threads
-// share a camera (items ascend, so its first and last thread tell) reduces first and
-// adds once: per warp, W5's 125 K warps serialised on the camera's two words. Otherwise
-// each warp whose lanes share a camera reduces first.
-__device__ void record_depth_range(std::uint32_t* depth_range, int b, bool visible, float zc) {
+// values: zc > 0) and whether any visible sphere may cover a tile (the cover kernel's
+// early exit: W4's and W5's spheres are all too small). The smallest is kept as the
+// maximum of the complemented bits, so one zero fill initialises every word. Every
+// thread of the block calls it. A block whose threads share a camera (items ascend, so
+// its first and last thread tell) reduces first and adds once: per warp, W5's 125 K warps
+// serialised on the camera's two words. Otherwise each warp whose lanes share a camera
+// reduces first.
+__device__ void record_camera_words(std::uint32_t* camera_words, int b, bool visible, float zc, bool covers) {
   const unsigned full = 0xffffffffu;
   const std::uint32_t bits = __float_as_uint(zc);
-  std::uint32_t lo = visible ? ~bits : 0u, hi = visible ? bits : 0u;
+  std::uint32_t lo = visible ? ~bits : 0u, hi = visible ? bits : 0u, cover = covers ? 1u : 0u;
   __shared__ int block_camera[2];
-  __shared__ std::uint32_t warp_lo[32], warp_hi[32];
+  __shared__ std::uint32_t warp_lo[32], warp_hi[32], warp_cover[32];
   if (threadIdx.x == 0) block_camera[0] = b;
   if (threadIdx.x == blockDim.x - 1) block_camera[1] = b;
   __syncthreads();
@@ -38,30 +41,35 @@ __device__ void record_depth_range(std::uint32_t* depth_range, int b, bool visib
       lo = max(lo, __shfl_down_sync(full, lo, offset));
       hi = max(hi, __shfl_down_sync(full, hi, offset));
     }
+    cover = __any_sync(full, cover != 0u) ? 1u : 0u;
   }
   if (one_camera_block) {
     if (threadIdx.x % 32 == 0) {
       warp_lo[threadIdx.x / 32] = lo;
       warp_hi[threadIdx.x / 32] = hi;
+      warp_cover[threadIdx.x / 32] = cover;
     }
     __syncthreads();
     if (threadIdx.x != 0) return;
     for (int w = 1; w < int(blockDim.x + 31) / 32; ++w) {
       lo = max(lo, warp_lo[w]);
       hi = max(hi, warp_hi[w]);
+      cover |= warp_cover[w];
     }
   } else if (one_camera && threadIdx.x % 32 != 0) {
     return;
   }
+  std::uint32_t* words = camera_words + b * CameraWords::kCount;
   if (hi != 0) {
-    atomicMax(depth_range + 2 * b, lo);
-    atomicMax(depth_range + 2 * b + 1, hi);
+    atomicMax(words + CameraWords::kLowZc, lo);
+    atomicMax(words + CameraWords::kHighZc, hi);
   }
+  if (cover != 0u) words[CameraWords::kCoverCandidates] = 1u;  // every writer stores the same value
 }
 
 template <typename T>
 __global__ void setup_spheres_kernel(RendererConfig config, SceneArgs scene, GpuSphere<T>* spheres,
-                                     std::uint32_t* depth_range, std::uint32_t* depth_keys,
+                                     std::uint32_t* camera_words, std::uint32_t* depth_keys,
                                      std::int32_t* depth_items) {
   const std::int64_t n = scene.n_spheres;
   const std::int64_t item = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -71,6 +79,7 @@ __global__ void setup_spheres_kernel(RendererConfig config, SceneArgs scene, Gpu
   const int b = at.camera;
   SphereSetup<T> s;
   s.visible = false;
+  bool covers = false;
   if (valid) {
     const std::int64_t i = at.sphere;
     const CameraFrame<T> cam = camera_of<T>(scene, b, config.orthographic);
@@ -95,12 +104,13 @@ __global__ void setup_spheres_kernel(RendererConfig config, SceneArgs scene, Gpu
     g.y1 = std::int16_t(s.visible ? s.bounds.y1 : 0);
     g.terms = pair_terms(cam, g.dist, radius, s.is_tiny);
     store_sphere(spheres + item, g);
+    covers = s.visible && may_cover_tiles(cam, radius, g.dist, g.opacity);
     // Visible zc > 0 (min_depth > 0), so its float bits order like it; invisible items
     // store no tiles and go last.
     depth_keys[item] = s.visible ? __float_as_uint(float(s.closest_depth)) : 0xffffffffu;
     depth_items[item] = std::int32_t(item);
   }
-  record_depth_range(depth_range, b, s.visible, s.visible ? float(s.closest_depth) : 0.f);
+  record_camera_words(camera_words, b, s.visible, s.visible ? float(s.closest_depth) : 0.f, covers);
 }
 
 // The tiles a sphere's bounds touch, row-major: tx0 + [0, w) x ty0 + [0, count / w).
@@ -206,7 +216,9 @@ __global__ void count_kernel(RendererConfig config, SceneArgs scene, const GpuSp
   }
 }
 
-// Each item's slot range, by item (the gradient reduction's index).
+// Each item's slot range, by item (the gradient reduction's index). A scatter of 8-byte
+// stores: folded into duplicate_kernel it cost that kernel +0.3 ms on W5, against 0.14 ms
+// alone.
 __global__ void item_slots_kernel(std::int64_t items, const std::int32_t* order, const std::int64_t* sphere_slots,
                                   int2* item_slots) {
   const std::int64_t rank = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -225,9 +237,14 @@ __global__ void duplicate_kernel(RendererConfig config, SceneArgs scene, const G
   const std::int64_t rank = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const bool valid = rank < n * scene.batch_size;
   const std::int64_t item = valid ? order[rank] : 0;
-  const GpuSphere<T> g = valid ? load_sphere(spheres + item) : GpuSphere<T>{T(0), 1, 1, 0, 0};
-  const Tiling tiling = Tiling::of(config.width, config.height);
   const std::int64_t first_slot = valid ? sphere_slots[rank] : 0;
+  // Items with no stored tile (W1: nine in ten; their tiles' pixels stop long before)
+  // take empty bounds (x0 > x1) as lanes past the end do: no pairs, and no record read.
+  // W1's duplicate kernel 0.215 -> 0.092 ms (H100).
+  const bool stores = valid && sphere_slots[rank + 1] > first_slot;
+  if (!__any_sync(WarpDeal::kFullMask, stores)) return;  // whole warps leave together
+  const GpuSphere<T> g = stores ? load_sphere(spheres + item) : GpuSphere<T>{T(0), 1, 1, 0, 0};
+  const Tiling tiling = Tiling::of(config.width, config.height);
   std::int64_t stored_before = 0;  // this lane's sphere: stored pairs of earlier rounds
   const int lane = int(threadIdx.x % 32);
   deal_pairs(config, g, split_item(item, n).camera, bound, [&](const DealtPair& pair, unsigned stored_lanes, int mine) {
@@ -302,7 +319,8 @@ void cuda_begin_binning(const RendererConfig& config, const SceneArgs& scene, co
     throw std::runtime_error("pulsar: " + std::to_string(total_tiles) +
                              " tiles exceed the CUDA backend's limit of 2^32 - 1; render fewer cameras per call");
   auto* spheres = scratch.spheres.reserve<GpuSphere<T>>(std::size_t(items), "sphere records");
-  auto* depth_range = scratch.depth_range.reserve<std::uint32_t>(2 * std::size_t(scene.batch_size), "depth range");
+  const std::size_t word_count = std::size_t(CameraWords::kCount) * std::size_t(scene.batch_size);
+  auto* words = scratch.camera_words.reserve<std::uint32_t>(word_count, "per-camera words");
   auto* counts = scratch.tile_counts.reserve<std::int64_t>(std::size_t(items), "tile counts");
   auto* slots_of = scratch.sphere_slots.reserve<std::int64_t>(std::size_t(items) + 2, "sphere slots");
   auto* ranges = scratch.tile_ranges.reserve<int2>(std::size_t(total_tiles), "tile ranges");
@@ -318,9 +336,9 @@ void cuda_begin_binning(const RendererConfig& config, const SceneArgs& scene, co
   unsigned char* order_bytes = scratch.depth_order.reserve<unsigned char>(depth.bytes(), "depth order");
   auto depth_keys = double_buffer<std::uint32_t>(order_bytes, depth.keys_a(), depth.keys_b());
   auto depth_items = double_buffer<std::int32_t>(order_bytes, depth.values_a(), depth.values_b());
-  PULSAR_CUDA_CHECK(cudaMemsetAsync(depth_range, 0, 2 * sizeof(std::uint32_t) * std::size_t(scene.batch_size), stream));
+  PULSAR_CUDA_CHECK(cudaMemsetAsync(words, 0, sizeof(std::uint32_t) * word_count, stream));
   setup_spheres_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
-      config, scene, spheres, depth_range, depth_keys.Current(), depth_items.Current());
+      config, scene, spheres, words, depth_keys.Current(), depth_items.Current());
   PULSAR_CUDA_LAUNCH_CHECK("setup_spheres_kernel");
   // Rank order: items by zc, ties by item index (the radix sort is stable), which within
   // one camera is the sphere index.

@@ -31,9 +31,6 @@ constexpr double kFixedOne = 4294967296.0;  // 2^32: weight 1 (relative to exp(s
 // Largest histogram: 2^22 cells of 8 bytes (32 MiB); the bucket count shrinks first.
 constexpr std::int64_t kMaxHistogramCells = std::int64_t(1) << 22;
 constexpr int kMaxBuckets = 64, kMinBuckets = 4;  // tile_bound_kernel: two buckets per lane
-// Below this projected radius (pixels) the core (kCoreChord of it) cannot hold a 16 x 16
-// tile, whose half diagonal is 11.3 px.
-constexpr double kMinCoverRadiusPx = 15.5;
 
 // Per-camera range of the visible spheres' zc (float bits, see depth_range_of).
 struct DepthRange {
@@ -41,8 +38,9 @@ struct DepthRange {
   bool empty;
 };
 
-__device__ DepthRange depth_range_of(const std::uint32_t* depth_range, int b) {
-  const std::uint32_t lo = depth_range[2 * b], hi = depth_range[2 * b + 1];
+__device__ DepthRange depth_range_of(const std::uint32_t* camera_words, int b) {
+  const std::uint32_t* words = camera_words + b * CameraWords::kCount;
+  const std::uint32_t lo = words[CameraWords::kLowZc], hi = words[CameraWords::kHighZc];
   return DepthRange{__uint_as_float(~lo), __uint_as_float(hi), hi == 0};
 }
 
@@ -71,14 +69,11 @@ struct CoverJob {
 
 template <typename T>
 __device__ CoverJob cover_job(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
-                              const GpuSphere<T>& g, int b, const std::uint32_t* depth_range, int buckets) {
+                              const GpuSphere<T>& g, int b, const std::uint32_t* camera_words, int buckets) {
   CoverJob job;
-  if (g.x0 > g.x1 || g.y0 > g.y1 || !(g.opacity > T(0))) return job;
+  if (g.x0 > g.x1 || g.y0 > g.y1) return job;
   const CameraFrame<T> cam = camera_of<T>(scene, b, config.orthographic);
-  const double radius_px = cam.orthographic
-                               ? double(g.radius) / double(cam.pixel_size)
-                               : double(g.radius) * double(cam.focal) / (double(g.dist) * double(cam.pixel_size));
-  if (radius_px < kMinCoverRadiusPx) return job;
+  if (!may_cover_tiles(cam, g.radius, g.dist, g.opacity)) return job;
   // core_region_bounds wants centre - eye in world units; orthographic records keep the
   // camera-frame coordinates, which map back through the frame's unit axes.
   const Vec3<T> c_world = cam.orthographic ? g.cx * cam.x_unit + g.cy * cam.y_unit + g.cz * cam.z_axis
@@ -95,7 +90,7 @@ __device__ CoverJob cover_job(const RendererConfig& config, const SceneArgs& sce
   const int ty1 = core.y1 == config.height - 1 ? tiles_y - 1 : (core.y1 + 1) / kTileSize - 1;
   if (tx1 < tx0 || ty1 < ty0) return job;
   const BlendParams<T> bp = blend_params_of(cam, config, options);
-  const DepthRange range = depth_range_of(depth_range, b);
+  const DepthRange range = depth_range_of(camera_words, b);
   // Exponent bound: depth of any hit <= o1 <= t (perspective) or |cz| (orthographic).
   const double far_depth = cam.orthographic ? fabs(double(g.cz)) : double(g.dist);
   const double n_far = (far_depth - double(bp.min_depth)) * double(bp.inv_range);
@@ -115,19 +110,25 @@ __device__ CoverJob cover_job(const RendererConfig& config, const SceneArgs& sce
 // bound to the tile's bucket.
 template <typename T>
 __global__ void cover_kernel(RendererConfig config, SceneArgs scene, RenderOptions options,
-                             const GpuSphere<T>* spheres, const std::uint32_t* depth_range,
+                             const GpuSphere<T>* spheres, const std::uint32_t* camera_words,
                              unsigned long long* histogram, int buckets) {
   constexpr unsigned kFullMask = 0xffffffffu;
   const std::int64_t n = scene.n_spheres;
   const std::int64_t item = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int lane = int(threadIdx.x % 32);
   const bool valid = item < n * scene.batch_size;
+  const int camera = valid ? split_item(item, n).camera : 0;
+  // Whole warps leave together: those of cameras without a sphere large enough to cover a
+  // tile (W4, W5) before reading any record, those whose spheres cover none after.
+  const bool candidate = valid && camera_words[camera * CameraWords::kCount + CameraWords::kCoverCandidates] != 0u;
+  if (!__any_sync(kFullMask, candidate)) return;
   GpuSphere<T> g{};
   CoverJob job;
-  if (valid) {
+  if (candidate) {
     g = load_sphere(spheres + item);
-    job = cover_job(config, scene, options, g, split_item(item, n).camera, depth_range, buckets);
+    job = cover_job(config, scene, options, g, camera, camera_words, buckets);
   }
+  if (!__any_sync(kFullMask, job.count > 0)) return;
   const WarpDeal deal = WarpDeal::of(job.count);
   const int tiles_x = (config.width + kTileSize - 1) / kTileSize;
   const int tiles_y = (config.height + kTileSize - 1) / kTileSize;
@@ -163,14 +164,14 @@ __global__ void cover_kernel(RendererConfig config, SceneArgs scene, RenderOptio
 // depend on its order, so the bound is the serial loop's, bit for bit.
 template <typename T>
 __global__ void tile_bound_kernel(RendererConfig config, SceneArgs scene, RenderOptions options,
-                                  const std::uint32_t* depth_range, const unsigned long long* histogram,
+                                  const std::uint32_t* camera_words, const unsigned long long* histogram,
                                   int buckets, std::int64_t n_tiles, float* bound) {
   constexpr unsigned kFullMask = 0xffffffffu;
   const std::int64_t item = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = int(threadIdx.x % 32);
   if (item >= n_tiles * scene.batch_size) return;  // whole warps leave together
   const int b = int(item / n_tiles);
-  const DepthRange range = depth_range_of(depth_range, b);
+  const DepthRange range = depth_range_of(camera_words, b);
   double best = INFINITY;
   if (!range.empty) {
     const CameraFrame<T> cam = camera_of<T>(scene, b, config.orthographic);
@@ -223,11 +224,11 @@ const float* cuda_tile_depth_bound(const RendererConfig& config, const SceneArgs
   constexpr int kThreads = 256;
   const std::int64_t items = scene.n_spheres * scene.batch_size;
   cover_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
-      config, scene, options, scratch.spheres.as<GpuSphere<T>>(), scratch.depth_range.as<std::uint32_t>(),
+      config, scene, options, scratch.spheres.as<GpuSphere<T>>(), scratch.camera_words.as<std::uint32_t>(),
       histogram, buckets);
   PULSAR_CUDA_LAUNCH_CHECK("cover_kernel");
   tile_bound_kernel<T><<<blocks_for(total_tiles * 32, kThreads), kThreads, 0, stream>>>(
-      config, scene, options, scratch.depth_range.as<std::uint32_t>(), histogram, buckets, n_tiles, bound);
+      config, scene, options, scratch.camera_words.as<std::uint32_t>(), histogram, buckets, n_tiles, bound);
   PULSAR_CUDA_LAUNCH_CHECK("tile_bound_kernel");
   return bound;
 }
