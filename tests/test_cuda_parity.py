@@ -143,6 +143,36 @@ def test_cuda_depth_cut_is_exact_and_stores_less(dtype):
     assert 0 < stored[0.01] < 0.75 * stored[0.0], stored
 
 
+def _deep_cover_scene(dtype):
+    """_large_opaque_scene with one small sphere near the camera: the first quarter of the
+    depth buckets then holds nothing that covers a tile, so every tile's bound comes from
+    the second cover pass (tile_depth_bound.cu)."""
+    pos, col, rad, opa, bg, cam = _large_opaque_scene(torch.float64)
+    pos[0] = torch.tensor([0.1, -0.2, 5.0], dtype=torch.float64)
+    rad[0] = 0.02
+    return [t.to(dtype) for t in (pos, col, rad, opa, bg, cam)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_cuda_depth_cut_from_deep_covering_spheres(dtype):
+    """When the spheres that cover tiles all lie deep, the second cover pass still cuts
+    the lists (without it no tile would have a bound), and the result is the CPU's."""
+    tensors = _deep_cover_scene(dtype)
+    renderer_kw = dict(width=96, height=80, n_channels=3, n_track=4)
+    call_kw = dict(gamma=0.1, max_depth=45.0, percent_allowed_difference=0.01)
+    cpu = _render_and_grad("cpu", tensors, renderer_kw, call_kw)
+    gpu = _render_and_grad("cuda", tensors, renderer_kw, call_kw)
+    _assert_gpu_matches_cpu(gpu, cpu, dtype)
+    stored = {}
+    for percent in (0.01, 0.0):
+        renderer = Renderer(**renderer_kw).cuda()
+        pos, col, rad, opa, bg, cam = (t.cuda() for t in tensors)
+        renderer(pos, col, rad, cam, gamma=0.1, max_depth=45.0, bg_col=bg, opacity=opa,
+                 percent_allowed_difference=percent)
+        stored[percent] = renderer._natives[("cuda", torch.cuda.current_device())].binned_instances
+    assert 0 < stored[0.01] < 0.75 * stored[0.0], stored
+
+
 def test_cuda_backward_is_deterministic():
     tensors = _scene(7, 200, 3, 2, False, torch.float32)
     kw = dict(width=64, height=48, n_channels=3)

@@ -94,13 +94,15 @@ struct InstanceArena {
   std::size_t rows() const { return (maps_bytes() + 255) / 256 * 256; }
 };
 
-// The per-camera words of CudaScratch::camera_words, which the setup kernel fills
-// (uint32; zc > 0, so its float bits order like it).
+// The per-camera words of CudaScratch::camera_words, zeroed per binning, which the setup
+// kernel and the tile depth bound fill (uint32; zc > 0, so its float bits order like it).
 struct CameraWords {
-  static constexpr int kCount = 4;             // words per camera (3 used)
+  static constexpr int kCount = 4;             // words per camera
   static constexpr int kLowZc = 0;             // ~bits of the smallest visible zc (max of the complement)
   static constexpr int kHighZc = 1;            // bits of the largest visible zc
   static constexpr int kCoverCandidates = 2;   // nonzero: a visible sphere may cover a tile (may_cover_tiles)
+  static constexpr int kUnsettled = 3;         // nonzero: a tile's depth bound may fall with deeper spheres
+                                               // (tile_depth_bound.cu)
 };
 
 struct CudaScratch {
@@ -110,6 +112,7 @@ struct CudaScratch {
   DeviceBuffer camera_words;    // uint32 [B, CameraWords::kCount], zeroed per binning
   DeviceBuffer cover_histogram; // uint64 [B * n_tiles, buckets] (tile_depth_bound.cu)
   DeviceBuffer tile_depth_bound;  // float [B * n_tiles]: no pixel processes a sphere with larger zc
+  DeviceBuffer tile_settled;    // uint8 [B * n_tiles]: the bound was final after the first cover pass
   // The depth sort of the B * N items (DepthOrder): its double-buffered keys and values,
   // then the rank -> item order.
   DeviceBuffer depth_order;
@@ -151,7 +154,7 @@ struct CudaScratch {
 
   std::size_t bytes() const {
     return spheres.capacity() + camera_words.capacity() + cover_histogram.capacity() +
-           tile_depth_bound.capacity() + depth_order.capacity() + tile_counts.capacity() +
+           tile_depth_bound.capacity() + tile_settled.capacity() + depth_order.capacity() + tile_counts.capacity() +
            sphere_slots.capacity() + instance_arena.capacity() + tile_ranges.capacity() + tile_ends.capacity() +
            cub_temp.capacity() + tile_camera_grads.capacity() + tile_background_grads.capacity();
   }
@@ -214,10 +217,13 @@ template <typename T>
 void cuda_finish_binning(const RendererConfig& config, const SceneArgs& scene, cudaStream_t stream,
                          CudaScratch& scratch);
 // Per tile of every camera, a depth beyond which no pixel processes a sphere (float
-// [B * n_tiles], in scratch), or null when early termination is off.
+// [B * n_tiles], in scratch), or null when early termination is off. order: rank -> item
+// of the depth sort; rank_keys: the sorted keys (float bits of zc, invisible items all
+// ones).
 template <typename T>
 const float* cuda_tile_depth_bound(const RendererConfig& config, const SceneArgs& scene,
-                                   const RenderOptions& options, cudaStream_t stream, CudaScratch& scratch);
+                                   const RenderOptions& options, cudaStream_t stream, CudaScratch& scratch,
+                                   const std::int32_t* order, const std::uint32_t* rank_keys);
 template <typename T>
 void cuda_render_forward(const RendererConfig& config, const SceneArgs& scene,
                          const RenderOptions& options, const ForwardOutputs& out, cudaStream_t stream,

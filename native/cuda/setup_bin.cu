@@ -345,7 +345,7 @@ void cuda_begin_binning(const RendererConfig& config, const SceneArgs& scene, co
   sort_pairs(depth_keys, depth_items, items, 32, stream, scratch);
   const std::int32_t* order = depth_items.Current();
 
-  const float* bound = cuda_tile_depth_bound<T>(config, scene, options, stream, scratch);
+  const float* bound = cuda_tile_depth_bound<T>(config, scene, options, stream, scratch, order, depth_keys.Current());
   count_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(config, scene, spheres, bound, order, counts,
                                                                             small_box_instances);
   PULSAR_CUDA_LAUNCH_CHECK("count_kernel");

@@ -16,6 +16,15 @@
 // (orthographic), which bounds the exponent from below. Weights are summed as fixed-point
 // integers relative to exp(s_ref), the largest exponent any hit can have, so the sums
 // are exact and the bound does not depend on the order of the atomics.
+//
+// Two passes over the depth buckets, with the spheres in depth order (rank order of the
+// depth sort) so that a pass runs whole warps. A bound is max(E_k, tau(W_k)) for the
+// bucket k that minimises it, and for every k past the first quarter of the buckets E_k
+// alone exceeds that quarter's end: a tile whose bound from the first quarter's spheres
+// already lies within it (settled) keeps that bound bit for bit whatever deeper spheres
+// add. The first pass adds the first quarter's spheres to every tile; the second the
+// rest, only to tiles not settled, and nothing when every tile settled (W1: pixels stop
+// within a few per cent of the depth range). The bounds equal those of one pass.
 #include <cmath>
 
 #include "cuda_scratch.h"
@@ -104,27 +113,55 @@ __device__ CoverJob cover_job(const RendererConfig& config, const SceneArgs& sce
   return job;
 }
 
-// One thread per sphere finds its job; the warp then deals its (sphere, tile) pairs out
-// over its lanes, 32 at a time, so that a sphere covering 60 tiles does not keep the
-// lanes of small ones waiting. Each pair checks the tile's corners and adds the weight
-// bound to the tile's bucket.
+// The buckets one cover pass adds: [lo, hi); second: the pass after the first.
+struct CoverPass {
+  int lo, hi;
+  bool second;
+};
+
+// Whether camera b may have a sphere that covers a tile (the setup kernel's flag) and,
+// for the second pass, a tile whose bound is not settled.
+__device__ inline bool cover_pass_needed(const std::uint32_t* camera_words, int b, bool second) {
+  const std::uint32_t* words = camera_words + b * CameraWords::kCount;
+  return words[CameraWords::kCoverCandidates] != 0u && (!second || words[CameraWords::kUnsettled] != 0u);
+}
+
+// One thread per depth rank finds its sphere's job when its zc lies in the pass's
+// buckets; the warp then deals its (sphere, tile) pairs out over its lanes, 32 at a time,
+// so that a sphere covering 60 tiles does not keep the lanes of small ones waiting. Each
+// pair checks the tile's corners and adds the weight bound to the tile's bucket (in the
+// second pass, only for tiles not settled). Whole warps leave together: those of cameras
+// without a sphere large enough to cover a tile (W4, W5) or with nothing to do in this
+// pass before reading any record, those whose ranks lie outside the pass's buckets after
+// reading their keys, and those whose spheres cover no tile.
 template <typename T>
 __global__ void cover_kernel(RendererConfig config, SceneArgs scene, RenderOptions options,
-                             const GpuSphere<T>* spheres, const std::uint32_t* camera_words,
-                             unsigned long long* histogram, int buckets) {
+                             const GpuSphere<T>* spheres, const std::int32_t* order,
+                             const std::uint32_t* rank_keys, const std::uint32_t* camera_words,
+                             const std::uint8_t* settled, unsigned long long* histogram, int buckets,
+                             CoverPass pass) {
   constexpr unsigned kFullMask = 0xffffffffu;
   const std::int64_t n = scene.n_spheres;
-  const std::int64_t item = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::int64_t rank = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int lane = int(threadIdx.x % 32);
-  const bool valid = item < n * scene.batch_size;
-  const int camera = valid ? split_item(item, n).camera : 0;
-  // Whole warps leave together: those of cameras without a sphere large enough to cover a
-  // tile (W4, W5) before reading any record, those whose spheres cover none after.
-  const bool candidate = valid && camera_words[camera * CameraWords::kCount + CameraWords::kCoverCandidates] != 0u;
-  if (!__any_sync(kFullMask, candidate)) return;
+  const bool valid = rank < n * scene.batch_size;
+  // One camera: its flags before anything else (W4, W5: no sphere may cover a tile).
+  const bool one_camera = scene.batch_size == 1;
+  if (one_camera && !cover_pass_needed(camera_words, 0, pass.second)) return;
+  const std::int64_t item = valid ? order[rank] : 0;
+  const int camera = one_camera ? 0 : split_item(item, n).camera;
+  const bool needed = valid && (one_camera || cover_pass_needed(camera_words, camera, pass.second));
+  if (!__any_sync(kFullMask, needed)) return;
+  bool in_pass = false;
+  if (needed) {
+    const std::uint32_t key = rank_keys[rank];  // zc bits; invisible items: all ones
+    const int bucket = bucket_of(__uint_as_float(key), depth_range_of(camera_words, camera), buckets);
+    in_pass = key != 0xffffffffu && bucket >= pass.lo && bucket < pass.hi;
+  }
+  if (!__any_sync(kFullMask, in_pass)) return;
   GpuSphere<T> g{};
   CoverJob job;
-  if (candidate) {
+  if (in_pass) {
     g = load_sphere(spheres + item);
     job = cover_job(config, scene, options, g, camera, camera_words, buckets);
   }
@@ -146,39 +183,51 @@ __global__ void cover_kernel(RendererConfig config, SceneArgs scene, RenderOptio
     const T dist = __shfl_sync(kFullMask, g.dist, owner), radius = __shfl_sync(kFullMask, g.radius, owner);
     if (j >= deal.total) continue;
     const int b = split_item(o_item, n).camera;
-    const CameraFrame<T> cam = camera_of<T>(scene, b, config.orthographic);
     const int tx = o_tx0 + (j - o_first) % o_w, ty = o_ty0 + (j - o_first) / o_w;
+    const std::int64_t tile = std::int64_t(b) * tiles_x * tiles_y + std::int64_t(ty) * tiles_x + tx;
+    if (pass.second && settled[tile]) continue;
+    const CameraFrame<T> cam = camera_of<T>(scene, b, config.orthographic);
     const int px0 = tx * kTileSize, px1 = min(px0 + kTileSize - 1, config.width - 1);
     const int py0 = ty * kTileSize, py1 = min(py0 + kTileSize - 1, config.height - 1);
     const T kappa = covered_closeness(cam, c, dist, radius, px0, py0, px1, py1);
     // 0.999: margin for the rounding of kappa here against the forward's.
     const double w = fmin(1.0, 0.999 * double(kappa) * o_relative);
     const auto fixed = static_cast<unsigned long long>(w * kFixedOne);
-    unsigned long long* tile_hist = histogram + std::int64_t(b) * tiles_x * tiles_y * buckets;
-    if (fixed > 0) atomicAdd(tile_hist + (std::int64_t(ty) * tiles_x + tx) * buckets + o_bucket, fixed);
+    if (fixed > 0) atomicAdd(histogram + tile * buckets + o_bucket, fixed);
   }
 }
 
 // One warp per tile; lane l takes buckets l and l + 32 (kMaxBuckets = 64). The running
 // weight sums are an exact integer prefix scan, and the minimum over buckets does not
 // depend on its order, so the bound is the serial loop's, bit for bit.
+// First pass: every tile's bound from the first `settle` buckets' spheres; settled when
+// it lies within them (at most the end of bucket settle - 1), final then; otherwise the
+// camera is flagged for the second cover pass. Second pass: the tiles not settled again,
+// when the camera has spheres that may cover a tile.
 template <typename T>
 __global__ void tile_bound_kernel(RendererConfig config, SceneArgs scene, RenderOptions options,
-                                  const std::uint32_t* camera_words, const unsigned long long* histogram,
-                                  int buckets, std::int64_t n_tiles, float* bound) {
+                                  std::uint32_t* camera_words, const unsigned long long* histogram,
+                                  int buckets, std::int64_t n_tiles, int settle, bool second, float* bound,
+                                  std::uint8_t* settled) {
   constexpr unsigned kFullMask = 0xffffffffu;
   const std::int64_t item = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = int(threadIdx.x % 32);
   if (item >= n_tiles * scene.batch_size) return;  // whole warps leave together
   const int b = int(item / n_tiles);
+  if (second && (settled[item] || !cover_pass_needed(camera_words, b, true))) return;
   const DepthRange range = depth_range_of(camera_words, b);
   double best = INFINITY;
+  bool is_settled = false;
   if (!range.empty) {
     const CameraFrame<T> cam = camera_of<T>(scene, b, config.orthographic);
     const BlendParams<T> bp = blend_params_of(cam, config, options);
     const double s_ref = reference_exponent(bp, range);
     const double background = exp(double(bp.bg_exponent) - s_ref);
     const double width = double(range.zmax) - double(range.zmin);
+    // The end of bucket k (the last ends at zmax).
+    auto edge_of = [&](int k) {
+      return k == buckets - 1 ? double(range.zmax) : double(range.zmin) + width * (k + 1) / buckets;
+    };
     unsigned long long carry = 0;  // weight of the buckets before this half
     for (int half = 0; half < 2; ++half) {
       const int k = half * 32 + lane;
@@ -195,47 +244,73 @@ __global__ void tile_bound_kernel(RendererConfig config, SceneArgs scene, Render
         const double total = double(sum) / kFixedOne + background;
         if (total > 0) {
           const double tau = termination_depth_for_weight(bp, log(total) + s_ref);
-          const double edge = k == buckets - 1 ? double(range.zmax) : double(range.zmin) + width * (k + 1) / buckets;
-          best = fmin(best, fmax(edge, tau));
+          best = fmin(best, fmax(edge_of(k), tau));
         }
       }
     }
     for (int offset = 16; offset > 0; offset /= 2) best = fmin(best, __shfl_xor_sync(kFullMask, best, offset));
+    is_settled = best <= edge_of(settle - 1);
     // Margin for the forward's rounding of tau and of zc (float keys): far above both.
     best += 1e-4 * double(bp.depth_range()) + 1e-5 * fabs(best);
   }
-  if (lane == 0) bound[item] = float(best) < best ? nextafterf(float(best), INFINITY) : float(best);
+  if (lane != 0) return;
+  bound[item] = float(best) < best ? nextafterf(float(best), INFINITY) : float(best);
+  if (second) return;
+  settled[item] = is_settled ? 1 : 0;
+  // Many tiles raise the same flag: reading it first keeps most from storing; a camera
+  // without spheres that may cover a tile (W4: every tile unsettled) has no second pass.
+  std::uint32_t* unsettled = camera_words + b * CameraWords::kCount + CameraWords::kUnsettled;
+  if (!is_settled && cover_pass_needed(camera_words, b, false) &&
+      *reinterpret_cast<volatile std::uint32_t*>(unsettled) == 0u)
+    *unsettled = 1u;
 }
 
 }  // namespace
 
 template <typename T>
 const float* cuda_tile_depth_bound(const RendererConfig& config, const SceneArgs& scene,
-                                   const RenderOptions& options, cudaStream_t stream, CudaScratch& scratch) {
+                                   const RenderOptions& options, cudaStream_t stream, CudaScratch& scratch,
+                                   const std::int32_t* order, const std::uint32_t* rank_keys) {
   if (!(options.percent_allowed_difference > 0) || scene.n_spheres == 0) return nullptr;
   const std::int64_t n_tiles = Tiling::of(config.width, config.height).n_tiles();
   const std::int64_t total_tiles = n_tiles * scene.batch_size;
   const int buckets = int(std::min<std::int64_t>(kMaxBuckets, kMaxHistogramCells / total_tiles));
   if (buckets < kMinBuckets) return nullptr;  // too many tiles for the histogram: no cut
+  const int settle = buckets / 4;  // the first pass's buckets
   auto* histogram = scratch.cover_histogram.reserve<unsigned long long>(
       std::size_t(total_tiles) * buckets, "tile cover histogram");
   auto* bound = scratch.tile_depth_bound.reserve<float>(std::size_t(total_tiles), "tile depth bounds");
+  auto* settled = scratch.tile_settled.reserve<std::uint8_t>(std::size_t(total_tiles), "tile settled flags");
+  auto* words = scratch.camera_words.as<std::uint32_t>();  // filled by the setup kernel
   PULSAR_CUDA_CHECK(cudaMemsetAsync(histogram, 0, sizeof(unsigned long long) * std::size_t(total_tiles) * buckets, stream));
   constexpr int kThreads = 256;
   const std::int64_t items = scene.n_spheres * scene.batch_size;
+  const auto* spheres = scratch.spheres.as<GpuSphere<T>>();
+  const unsigned tile_blocks = blocks_for(total_tiles * 32, kThreads);
   cover_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
-      config, scene, options, scratch.spheres.as<GpuSphere<T>>(), scratch.camera_words.as<std::uint32_t>(),
-      histogram, buckets);
-  PULSAR_CUDA_LAUNCH_CHECK("cover_kernel");
-  tile_bound_kernel<T><<<blocks_for(total_tiles * 32, kThreads), kThreads, 0, stream>>>(
-      config, scene, options, scratch.camera_words.as<std::uint32_t>(), histogram, buckets, n_tiles, bound);
-  PULSAR_CUDA_LAUNCH_CHECK("tile_bound_kernel");
+      config, scene, options, spheres, order, rank_keys, words, settled, histogram, buckets,
+      CoverPass{0, settle, false});
+  PULSAR_CUDA_LAUNCH_CHECK("cover_kernel (first pass)");
+  tile_bound_kernel<T><<<tile_blocks, kThreads, 0, stream>>>(config, scene, options, words, histogram, buckets,
+                                                             n_tiles, settle, false, bound, settled);
+  PULSAR_CUDA_LAUNCH_CHECK("tile_bound_kernel (first pass)");
+  // A grid-stride second pass on a few blocks cost W2, whose second pass does most of the
+  // work, 0.13 ms; with a whole grid an idle second pass costs W4 about 4 us.
+  cover_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
+      config, scene, options, spheres, order, rank_keys, words, settled, histogram, buckets,
+      CoverPass{settle, buckets, true});
+  PULSAR_CUDA_LAUNCH_CHECK("cover_kernel (second pass)");
+  tile_bound_kernel<T><<<tile_blocks, kThreads, 0, stream>>>(config, scene, options, words, histogram, buckets,
+                                                             n_tiles, settle, true, bound, settled);
+  PULSAR_CUDA_LAUNCH_CHECK("tile_bound_kernel (second pass)");
   return bound;
 }
 
 template const float* cuda_tile_depth_bound<float>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
-                                                   cudaStream_t, CudaScratch&);
+                                                   cudaStream_t, CudaScratch&, const std::int32_t*,
+                                                   const std::uint32_t*);
 template const float* cuda_tile_depth_bound<double>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
-                                                    cudaStream_t, CudaScratch&);
+                                                    cudaStream_t, CudaScratch&, const std::int32_t*,
+                                                    const std::uint32_t*);
 
 }  // namespace pulsar

@@ -1,0 +1,15 @@
+"""(tile, sphere) instances the CUDA binning stores per workload: a check that two builds
+cut the tile lists alike (the tile depth bound is exact either way; only the count
+shows its tightness). Usage: python3 benchmarks/instance_counts.py W1 W2 W4"""
+import sys
+
+import torch
+
+from profile_kernels import workload_step
+
+for w in sys.argv[1:] or ["W1"]:
+    renderer, step = workload_step(w)
+    step()
+    torch.cuda.synchronize()
+    native = next(iter(renderer._natives.values()))
+    print(f"{w}: {native.binned_instances} instances")
