@@ -116,6 +116,16 @@ def _large_opaque_scene(dtype):
     return [t.to(dtype) for t in (pos, col, rad, opa, bg, cam)]
 
 
+def _stored_instances(tensors, renderer_kw, percent):
+    """(tile, sphere) instances the CUDA binning stores for the scene at gamma 0.1, max
+    depth 45 and the given percent_allowed_difference."""
+    renderer = Renderer(**renderer_kw).cuda()
+    pos, col, rad, opa, bg, cam = (t.cuda() for t in tensors)
+    renderer(pos, col, rad, cam, gamma=0.1, max_depth=45.0, bg_col=bg, opacity=opa,
+             percent_allowed_difference=percent)
+    return renderer._natives[("cuda", torch.cuda.current_device())].binned_instances
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
 def test_cuda_depth_cut_is_exact_and_stores_less(dtype):
     """The CUDA binning stores only what early termination can reach (tile_depth_bound.cu):
@@ -131,13 +141,7 @@ def test_cuda_depth_cut_is_exact_and_stores_less(dtype):
                                        percent_allowed_difference=0.0, mode=1)
     assert cpu[1].float().mean() < 0.4 * all_hits.mean(), "termination should stop pixels early in this scene"
     _assert_gpu_matches_cpu(gpu, cpu, dtype)
-    stored = {}
-    for percent in (0.01, 0.0):
-        renderer = Renderer(**renderer_kw).cuda()
-        pos, col, rad, opa, bg, cam = (t.cuda() for t in tensors)
-        renderer(pos, col, rad, cam, gamma=0.1, max_depth=45.0, bg_col=bg, opacity=opa,
-                 percent_allowed_difference=percent)
-        stored[percent] = renderer._natives[("cuda", torch.cuda.current_device())].binned_instances
+    stored = {percent: _stored_instances(tensors, renderer_kw, percent) for percent in (0.01, 0.0)}
     # About a quarter of the hits are processed; the bound is looser than that ideal
     # (spheres under 15.5 px radius never count as covering a tile).
     assert 0 < stored[0.01] < 0.75 * stored[0.0], stored
@@ -163,13 +167,7 @@ def test_cuda_depth_cut_from_deep_covering_spheres(dtype):
     cpu = _render_and_grad("cpu", tensors, renderer_kw, call_kw)
     gpu = _render_and_grad("cuda", tensors, renderer_kw, call_kw)
     _assert_gpu_matches_cpu(gpu, cpu, dtype)
-    stored = {}
-    for percent in (0.01, 0.0):
-        renderer = Renderer(**renderer_kw).cuda()
-        pos, col, rad, opa, bg, cam = (t.cuda() for t in tensors)
-        renderer(pos, col, rad, cam, gamma=0.1, max_depth=45.0, bg_col=bg, opacity=opa,
-                 percent_allowed_difference=percent)
-        stored[percent] = renderer._natives[("cuda", torch.cuda.current_device())].binned_instances
+    stored = {percent: _stored_instances(tensors, renderer_kw, percent) for percent in (0.01, 0.0)}
     assert 0 < stored[0.01] < 0.75 * stored[0.0], stored
 
 
