@@ -69,7 +69,8 @@ __device__ int bucket_of(float zc, const DepthRange& range, int buckets) {
 
 // What one sphere adds to its tiles' histograms: the tiles whose pixels (clipped to the
 // image) all lie in its core, tx0 + [0, tiles_w) x ty0 + [0, count / tiles_w), its weight
-// bound relative to exp(s_ref) and its depth bucket. count = 0: none.
+// bound relative to exp(s_ref) and its depth bucket (the one its pass chose it by).
+// count = 0: none.
 struct CoverJob {
   int tx0 = 0, ty0 = 0, tiles_w = 1, count = 0;
   double relative = 0;
@@ -78,7 +79,7 @@ struct CoverJob {
 
 template <typename T>
 __device__ CoverJob cover_job(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
-                              const GpuSphere<T>& g, int b, const std::uint32_t* camera_words, int buckets) {
+                              const GpuSphere<T>& g, int b, const DepthRange& range, int bucket) {
   CoverJob job;
   if (g.x0 > g.x1 || g.y0 > g.y1) return job;
   const CameraFrame<T> cam = camera_of<T>(scene, b, config.orthographic);
@@ -99,13 +100,12 @@ __device__ CoverJob cover_job(const RendererConfig& config, const SceneArgs& sce
   const int ty1 = core.y1 == config.height - 1 ? tiles_y - 1 : (core.y1 + 1) / kTileSize - 1;
   if (tx1 < tx0 || ty1 < ty0) return job;
   const BlendParams<T> bp = blend_params_of(cam, config, options);
-  const DepthRange range = depth_range_of(camera_words, b);
   // Exponent bound: depth of any hit <= o1 <= t (perspective) or |cz| (orthographic).
   const double far_depth = cam.orthographic ? fabs(double(g.cz)) : double(g.dist);
   const double n_far = (far_depth - double(bp.min_depth)) * double(bp.inv_range);
   const double s_low = double(g.opacity) * (1.0 - n_far) * double(bp.inv_gamma);
   job.relative = double(g.opacity) * exp(s_low - reference_exponent(bp, range));
-  job.bucket = bucket_of(float(g.closest_depth), range, buckets);
+  job.bucket = bucket;
   job.tx0 = tx0;
   job.ty0 = ty0;
   job.tiles_w = tx1 - tx0 + 1;
@@ -113,10 +113,11 @@ __device__ CoverJob cover_job(const RendererConfig& config, const SceneArgs& sce
   return job;
 }
 
-// The buckets one cover pass adds: [lo, hi); second: the pass after the first.
+// The buckets one cover pass adds: [lo, hi); the first pass starts at bucket 0, the
+// second at the first pass's end (settle >= 1).
 struct CoverPass {
   int lo, hi;
-  bool second;
+  __device__ bool second() const { return lo > 0; }
 };
 
 // Whether camera b may have a sphere that covers a tile (the setup kernel's flag) and,
@@ -147,15 +148,17 @@ __global__ void cover_kernel(RendererConfig config, SceneArgs scene, RenderOptio
   const bool valid = rank < n * scene.batch_size;
   // One camera: its flags before anything else (W4, W5: no sphere may cover a tile).
   const bool one_camera = scene.batch_size == 1;
-  if (one_camera && !cover_pass_needed(camera_words, 0, pass.second)) return;
+  if (one_camera && !cover_pass_needed(camera_words, 0, pass.second())) return;
   const std::int64_t item = valid ? order[rank] : 0;
   const int camera = one_camera ? 0 : split_item(item, n).camera;
-  const bool needed = valid && (one_camera || cover_pass_needed(camera_words, camera, pass.second));
+  const bool needed = valid && (one_camera || cover_pass_needed(camera_words, camera, pass.second()));
   if (!__any_sync(kFullMask, needed)) return;
   bool in_pass = false;
+  const DepthRange range = depth_range_of(camera_words, camera);
+  int bucket = 0;
   if (needed) {
-    const std::uint32_t key = rank_keys[rank];  // zc bits; invisible items: all ones
-    const int bucket = bucket_of(__uint_as_float(key), depth_range_of(camera_words, camera), buckets);
+    const std::uint32_t key = rank_keys[rank];  // float(zc) bits, as in the record; invisible items: all ones
+    bucket = bucket_of(__uint_as_float(key), range, buckets);
     in_pass = key != 0xffffffffu && bucket >= pass.lo && bucket < pass.hi;
   }
   if (!__any_sync(kFullMask, in_pass)) return;
@@ -163,7 +166,7 @@ __global__ void cover_kernel(RendererConfig config, SceneArgs scene, RenderOptio
   CoverJob job;
   if (in_pass) {
     g = load_sphere(spheres + item);
-    job = cover_job(config, scene, options, g, camera, camera_words, buckets);
+    job = cover_job(config, scene, options, g, camera, range, bucket);
   }
   if (!__any_sync(kFullMask, job.count > 0)) return;
   const WarpDeal deal = WarpDeal::of(job.count);
@@ -185,7 +188,7 @@ __global__ void cover_kernel(RendererConfig config, SceneArgs scene, RenderOptio
     const int b = split_item(o_item, n).camera;
     const int tx = o_tx0 + (j - o_first) % o_w, ty = o_ty0 + (j - o_first) / o_w;
     const std::int64_t tile = std::int64_t(b) * tiles_x * tiles_y + std::int64_t(ty) * tiles_x + tx;
-    if (pass.second && settled[tile]) continue;
+    if (pass.second() && settled[tile]) continue;
     const CameraFrame<T> cam = camera_of<T>(scene, b, config.orthographic);
     const int px0 = tx * kTileSize, px1 = min(px0 + kTileSize - 1, config.width - 1);
     const int py0 = ty * kTileSize, py1 = min(py0 + kTileSize - 1, config.height - 1);
@@ -289,7 +292,7 @@ const float* cuda_tile_depth_bound(const RendererConfig& config, const SceneArgs
   const unsigned tile_blocks = blocks_for(total_tiles * 32, kThreads);
   cover_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
       config, scene, options, spheres, order, rank_keys, words, settled, histogram, buckets,
-      CoverPass{0, settle, false});
+      CoverPass{0, settle});
   PULSAR_CUDA_LAUNCH_CHECK("cover_kernel (first pass)");
   tile_bound_kernel<T><<<tile_blocks, kThreads, 0, stream>>>(config, scene, options, words, histogram, buckets,
                                                              n_tiles, settle, false, bound, settled);
@@ -298,7 +301,7 @@ const float* cuda_tile_depth_bound(const RendererConfig& config, const SceneArgs
   // work, 0.13 ms; with a whole grid an idle second pass costs W4 about 4 us.
   cover_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
       config, scene, options, spheres, order, rank_keys, words, settled, histogram, buckets,
-      CoverPass{settle, buckets, true});
+      CoverPass{settle, buckets});
   PULSAR_CUDA_LAUNCH_CHECK("cover_kernel (second pass)");
   tile_bound_kernel<T><<<tile_blocks, kThreads, 0, stream>>>(config, scene, options, words, histogram, buckets,
                                                              n_tiles, settle, true, bound, settled);
