@@ -46,7 +46,7 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene,
         OnlineSoftmax<T> blend = OnlineSoftmax<T>::start(bp);
         for (int ch = 0; ch < channels; ++ch) accum[ch] = sv.background[ch];
         TrackedHits<T> tracked{track_depth, track_id, k_track, 0};
-        TerminationTest<T> termination = TerminationTest<T>::start();
+        TerminationTest<T> termination = TerminationTest<T>::start(bp);
         T max_closest = T(-1);
         T mom[3] = {0, 0, 0};  // sum w n^k relative to exp(m)
         std::int64_t hits = 0;
@@ -73,7 +73,7 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene,
           }
           ++hits;
           end = e - first + 1;
-          if (bp.early_stop) termination.after_hit(bp, blend);
+          if (bp.early_stop) termination.after_hit(blend);
           max_closest = r.closest_depth;
           if (info) tracked.insert(h.depth, i);
         }

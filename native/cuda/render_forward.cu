@@ -69,6 +69,31 @@ __device__ unsigned transpose_bits(unsigned x, int lane) {
   return x;
 }
 
+// One entry of a batch as the block stages it in shared memory: the sphere record, its
+// features when the channel count is static (else read from global memory per hit) and
+// its index, in one record so that a visit derives one shared address.
+template <typename T, int C_STATIC>
+struct BatchFields {
+  GpuSphere<T> sphere;
+  T features[C_STATIC > 0 ? C_STATIC : 1];
+  std::int32_t id;
+};
+
+// A record padded to an odd number of 16-byte words (float, 3 channels: 80 bytes): lanes
+// that walk their own entries (lane by lane) read them in 16-byte loads without bank
+// conflicts, which an even stride (64 bytes) has between every other lane.
+template <typename F, bool PAD>
+struct OddWords {
+  F fields;
+  unsigned char pad[16];
+};
+template <typename F>
+struct OddWords<F, false> {
+  F fields;
+};
+template <typename T, int C_STATIC>
+using BatchEntry = OddWords<BatchFields<T, C_STATIC>, (sizeof(BatchFields<T, C_STATIC>) / 16) % 2 == 0>;
+
 // Feature accumulator: registers when the channel count is known at compile time
 // (C_STATIC > 0), else the pixel's own slot of the output image.
 template <typename T, int C_STATIC>
@@ -106,10 +131,7 @@ template <typename T, int C_STATIC, bool ORTHO, bool WITH_INFO>
 __global__ void __launch_bounds__(kThreads)
 render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions options, ForwardOutputs out,
                       const GpuSphere<T>* spheres, const std::int32_t* entry_sphere, const int2* tile_ranges) {
-  __shared__ GpuSphere<T> batch[kThreads];
-  __shared__ std::int32_t batch_id[kThreads];
-  // The batch's features when the channel count is static (else read from global per hit).
-  __shared__ T batch_features[C_STATIC > 0 ? kThreads * C_STATIC : 1];
+  __shared__ BatchEntry<T, C_STATIC> batch[kThreads];
   // coverage[w][e]: the lanes of warp w whose pixel entry e's box covers (written by the
   // entry's loader); then, once warp w has transposed its row chunk by chunk,
   // coverage[w][32 * chunk + lane]: the entries of the chunk (bit j: entry 32 * chunk + j)
@@ -133,15 +155,18 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
   const std::int64_t pix = std::int64_t(b) * config.width * config.height + std::int64_t(y) * config.width + x;
   T* img = static_cast<T*>(out.image) + pix * channels;
   T* moments = static_cast<T*>(out.depth_moments);
-  const std::int64_t cap = options.max_n_hits < 0 ? std::numeric_limits<std::int64_t>::max() : options.max_n_hits;
+  // A pixel's hits never exceed its tile's list length (an int), so a cap is compared in 32 bits.
+  const int cap = options.max_n_hits < 0 || options.max_n_hits > std::numeric_limits<int>::max()
+                      ? std::numeric_limits<int>::max()
+                      : int(options.max_n_hits);
 
   FeatureAccum<T, C_STATIC> accum;
   if (inside) accum.init(sv.background, img, channels);
   OnlineSoftmax<T> blend = OnlineSoftmax<T>::start(bp);
-  TerminationTest<T> termination = TerminationTest<T>::start();
+  TerminationTest<T> termination = TerminationTest<T>::start(bp);
   T max_closest = T(-1);
   T mom[3] = {0, 0, 0};
-  std::int64_t hits = 0;
+  int hits = 0;
   int end = 0;  // one past the last processed entry, relative to the tile's first
   T track_depth[WITH_INFO ? kMaxTrack : 1];
   std::int32_t track_id[WITH_INFO ? kMaxTrack : 1];
@@ -170,19 +195,19 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
     if (p < range.y) {
       const std::int32_t id = entry_sphere[p];
       const GpuSphere<T> g = load_sphere(spheres + std::int64_t(b) * scene.n_spheres + id);
-      batch_id[threadIdx.x] = id;
-      batch[threadIdx.x] = g;
+      BatchFields<T, C_STATIC>& e = batch[threadIdx.x].fields;
+      e.sphere = g;
+      e.id = id;
       lx0 = max(int(g.x0) - tile_x0, 0), lx1 = min(int(g.x1) - tile_x0, kTileSize - 1);
       ly0 = max(int(g.y0) - tile_y0, 0), ly1 = min(int(g.y1) - tile_y0, kTileSize - 1);
-      for (int c = 0; c < C_STATIC; ++c)
-        batch_features[threadIdx.x * C_STATIC + c] = sv.features[std::int64_t(id) * C_STATIC + c];
+      for (int c = 0; c < C_STATIC; ++c) e.features[c] = sv.features[std::int64_t(id) * C_STATIC + c];
     }
 #pragma unroll
     for (int w = 0; w < kThreads / 32; ++w) coverage[w][threadIdx.x] = lanes_covered(lx0, lx1, ly0, ly1, w);
     __syncthreads();
     const int batch_size = min(kThreads, range.y - start);
     const int chunks = (batch_size + 31) / 32;
-    if (!done && (hits >= cap || termination.stops(batch[0].closest_depth, bp, blend))) done = true;
+    if (!done && (hits >= cap || termination.stops(batch[0].fields.sphere.closest_depth, bp, blend))) done = true;
     if (__all_sync(kFullMask, done)) continue;
 
     // The warp's entry sets, and the rounds of either walk.
@@ -198,8 +223,10 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
     const bool by_lane = 4 * warp_max(unsigned(own_entries)) <= 3 * unsigned(lockstep_rounds);
 
     // Visits entry j of the batch, which covers this lane's pixel: the stop test, then the pair.
+    const int end_base = start - range.x + 1;  // the traversal end after a hit at entry j: end_base + j
     auto visit = [&](int j) {
-      const GpuSphere<T>& g = batch[j];
+      const BatchFields<T, C_STATIC>& e = batch[j].fields;
+      const GpuSphere<T>& g = e.sphere;
       if (hits >= cap || termination.stops(g.closest_depth, bp, blend)) {
         done = true;
         return;
@@ -210,7 +237,7 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
       const T s = blend_exponent(bp, g.opacity, n_depth);
       T rescale;
       const T w = blend.add(s, h.kappa * g.opacity, rescale);
-      const T* col = C_STATIC > 0 ? batch_features + j * C_STATIC : sv.features + std::int64_t(batch_id[j]) * channels;
+      const T* col = C_STATIC > 0 ? e.features : sv.features + std::int64_t(e.id) * channels;
       accum.add(rescale, w, col, img, channels);
       if (moments) {
         mom[0] = mom[0] * rescale + w;
@@ -218,10 +245,10 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
         mom[2] = mom[2] * rescale + w * n_depth * n_depth;
       }
       ++hits;
-      end = start + j - range.x + 1;
-      if (bp.early_stop) termination.after_hit(bp, blend);
+      end = end_base + j;
+      if (bp.early_stop) termination.after_hit(blend);
       max_closest = g.closest_depth;
-      if (WITH_INFO) tracked.insert(h.depth, batch_id[j]);
+      if (WITH_INFO) tracked.insert(h.depth, e.id);
     };
 
     if (by_lane) {
@@ -270,6 +297,9 @@ void launch(const RendererConfig& config, const SceneArgs& scene, const RenderOp
   const auto* spheres = s.spheres.as<GpuSphere<T>>();
   const std::int32_t* entries = s.entry_sphere();
   const auto* ranges = s.tile_ranges.as<int2>();
+  // Depth moments stay a run-time branch: a kernel of their own may contract the image's
+  // arithmetic differently, and render() (which asks for them) must give forward()'s
+  // image bit for bit.
   if (out.forward_info)
     render_forward_kernel<T, C_STATIC, ORTHO, true><<<blocks, kThreads, 0, stream>>>(config, scene, options, out, spheres, entries, ranges);
   else
