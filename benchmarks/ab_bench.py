@@ -14,6 +14,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ab_builds import require_distinct_builds
+
 RUN = Path(__file__).resolve().parent / "run.py"
 
 
@@ -43,6 +45,7 @@ def main() -> None:
         repeats = int(rest.pop(rest.index("--repeats") + 1))
         rest.remove("--repeats")
     workloads = rest or ["W3", "W4"]
+    require_distinct_builds(packages)
     labels = [chr(ord("A") + i) for i in range(len(packages))]
     figures = {}  # (label, workload) -> [(fwd, fwd_bwd)]
     for _ in range(rounds):

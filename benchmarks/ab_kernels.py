@@ -8,6 +8,8 @@ Each (build, workload) runs in a fresh interpreter (the packages share a name).
 import subprocess
 import sys
 
+from ab_builds import require_distinct_builds
+
 CHILD = r'''
 import sys, torch
 sys.path.insert(0, sys.argv[1])
@@ -61,6 +63,7 @@ def main():
     args = sys.argv[1:]
     split = args.index("--") if "--" in args else len(args)
     packages, workloads = args[:split], args[split + 1:] or ["W4"]
+    require_distinct_builds(packages)
     labels = [chr(ord("A") + i) for i in range(len(packages))]
     for w in workloads:
         merged = {}
