@@ -136,10 +136,9 @@ struct CudaScratch {
   std::int64_t n_instances = 0;
   std::int64_t small_box_instances = 0;  // of n_instances, those with small boxes within their tile
   std::int64_t backward_row_budget = 0;  // RendererConfig::backward_row_budget
-  // Between cuda_begin_binning and cuda_finish_binning: whether a count is in flight, the
-  // rank -> item order (in one of depth_order's buffers) and the tile depth bounds (null:
-  // none).
-  bool binning_pending = false;
+  // Between cuda_begin_binning and cuda_finish_binning: the rank -> item order (in one of
+  // depth_order's buffers; null when no count is in flight) and the tile depth bounds
+  // (null: none).
   const std::int32_t* pending_order = nullptr;
   const float* pending_bound = nullptr;
 

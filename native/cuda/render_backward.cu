@@ -123,13 +123,6 @@ __device__ constexpr bool scatter_writer(int lane) {
 
 constexpr int next_pow2(int n) { return n <= 1 ? 1 : 2 * next_pow2((n + 1) / 2); }
 
-// The per-pair exponential: the hardware exp2 in float, the library exp in double. The
-// argument s - ln(total weight) is at most 0; down to -87 (below that both give 0 or a
-// flushed denormal) __expf is within about 5e-6 relative, far under the gradients' 1e-4
-// parity with the CPU.
-__device__ inline float pair_exp(float x) { return __expf(x); }
-__device__ inline double pair_exp(double x) { return exp(x); }
-
 // Fixed-order block sum: value(k), k < count, summed over the block's threads into
 // out[0..count) (added to it when `add`): shuffle trees per warp, then the warps in index
 // order. scratch holds kWarps * count values; the block synchronises before returning.
@@ -442,7 +435,9 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
           if (active) {
             const T n_depth = normalized_depth(bp, h.depth);
             const T s = blend_exponent(bp, opacity, n_depth);
-            const T unit = pair_exp(s - stage.log_total[q]);  // weight per unit closeness and opacity
+            // Weight per unit closeness and opacity: exp(s - ln(total weight)), the argument at
+            // most 0, with the forward's own exponential.
+            const T unit = softmax_exp(s - stage.log_total[q]);
             weight = h.kappa * opacity * unit;
             T gw = -stage.grad_dot_image[q], grad_n = 0;  // gw = dL/dw * total weight
             if (kStatic) {

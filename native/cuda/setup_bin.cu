@@ -307,7 +307,7 @@ int bit_width(std::uint64_t v) {
 template <typename T>
 void cuda_begin_binning(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
                         cudaStream_t stream, CudaScratch& scratch) {
-  scratch.binning_pending = false;
+  scratch.pending_order = nullptr;
   const std::int64_t items = scene.n_spheres * scene.batch_size;
   const Tiling tiling = Tiling::of(config.width, config.height);
   const std::int64_t total_tiles = tiling.n_tiles() * scene.batch_size;
@@ -361,14 +361,14 @@ void cuda_begin_binning(const RendererConfig& config, const SceneArgs& scene, co
                                     cudaMemcpyDeviceToHost, stream));
   scratch.pending_order = order;
   scratch.pending_bound = bound;
-  scratch.binning_pending = true;
 }
 
 template <typename T>
 void cuda_finish_binning(const RendererConfig& config, const SceneArgs& scene, cudaStream_t stream,
                          CudaScratch& scratch) {
-  if (!scratch.binning_pending) return;  // no items: cuda_begin_binning left empty lists
-  scratch.binning_pending = false;
+  const std::int32_t* order = scratch.pending_order;
+  if (order == nullptr) return;  // no items: cuda_begin_binning left empty lists
+  scratch.pending_order = nullptr;
   // The one host synchronisation of a binning.
   PULSAR_CUDA_CHECK(cudaStreamSynchronize(stream));
   const std::int64_t count = *scratch.host_count;
@@ -385,7 +385,6 @@ void cuda_finish_binning(const RendererConfig& config, const SceneArgs& scene, c
   const std::int64_t total_tiles = tiling.n_tiles() * scene.batch_size;
   constexpr int kThreads = 256;
   const auto* spheres = scratch.spheres.as<GpuSphere<T>>();
-  const std::int32_t* order = scratch.pending_order;
   const float* bound = scratch.pending_bound;
   auto* slots_of = scratch.sphere_slots.as<std::int64_t>();
   auto* ranges = scratch.tile_ranges.as<int2>();
