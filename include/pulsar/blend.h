@@ -31,15 +31,33 @@ PULSAR_HD T normalized_depth(const BlendParams<T>& p, T depth) {
   return (depth - p.min_depth) * p.inv_range;
 }
 
-// Twin of normalized_depth: given dL/dn, accumulates dL/dz, dL/dmin, dL/dmax.
+// The depth range's part of normalized_depth's derivative, summed over many hits (a
+// tile's or a lane's): dn/dmin = (z - max) / range^2 and dn/dmax = -(z - min) / range^2,
+// so with g = dL/dn / range per hit, dL/dmin = (Z - max G) / range and
+// dL/dmax = -(Z - min G) / range for the sums G = sum g and Z = sum g z. Two operations
+// per hit instead of six; the rounding of Z - max G, about ulp(max) sum |g|, is the order
+// of the per-hit form's own (z - max rounds to ulp(max)).
+template <typename T>
+struct DepthRangeSums {
+  T g = 0;   // sum of dL/dn / range
+  T gz = 0;  // sum of dL/dn / range * z (z in world units)
+
+  // Adds to dL/dmin (grad_min_depth) and dL/dmax (grad_max_depth).
+  PULSAR_HD void finish(const BlendParams<T>& p, T& grad_min_depth, T& grad_max_depth) const {
+    grad_min_depth += (gz - p.max_depth * g) * p.inv_range;
+    grad_max_depth -= (gz - p.min_depth * g) * p.inv_range;
+  }
+};
+
+// Twin of normalized_depth: given dL/dn, accumulates dL/dz, and the hit's terms of dL/dmin
+// and dL/dmax into range_sums (DepthRangeSums::finish resolves them).
 template <typename T>
 PULSAR_HD void normalized_depth_backward(const BlendParams<T>& p, T depth, T grad_n, T& grad_depth,
-                                         T& grad_min_depth, T& grad_max_depth) {
+                                         DepthRangeSums<T>& range_sums) {
   const T g = grad_n * p.inv_range;
   grad_depth += g;
-  // dn/dmin = (z - max) / range^2, dn/dmax = -(z - min) / range^2.
-  grad_min_depth += g * (depth - p.max_depth) * p.inv_range;
-  grad_max_depth -= g * (depth - p.min_depth) * p.inv_range;
+  range_sums.g += g;
+  range_sums.gz += g * depth;
 }
 
 // Exponent s = o (1 - n) / gamma of a hit with opacity o at normalised depth n.

@@ -1,6 +1,7 @@
-// Arithmetic that is rounded step by step on every backend: never contracted into a fused
-// multiply-add and never approximated, on the GPU too. The CPU build has no contraction,
-// so these give the CPU's bits wherever they are used.
+// Arithmetic that every backend rounds the same way: each operation rounded once as
+// written (a product and a sum apart, or one fused multiply-add where it says so), never
+// contracted otherwise and never approximated, on the GPU too. The CPU build has no
+// contraction, so these give the CPU's bits wherever they are used.
 //
 // Why: the CUDA forward may contract and use the fast division and square root (about
 // 10 % of its instructions), but the chord |c - t d| of a pixel and a sphere subtracts two
@@ -9,7 +10,8 @@
 // ulp(t) and a small sphere's closeness by ulp(t) / r: up to 8.5e-5 of an image
 // (docs/benchmarks.md), over the 1e-5 that the backends agree to. So the camera frame,
 // the pixel rays and the product t d are computed with these; the rest of a pair is
-// well conditioned and may round as each backend likes.
+// well conditioned and may round as each backend likes. (The chord itself is fused:
+// fused_distance.)
 #pragma once
 
 #include <cmath>
@@ -20,7 +22,7 @@
 
 namespace pulsar {
 
-// a * b, a + b, a / b, sqrt(a) for float and double.
+// a * b, a + b, a / b, sqrt(a), and a * b + c rounded once, for float and double.
 template <typename T>
 PULSAR_HD T mul_rn(T a, T b) {
 #ifdef __CUDA_ARCH__
@@ -37,6 +39,19 @@ PULSAR_HD T add_rn(T a, T b) {
   else return __dadd_rn(a, b);
 #else
   return a + b;
+#endif
+}
+// The fused multiply-add: one rounding, so every backend gets the same bits (the GPU's
+// instruction; on the CPU the FMA instruction where the build enables it, else libm's
+// correctly rounded emulation). Where a pair cancels (the chord) it is also the more
+// accurate: t d enters the difference unrounded.
+template <typename T>
+PULSAR_HD T fma_rn(T a, T b, T c) {
+#ifdef __CUDA_ARCH__
+  if constexpr (std::is_same<T, float>::value) return __fmaf_rn(a, b, c);
+  else return __fma_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
 #endif
 }
 template <typename T>
@@ -82,6 +97,14 @@ PULSAR_HD Vec3<T> cross_rn(Vec3<T> a, Vec3<T> b) {
 }
 template <typename T>
 PULSAR_HD T norm_rn(Vec3<T> a) { return sqrt_rn(dot_rn(a, a)); }
+
+// |a - s b| with fused operations (three for the difference, three for the squared
+// length): the chord of a pixel and a sphere.
+template <typename T>
+PULSAR_HD T fused_distance(Vec3<T> a, T s, Vec3<T> b) {
+  const T ux = fma_rn(-s, b.x, a.x), uy = fma_rn(-s, b.y, a.y), uz = fma_rn(-s, b.z, a.z);
+  return sqrt_rn(fma_rn(ux, ux, fma_rn(uy, uy, mul_rn(uz, uz))));
+}
 template <typename T>
 PULSAR_HD Vec3<T> normalize_rn(Vec3<T> v) { return scale_rn(div_rn(T(1), norm_rn(v)), v); }
 

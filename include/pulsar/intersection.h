@@ -61,11 +61,11 @@ struct PairHit {
 // takes r^2 - l^2 directly: forming l first would cost a square root and be no more
 // accurate (l carries the same relative rounding). The closeness cancels near a
 // silhouette and, with a small gamma, one ulp of it can move a pixel by 1e-4 (the
-// sphere's weight there is kappa exp(s), exp(s) up to 1e5): it is rounded step by step
-// (exact_arith.h), like the chord it comes from.
+// sphere's weight there is kappa exp(s), exp(s) up to 1e5): it is one fused operation
+// (exact_arith.h), like the chord it comes from, so that every backend gets its bits.
 template <typename T>
 PULSAR_HD void finish_hit(PairHit<T>& h, T r, T inv_r) {
-  h.kappa = h.tiny ? T(1) : add_rn(T(1), -mul_rn(h.delta, inv_r));
+  h.kappa = h.tiny ? T(1) : fma_rn(-h.delta, inv_r, T(1));
   h.kappa = std::fmin(std::fmax(h.kappa, T(0)), T(1));  // min and max instructions, no branch
   const T rest_sq = r * r - h.perp_sq;
   h.half_chord = (h.inside && rest_sq > T(0)) ? std::sqrt(rest_sq) : T(0);
@@ -97,12 +97,13 @@ PULSAR_HD void finish_hit_backward(const PairHit<T>& h, T r, T inv_r, T grad_kap
 // gives both without cancellation: c.d = t - delta^2 / (2t) (never above t, so the min is
 // that value) and l^2 = delta^2 (1 - delta^2 / (4 t^2)). In float32 the literal forms lose
 // most digits of l for a sphere far away (t - o1 ~ l^2 / 2t), these keep them.
-// c - t d cancels to a length under r from two of length t: the chord is rounded step by
-// step (exact_arith.h), so that every backend gets the same one.
+// c - t d cancels to a length under r from two of length t: the chord is computed with
+// fused operations (exact_arith.h), the product t d unrounded, so that every backend gets
+// the same one.
 template <typename T>
 PULSAR_HD PairHit<T> intersect_perspective(Vec3<T> c, T t, T r, const PairTerms<T>& k, Vec3<T> d) {
   PairHit<T> h;
-  h.delta = norm_rn(sub_rn(c, scale_rn(t, d)));
+  h.delta = fused_distance(c, t, d);
   h.inside = h.delta <= r;
   h.tiny = h.delta < k.tiny_radius;  // never when negative
   h.hit = h.inside || h.tiny;
@@ -150,7 +151,7 @@ template <typename T>
 PULSAR_HD PairHit<T> intersect_orthographic(T a, T b, T cz, T r, const PairTerms<T>& k, T pixel_width,
                                             T pixel_height) {
   PairHit<T> h;
-  h.delta = sqrt_rn(add_rn(mul_rn(a, a), mul_rn(b, b)));  // rounded step by step, as the perspective chord
+  h.delta = sqrt_rn(fma_rn(a, a, mul_rn(b, b)));  // fused, as the perspective chord
   h.inside = h.delta <= r;
   h.tiny = k.tiny_radius >= T(0) && std::abs(a) < T(0.5) * pixel_width &&
            std::abs(b) < T(0.5) * pixel_height;

@@ -44,6 +44,7 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
     const std::int64_t first = w.first, last = w.last;
     std::memset(inst + first * stride, 0, sizeof(T) * std::size_t((last - first) * stride));
     CameraGrad<T> cg;
+    DepthRangeSums<T> range_sums;  // the depth range's camera terms, resolved after the tile
     T* bg = tile_bg + item * channels;
     for (int ch = 0; ch < channels; ++ch) bg[ch] = T(0);
     for (int y = w.y_begin; y < w.y_end; ++y) {
@@ -94,7 +95,7 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
           // opacity enters both as a factor and through s.
           T grad_opacity = h.kappa * unit * g, grad_depth = 0;
           blend_exponent_backward(bp, opacity, n_depth, weight * g, grad_opacity, grad_n);
-          normalized_depth_backward(bp, h.depth, grad_n, grad_depth, cg.min_depth, cg.max_depth);
+          normalized_depth_backward(bp, h.depth, grad_n, grad_depth, range_sums);
           gi[kInstOpacity] += grad_opacity;
           if (!want_geometry) continue;
           const T grad_kappa = opacity * unit * g;
@@ -128,6 +129,7 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
         }
       }
     }
+    range_sums.finish(bp, cg.min_depth, cg.max_depth);
     tile_cam[item] = cg;
   });
 }

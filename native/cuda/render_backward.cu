@@ -233,15 +233,18 @@ template <typename T, int C_STATIC>
 constexpr int staged_batch() { return sizeof(T) == 4 && C_STATIC <= 3 ? 128 : 64; }
 
 // Four blocks per SM (64 registers): Nsight Compute durations W4 1.36 -> 1.27 ms,
-// W1 3.20 -> 3.12 against three (docs/benchmarks.md). ORTHO: the camera is orthographic
-// (a template parameter, so the perspective kernel keeps no orthographic camera terms
-// live). With few tiles, `splits` blocks share a tile: block s of the tile takes every
-// splits-th entry from the s-th on, and writes its own partial camera and background rows
-// (split 0 alone adds the background's pixel terms).
+// W1 3.20 -> 3.12 against three (docs/benchmarks.md). With lane groups (GROUP < 32),
+// three (80 registers): at 64 that kernel spills in its rounds since the chord is fused,
+// and three blocks took W5's backward 1.178 -> 1.144 ms (W4 0.737 -> 0.745; CUPTI,
+// eleventh session). ORTHO: the camera is orthographic (a template parameter, so the
+// perspective kernel keeps no orthographic camera terms live). With few tiles, `splits`
+// blocks share a tile: block s of the tile takes every splits-th entry from the s-th on,
+// and writes its own partial camera and background rows (split 0 alone adds the
+// background's pixel terms).
 // Rows: the window's, rows[u - window.lo] for slot u. tile_ends: written in the first
 // window and read in the others (null with one window).
 template <typename T, int C_STATIC, bool ORTHO, bool RAY_SUMS, int GROUP>
-__global__ void __launch_bounds__(kThreads, 4)
+__global__ void __launch_bounds__(kThreads, GROUP == 32 ? 4 : 3)
 render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions options, BackwardArgs args,
                        GradFlags flags, const GpuSphere<T>* spheres, const std::int32_t* entry_sphere,
                        const std::int32_t* entry_slot, const int2* tile_ranges, int* tile_ends, int splits,
@@ -338,6 +341,7 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
   __syncthreads();
 
   CameraGrad<T> cg;
+  DepthRangeSums<T> range_sums;  // the depth range's camera terms, resolved after the loop
   // Each warp works on kGroups entries at once, one per aligned group of GROUP lanes
   // (lane_in_group over the sphere's pixels). A small sphere's box (W5: about 16 pixels)
   // then fills a group instead of leaving most of a warp idle, and the per-entry work
@@ -348,6 +352,7 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
   // instructions on the turns; the per-pair fold costs it less.)
   static_assert(!RAY_SUMS || GROUP == 32, "ray sums need one group per warp");
   const int group = lane / GROUP, lane_in_group = lane % GROUP;
+  T* const warp_ray_grad = ray_grad + warp * 3 * kThreads;  // this warp's copy of the ray sums
   // Per-entry row values reduced at once (group_sum_scatter); this lane holds the sum of
   // value my_value of its group's row.
   constexpr int kRowValues = next_pow2(kGpuInstFeatures + (kStatic ? C_STATIC : 0));
@@ -455,7 +460,7 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
             if (flags.blend) {
               T grad_depth = 0, grad_opacity = h.kappa * unit * gw;
               blend_exponent_backward(bp, opacity, n_depth, weight * gw, grad_opacity, grad_n);
-              normalized_depth_backward(bp, h.depth, grad_n, grad_depth, cg.min_depth, cg.max_depth);
+              normalized_depth_backward(bp, h.depth, grad_n, grad_depth, range_sums);
               acc[4] += grad_opacity;
               if (flags.geometry) {
                 const T grad_kappa = opacity * unit * gw;
@@ -477,7 +482,7 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
                   if (!RAY_SUMS) {
                     cg.add_sensor_offset(normalize_backward(cam.sensor_offset(T(x), T(y)), grad_ray), T(x), T(y));
                   } else {  // the lanes hold distinct pixels (one group per warp)
-                    T* mine = ray_grad + warp * 3 * kThreads + q;
+                    T* mine = warp_ray_grad + q;
                     mine[0] += grad_ray.x;
                     mine[kThreads] += grad_ray.y;
                     mine[2 * kThreads] += grad_ray.z;
@@ -516,6 +521,7 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
       __syncwarp();
     }
   }
+  range_sums.finish(bp, cg.min_depth, cg.max_depth);
   // c = centre - eye: the eye's gradient is minus every position gradient (component
   // my_value of this lane's part).
   if (row_writer && my_value == 0) cg.eye.x = eye_part;
