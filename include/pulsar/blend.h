@@ -35,8 +35,10 @@ PULSAR_HD T normalized_depth(const BlendParams<T>& p, T depth) {
 // tile's or a lane's): dn/dmin = (z - max) / range^2 and dn/dmax = -(z - min) / range^2,
 // so with g = dL/dn / range per hit, dL/dmin = (Z - max G) / range and
 // dL/dmax = -(Z - min G) / range for the sums G = sum g and Z = sum g z. Two operations
-// per hit instead of six; the rounding of Z - max G, about ulp(max) sum |g|, is the order
-// of the per-hit form's own (z - max rounds to ulp(max)).
+// per hit instead of six. Z - max G rounds to about ulp(max) sum |g|, the bound of the
+// per-hit form too (each g (z - max) rounds to ulp(max) |g| at most), though that form is
+// exact in z - max where z lies within a factor 2 of max. (Each backend sums these camera
+// terms in its own order in either form; the gradient parity tests bound the difference.)
 template <typename T>
 struct DepthRangeSums {
   T g = 0;   // sum of dL/dn / range
