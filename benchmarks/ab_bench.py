@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ab_builds import require_distinct_builds
+from ab_builds import builds_and_rest
 
 RUN = Path(__file__).resolve().parent / "run.py"
 
@@ -34,9 +34,7 @@ def one_run(package: str, workloads: list, repeats: int) -> dict:
 
 
 def main() -> None:
-    args = sys.argv[1:]
-    split = args.index("--") if "--" in args else len(args)
-    packages, rest = args[:split], args[split + 1:]
+    packages, labels, rest = builds_and_rest(sys.argv[1:])
     rounds, repeats = 2, 40
     if "--rounds" in rest:
         rounds = int(rest.pop(rest.index("--rounds") + 1))
@@ -45,8 +43,6 @@ def main() -> None:
         repeats = int(rest.pop(rest.index("--repeats") + 1))
         rest.remove("--repeats")
     workloads = rest or ["W3", "W4"]
-    require_distinct_builds(packages)
-    labels = [chr(ord("A") + i) for i in range(len(packages))]
     figures = {}  # (label, workload) -> [(fwd, fwd_bwd)]
     for _ in range(rounds):
         for label, package in zip(labels, packages):

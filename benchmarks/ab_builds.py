@@ -1,5 +1,5 @@
-"""Check of the build folders an A/B compares (ab_kernels.py, ab_bench.py): each must hold
-pulsar_py with one built _native module, and no two the same module.
+"""Check and parsing of the build folders an A/B compares (ab_kernels.py, ab_bench.py):
+each must hold pulsar_py with one built _native module, and no two the same module.
 
 Why: a build whose link never ran (for example `ninja ... | head`, which ends ninja when
 head closes the pipe) leaves the previous module in place, and an A/B of two copies of
@@ -7,7 +7,7 @@ one module reports "no change" (docs/benchmarks.md, tenth session).
 """
 import hashlib
 from pathlib import Path
-from typing import List
+from typing import List, Tuple
 
 
 def module_digest(package_dir: str) -> str:
@@ -28,3 +28,12 @@ def require_distinct_builds(package_dirs: List[str]) -> None:
             raise SystemExit(f"{seen[digest]} and {folder} carry the same _native module "
                              f"(sha256 {digest[:12]}): rebuild, and check that the link ran")
         seen[digest] = folder
+
+
+def builds_and_rest(args: List[str]) -> Tuple[List[str], List[str], List[str]]:
+    """Splits `A_DIR B_DIR ... -- REST` into the build folders (checked with
+    require_distinct_builds), their labels A, B, ... and the rest."""
+    split = args.index("--") if "--" in args else len(args)
+    packages, rest = args[:split], args[split + 1:]
+    require_distinct_builds(packages)
+    return packages, [chr(ord("A") + i) for i in range(len(packages))], rest

@@ -8,7 +8,7 @@ Each (build, workload) runs in a fresh interpreter (the packages share a name).
 import subprocess
 import sys
 
-from ab_builds import require_distinct_builds
+from ab_builds import builds_and_rest
 
 CHILD = r'''
 import sys, torch
@@ -60,11 +60,8 @@ def short(name: str) -> str:
 
 
 def main():
-    args = sys.argv[1:]
-    split = args.index("--") if "--" in args else len(args)
-    packages, workloads = args[:split], args[split + 1:] or ["W4"]
-    require_distinct_builds(packages)
-    labels = [chr(ord("A") + i) for i in range(len(packages))]
+    packages, labels, workloads = builds_and_rest(sys.argv[1:])
+    workloads = workloads or ["W4"]
     for w in workloads:
         merged = {}
         for _ in range(2):

@@ -87,10 +87,6 @@ PULSAR_HD Vec3<T> add_rn(Vec3<T> a, Vec3<T> b) {
   return {add_rn(a.x, b.x), add_rn(a.y, b.y), add_rn(a.z, b.z)};
 }
 template <typename T>
-PULSAR_HD Vec3<T> sub_rn(Vec3<T> a, Vec3<T> b) {
-  return {add_rn(a.x, -b.x), add_rn(a.y, -b.y), add_rn(a.z, -b.z)};
-}
-template <typename T>
 PULSAR_HD Vec3<T> cross_rn(Vec3<T> a, Vec3<T> b) {
   return {add_rn(mul_rn(a.y, b.z), -mul_rn(a.z, b.y)), add_rn(mul_rn(a.z, b.x), -mul_rn(a.x, b.z)),
           add_rn(mul_rn(a.x, b.y), -mul_rn(a.y, b.x))};

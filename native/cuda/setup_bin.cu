@@ -302,6 +302,9 @@ int bit_width(std::uint64_t v) {
   return bits;
 }
 
+// Threads per block of the binning's launches (one thread per item or instance).
+constexpr int kThreads = 256;
+
 }  // namespace
 
 template <typename T>
@@ -331,7 +334,6 @@ void cuda_begin_binning(const RendererConfig& config, const SceneArgs& scene, co
   if (items == 0) return;
   auto* small_box_instances = reinterpret_cast<unsigned long long*>(slots_of + items + 1);
   PULSAR_CUDA_CHECK(cudaMemsetAsync(small_box_instances, 0, sizeof(std::int64_t), stream));
-  constexpr int kThreads = 256;
   const DepthOrder depth{std::size_t(items)};
   unsigned char* order_bytes = scratch.depth_order.reserve<unsigned char>(depth.bytes(), "depth order");
   auto depth_keys = double_buffer<std::uint32_t>(order_bytes, depth.keys_a(), depth.keys_b());
@@ -383,7 +385,6 @@ void cuda_finish_binning(const RendererConfig& config, const SceneArgs& scene, c
   const std::int64_t items = scene.n_spheres * scene.batch_size;
   const Tiling tiling = Tiling::of(config.width, config.height);
   const std::int64_t total_tiles = tiling.n_tiles() * scene.batch_size;
-  constexpr int kThreads = 256;
   const auto* spheres = scratch.spheres.as<GpuSphere<T>>();
   const float* bound = scratch.pending_bound;
   auto* slots_of = scratch.sphere_slots.as<std::int64_t>();

@@ -77,12 +77,12 @@ struct CoverJob {
   int bucket = 0;
 };
 
+// cam: the frame of the sphere's camera.
 template <typename T>
-__device__ CoverJob cover_job(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
-                              const GpuSphere<T>& g, int b, const DepthRange& range, int bucket) {
+__device__ CoverJob cover_job(const RendererConfig& config, const RenderOptions& options, const GpuSphere<T>& g,
+                              const CameraFrame<T>& cam, const DepthRange& range, int bucket) {
   CoverJob job;
   if (g.x0 > g.x1 || g.y0 > g.y1) return job;
-  const CameraFrame<T> cam = camera_of<T>(scene, b, config.orthographic);
   if (!may_cover_tiles(cam, g.radius, g.dist, g.opacity)) return job;
   // core_region_bounds wants centre - eye in world units; orthographic records keep the
   // camera-frame coordinates, which map back through the frame's unit axes.
@@ -164,9 +164,13 @@ __global__ void cover_kernel(RendererConfig config, SceneArgs scene, RenderOptio
   if (!__any_sync(kFullMask, in_pass)) return;
   GpuSphere<T> g{};
   CoverJob job;
+  // The frame of this lane's camera; the deal below rebuilds it only for a pair of another
+  // camera's sphere (never with one camera), where it took one per pair.
+  int frame_camera = camera;
+  CameraFrame<T> cam = camera_of<T>(scene, frame_camera, config.orthographic);
   if (in_pass) {
     g = load_sphere(spheres + item);
-    job = cover_job(config, scene, options, g, camera, range, bucket);
+    job = cover_job(config, options, g, cam, range, bucket);
   }
   if (!__any_sync(kFullMask, job.count > 0)) return;
   const WarpDeal deal = WarpDeal::of(job.count);
@@ -189,7 +193,10 @@ __global__ void cover_kernel(RendererConfig config, SceneArgs scene, RenderOptio
     const int tx = o_tx0 + (j - o_first) % o_w, ty = o_ty0 + (j - o_first) / o_w;
     const std::int64_t tile = std::int64_t(b) * tiles_x * tiles_y + std::int64_t(ty) * tiles_x + tx;
     if (pass.second() && settled[tile]) continue;
-    const CameraFrame<T> cam = camera_of<T>(scene, b, config.orthographic);
+    if (b != frame_camera) {
+      frame_camera = b;
+      cam = camera_of<T>(scene, b, config.orthographic);
+    }
     const int px0 = tx * kTileSize, px1 = min(px0 + kTileSize - 1, config.width - 1);
     const int py0 = ty * kTileSize, py1 = min(py0 + kTileSize - 1, config.height - 1);
     const T kappa = covered_closeness(cam, c, dist, radius, px0, py0, px1, py1);
