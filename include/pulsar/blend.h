@@ -123,21 +123,25 @@ PULSAR_HD T termination_depth(const BlendParams<T>& p, const OnlineSoftmax<T>& s
          p.depth_range() * (T(1) - p.gamma * (std::log(state.D) + p.log_odds + state.m));
 }
 
-// An upper bound of ln(d), d > 0, cheaper than the logarithm. On the GPU the hardware
-// log2 (within 2^-22 absolute or 2 ulp of log2 d, bounded here by 1e-6 (1 + |log2 d|)),
-// for d where float neither overflows nor nears the denormals it flushes; elsewhere
-// ln d < e ln 2 for d = mantissa * 2^e, mantissa in [0.5, 1).
+// An upper bound of ln(d) for the online softmax's normaliser d (0 < d <= hits + 1: each
+// term is at most 1 relative to the largest exponent's), cheaper than the logarithm. On
+// the GPU the hardware log2 (within 2^-22 absolute or 2 ulp of log2 d, bounded here by
+// 1e-6 (1 + |log2 d|)) of max(d, 1e-30): that argument stays clear of the denormals that
+// float flushes, and its logarithm bounds ln d from above too (one instruction where a
+// range test and its branch took five; W1's forward takes one per hit). Elsewhere
+// ln d < e ln 2 for d = mantissa * 2^e, mantissa in [0.5, 1). (A NaN or infinite d,
+// from NaN or infinite inputs with value checks off, gives some bound: the stopping
+// decision is then the exact depth's, as for any entry beyond the bound.)
 template <typename T>
 PULSAR_HD T log_upper_bound(T d) {
 #ifdef __CUDA_ARCH__
-  if (d >= T(1e-30) && d <= T(1e30)) {
-    const float l = __log2f(float(d));
-    return T(fmaf(fabsf(l), 1e-6f, l + 1e-6f)) * T(0.69314718055994531);
-  }
-#endif
+  const float l = __log2f(fmaxf(float(d), 1e-30f));
+  return T(fmaf(fabsf(l), 1e-6f, l + 1e-6f)) * T(0.69314718055994531);
+#else
   int e;
   std::frexp(d, &e);
   return T(e) * T(0.69314718055994531);
+#endif
 }
 
 // The stopping rule of model.md section 6 with the logarithm deferred. After each hit

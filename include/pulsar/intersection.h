@@ -132,15 +132,14 @@ PULSAR_HD void intersect_perspective_backward(const PairHit<T>& h, Vec3<T> c, T 
   grad_delta -= grad_o1 * T(2) * q;
   grad_delta += grad_perp_sq * T(2) * h.delta * (T(1) - T(2) * q_sq);
   grad_t += grad_perp_sq * T(4) * q_sq * q * h.delta;
-  // delta = |u|, u = c - t d.
-  if (h.delta > T(0) && grad_delta != T(0)) {
-    const Vec3<T> u = c - t * d;
-    const Vec3<T> grad_u = div_length(grad_delta, h.delta) * u;
-    grad_c += grad_u;
-    grad_t -= dot(grad_u, d);
-    grad_d -= t * grad_u;
-  }
-  grad_c += (grad_t * T(2) * k.inv_two_dist) * c;  // t = |c|
+  // delta = |u|, u = c - t d: dL/du = (dL/ddelta / delta) u, the zero subgradient at
+  // delta = 0 (a ray through the centre). Without a branch: the GPU backward ran a branch
+  // and zeroed six values per pair to skip these few products.
+  const T grad_per_delta = h.delta > T(0) ? div_length(grad_delta, h.delta) : T(0);
+  const Vec3<T> grad_u = grad_per_delta * (c - t * d);
+  grad_t -= dot(grad_u, d);
+  grad_d -= t * grad_u;
+  grad_c += grad_u + (grad_t * T(2) * k.inv_two_dist) * c;  // t = |c|
 }
 
 // Orthographic. (a, b) = (centre - sensor point) in the unit pixel frame, cz = the

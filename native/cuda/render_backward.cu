@@ -402,7 +402,8 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
       for (int ch = 0; ch < (kStatic ? C_STATIC : 1); ++ch) col_reg[ch] = kStatic ? se.features[ch] : T(0);
       Vec3<T> c_world{0, 0, 0};
       if (ORTHO && flags.geometry) c_world = load_vec3(sv.positions + 3 * std::int64_t(id)) - cam.eye;
-      T acc[5] = {0, 0, 0, 0, 0};  // position 3, radius, opacity
+      Vec3<T> grad_pos{0, 0, 0};  // the entry's sums: position (dL/dc), radius, opacity
+      T grad_radius = 0, grad_opacity_sum = 0;
       T feature_sum[kStatic ? C_STATIC : 1];
       for (int k = 0; k < (kStatic ? C_STATIC : 1); ++k) feature_sum[k] = T(0);
       if (!kStatic && flags.features && lane == 0)
@@ -413,20 +414,24 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
       const unsigned magic = se.div_magic;
       const int step_y = int((unsigned(GROUP) * magic) >> 9), step_x = GROUP - step_y * box_w;
       const int lane_row = int((unsigned(lane_in_group) * magic) >> 9);
-      int lx = lx0 + lane_in_group - lane_row * box_w, ly = ly0 + lane_row;
-      for (int round = 0; round < rounds; ++round) {
-        const int k = round * GROUP + lane_in_group;
-        if (round > 0) {
-          lx += step_x;
-          ly += step_y;
-          if (lx > lx1) {
-            lx -= box_w;
-            ++ly;
-          }
+      // The lane's column lx and tile pixel q = ly * kTileSize + lx, stepped at the end of
+      // each round and wrapped at the start of the next (the first round's lx lies in the box).
+      int lx = lx0 + lane_in_group - lane_row * box_w;
+      int q = (ly0 + lane_row) * kTileSize + lx;
+      const int step_q = step_y * kTileSize + step_x;
+      // This warp's ray sums of pixel q (RAY_SUMS), stepped with q: an address carried from
+      // round to round, which the compiler keeps in a register (it rebuilt warp_ray_grad + q
+      // from the thread index and the shared window per pair, 10 instructions).
+      T* ray_sums_at_q = warp_ray_grad + q;
+      for (int round = 0; round < rounds; ++round, lx += step_x, q += step_q, ray_sums_at_q += step_q) {
+        if (lx > lx1) {
+          lx -= box_w;
+          q += kTileSize - box_w;
+          ray_sums_at_q += kTileSize - box_w;
         }
-        const int q = ly * kTileSize + lx;
+        const int k = round * GROUP + lane_in_group;
         bool active = k < box_pixels && e < stage.end[q];
-        const int x = tile_x0 + lx, y = tile_y0 + ly;
+        const int x = tile_x0 + lx, y = tile_y0 + q / kTileSize;
         T weight = 0;
         const T* g_img = grad_image + (image_base + std::int64_t(y) * config.width + x) * channels;
         if (active) {
@@ -434,8 +439,8 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
           if (ORTHO) ray = pixel_ray(cam, x, y);
           else ray.dir = make_vec3(stage.ray[0][q], stage.ray[1][q], stage.ray[2][q]);
           const Vec3<T> c = make_vec3(se.cx, se.cy, se.cz);
-        const T radius = se.radius, opacity = se.opacity;
-        const PairHit<T> h = evaluate_pair(cam, c, se.dist, radius, se.terms, ray);
+          const T radius = se.radius, opacity = se.opacity;
+          const PairHit<T> h = evaluate_pair(cam, c, se.dist, radius, se.terms, ray);
           active = h.hit;
           if (active) {
             const T n_depth = normalized_depth(bp, h.depth);
@@ -458,39 +463,38 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
               grad_n += weight * (g_mom[1] + T(2) * g_mom[2] * n_depth);
             }
             if (flags.blend) {
-              T grad_depth = 0, grad_opacity = h.kappa * unit * gw;
-              blend_exponent_backward(bp, opacity, n_depth, weight * gw, grad_opacity, grad_n);
+              // The entry's sums are the accumulators of the backward twins (blend.h,
+              // intersection.h), so no per-pair zeroes are added to them.
+              T grad_depth = 0;
+              grad_opacity_sum += h.kappa * unit * gw;
+              blend_exponent_backward(bp, opacity, n_depth, weight * gw, grad_opacity_sum, grad_n);
               normalized_depth_backward(bp, h.depth, grad_n, grad_depth, range_sums);
-              acc[4] += grad_opacity;
               if (flags.geometry) {
                 const T grad_kappa = opacity * unit * gw;
-                Vec3<T> grad_c{0, 0, 0};
                 if (ORTHO) {
                   const Vec3<T> sensor_rel = cam.sensor_offset(T(x), T(y));
                   T ga = 0, gb = 0, gcz = 0;
                   intersect_orthographic_backward(h, c.x - ray.sx, c.y - ray.sy, c.z, radius, se.terms,
-                                                  grad_kappa, grad_depth, ga, gb, gcz, acc[3]);
-                  grad_c = ga * cam.x_unit + gb * cam.y_unit + gcz * cam.z_axis;
+                                                  grad_kappa, grad_depth, ga, gb, gcz, grad_radius);
+                  grad_pos += ga * cam.x_unit + gb * cam.y_unit + gcz * cam.z_axis;
                   cg.x_unit += ga * (c_world - sensor_rel);
                   cg.y_unit += gb * (c_world - sensor_rel);
                   cg.z_axis += gcz * c_world;
                   cg.add_sensor_offset(-(ga * cam.x_unit + gb * cam.y_unit), T(x), T(y));
-                } else {
+                } else if (!RAY_SUMS) {
                   Vec3<T> grad_ray{0, 0, 0};
                   intersect_perspective_backward(h, c, se.dist, radius, se.terms, ray.dir, grad_kappa,
-                                                 grad_depth, grad_c, acc[3], grad_ray);
-                  if (!RAY_SUMS) {
-                    cg.add_sensor_offset(normalize_backward(cam.sensor_offset(T(x), T(y)), grad_ray), T(x), T(y));
-                  } else {  // the lanes hold distinct pixels (one group per warp)
-                    T* mine = warp_ray_grad + q;
-                    mine[0] += grad_ray.x;
-                    mine[kThreads] += grad_ray.y;
-                    mine[2 * kThreads] += grad_ray.z;
-                  }
+                                                 grad_depth, grad_pos, grad_radius, grad_ray);
+                  cg.add_sensor_offset(normalize_backward(cam.sensor_offset(T(x), T(y)), grad_ray), T(x), T(y));
+                } else {  // the lanes hold distinct pixels (one group per warp): add to the pixel's sums
+                  T* mine = ray_sums_at_q;
+                  Vec3<T> ray_sums = make_vec3(mine[0], mine[kThreads], mine[2 * kThreads]);
+                  intersect_perspective_backward(h, c, se.dist, radius, se.terms, ray.dir, grad_kappa,
+                                                 grad_depth, grad_pos, grad_radius, ray_sums);
+                  mine[0] = ray_sums.x;
+                  mine[kThreads] = ray_sums.y;
+                  mine[2 * kThreads] = ray_sums.z;
                 }
-                acc[0] += grad_c.x;
-                acc[1] += grad_c.y;
-                acc[2] += grad_c.z;
               }
             }
           }
@@ -510,7 +514,11 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
       T* out = rows + (se.slot - window.lo) * stride;
       T values[kRowValues];
       for (int f = 0; f < kRowValues; ++f) values[f] = T(0);
-      for (int f = 0; f < kGpuInstFeatures; ++f) values[f] = acc[f];
+      values[kGpuInstPos + 0] = grad_pos.x;
+      values[kGpuInstPos + 1] = grad_pos.y;
+      values[kGpuInstPos + 2] = grad_pos.z;
+      values[kGpuInstRadius] = grad_radius;
+      values[kGpuInstOpacity] = grad_opacity_sum;
       for (int ch = 0; ch < (kStatic ? C_STATIC : 0); ++ch) values[kGpuInstFeatures + ch] = feature_sum[ch];
       const T sum = group_sum_scatter<GROUP>(values, lane);
       const int row_values = flags.features && kStatic ? kGpuInstFeatures + channels : kGpuInstFeatures;

@@ -222,8 +222,11 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
     }
     const bool by_lane = 4 * warp_max(unsigned(own_entries)) <= 3 * unsigned(lockstep_rounds);
 
+    // The batch index of the lane's last hit in this batch (-1: none yet): the traversal
+    // end follows from it once per batch (from the index per hit, the lockstep walk
+    // rebuilt it from the bit it had consumed: 5 instructions).
+    int last_hit = -1;
     // Visits entry j of the batch, which covers this lane's pixel: the stop test, then the pair.
-    const int end_base = start - range.x + 1;  // the traversal end after a hit at entry j: end_base + j
     auto visit = [&](int j) {
       const BatchFields<T, C_STATIC>& e = batch[j].fields;
       const GpuSphere<T>& g = e.sphere;
@@ -245,7 +248,7 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
         mom[2] = mom[2] * rescale + w * n_depth * n_depth;
       }
       ++hits;
-      end = end_base + j;
+      last_hit = j;
       if (bp.early_stop) termination.after_hit(blend);
       max_closest = g.closest_depth;
       if (WITH_INFO) tracked.insert(h.depth, e.id);
@@ -276,6 +279,7 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
         }
       }
     }
+    if (last_hit >= 0) end = start - range.x + 1 + last_hit;
   }
   if (!inside) return;
   accum.finish(T(1) / blend.D, img, channels);
