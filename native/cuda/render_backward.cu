@@ -241,9 +241,11 @@ constexpr int staged_batch() { return sizeof(T) == 4 && C_STATIC <= 3 ? 128 : 64
 // blocks share a tile: block s of the tile takes every splits-th entry from the s-th on,
 // and writes its own partial camera and background rows (split 0 alone adds the
 // background's pixel terms).
+// ALL_GRADS: every gradient flag set and no depth moments, the common call, as a template
+// parameter so that the rounds test none of them (9 instructions per round).
 // Rows: the window's, rows[u - window.lo] for slot u. tile_ends: written in the first
 // window and read in the others (null with one window).
-template <typename T, int C_STATIC, bool ORTHO, bool RAY_SUMS, int GROUP>
+template <typename T, int C_STATIC, bool ORTHO, bool RAY_SUMS, int GROUP, bool ALL_GRADS>
 __global__ void __launch_bounds__(kThreads, GROUP == 32 ? 4 : 3)
 render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions options, BackwardArgs args,
                        GradFlags flags, const GpuSphere<T>* spheres, const std::int32_t* entry_sphere,
@@ -280,7 +282,8 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
   const std::int64_t image_base = std::int64_t(b) * config.width * config.height;
   const T* grad_image = static_cast<const T*>(args.grad_image);
   const T* image = static_cast<const T*>(args.image);
-  const bool with_moments = args.grad_depth_moments != nullptr;
+  const bool with_moments = !ALL_GRADS && args.grad_depth_moments != nullptr;
+  if (ALL_GRADS) flags = GradFlags{true, true, true};
   T* camera_out = tile_camera ? tile_camera + std::int64_t(blockIdx.x) * kCameraGradValues : nullptr;
   T* background_out = tile_background ? tile_background + std::int64_t(blockIdx.x) * channels : nullptr;
 
@@ -451,7 +454,13 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
             weight = h.kappa * opacity * unit;
             T gw = -stage.grad_dot_image[q], grad_n = 0;  // gw = dL/dw * total weight
             if (kStatic) {
-              for (int ch = 0; ch < C_STATIC; ++ch) gw += stage.grad_image[ch][q] * col_reg[ch];
+              // dL/dfeatures here, where dL/dimage is loaded for gw (after the geometry the
+              // compiler loaded it again).
+              for (int ch = 0; ch < C_STATIC; ++ch) {
+                const T g = stage.grad_image[ch][q];
+                gw += g * col_reg[ch];
+                if (flags.features) feature_sum[ch] += weight * g;
+              }
             } else {
               for (int ch = 0; ch < channels; ++ch) gw += g_img[ch] * col[ch];
             }
@@ -499,10 +508,7 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
             }
           }
         }
-        if (flags.features && kStatic) {
-          if (active)
-            for (int ch = 0; ch < (kStatic ? C_STATIC : 1); ++ch) feature_sum[ch] += weight * stage.grad_image[ch][q];
-        } else if (flags.features) {  // GROUP == 32 (static_assert above)
+        if (!kStatic && flags.features) {  // GROUP == 32 (static_assert above)
           for (int ch = 0; ch < channels; ++ch) {
             const T v = warp_sum(active ? weight * g_img[ch] : T(0));
             if (lane == 0) feature_acc[warp * channels + ch] += v;
@@ -578,19 +584,27 @@ void launch_kernel(unsigned blocks, std::size_t dynamic_smem, std::size_t ray_su
   // lose on large spheres: CUPTI kernel times W1 2.92 -> 4.05 ms with 16). The generic
   // channel path sums features per round over the whole warp and always takes 32.
   constexpr int kSmallGroup = C_STATIC == 0 ? 32 : (next_pow2(kGpuInstFeatures + C_STATIC) <= 8 ? 8 : 16);
-  auto run = [&](auto group) {
+  auto run = [&](auto group, auto all_grads) {
     constexpr int kGroup = decltype(group)::value;
     constexpr bool kRaySums = RAY_SUMS && kGroup == 32;
-    render_backward_kernel<T, C_STATIC, ORTHO, kRaySums, kGroup>
+    render_backward_kernel<T, C_STATIC, ORTHO, kRaySums, kGroup, decltype(all_grads)::value>
         <<<blocks * s.backward_splits, kThreads, dynamic_smem + (kRaySums ? ray_sum_bytes : 0), stream>>>(
             config, scene, options, args, flags, s.spheres.as<GpuSphere<T>>(), s.entry_sphere(), s.entry_slot(),
             s.tile_ranges.as<int2>(), to.tile_ends, s.backward_splits, to.window, to.rows, to.tile_camera,
             to.tile_background);
   };
+  // The ALL_GRADS kernels only where the time is: float, perspective, a static channel count.
+  constexpr bool kSpecialise = std::is_same<T, float>::value && !ORTHO && C_STATIC > 0;
+  const bool all_grads = kSpecialise && flags.features && flags.blend && flags.geometry &&
+                         args.grad_depth_moments == nullptr;
+  auto run_group = [&](auto group) {
+    if (all_grads) run(group, std::integral_constant<bool, kSpecialise>{});
+    else run(group, std::false_type{});
+  };
   if (s.small_box_instances * 2 >= s.n_instances)
-    run(std::integral_constant<int, kSmallGroup>{});
+    run_group(std::integral_constant<int, kSmallGroup>{});
   else
-    run(std::integral_constant<int, 32>{});
+    run_group(std::integral_constant<int, 32>{});
   PULSAR_CUDA_LAUNCH_CHECK("render_backward_kernel");
 }
 

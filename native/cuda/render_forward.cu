@@ -227,8 +227,8 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
     // rebuilt it from the bit it had consumed: 5 instructions).
     int last_hit = -1;
     // Visits entry j of the batch, which covers this lane's pixel: the stop test, then the pair.
-    auto visit = [&](int j) {
-      const BatchFields<T, C_STATIC>& e = batch[j].fields;
+    auto visit = [&](int j, const BatchEntry<T, C_STATIC>& entry) {
+      const BatchFields<T, C_STATIC>& e = entry.fields;
       const GpuSphere<T>& g = e.sphere;
       if (hits >= cap || termination.stops(g.closest_depth, bp, blend)) {
         done = true;
@@ -242,11 +242,11 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
       const T w = blend.add(s, h.kappa * g.opacity, rescale);
       const T* col = C_STATIC > 0 ? e.features : sv.features + std::int64_t(e.id) * channels;
       accum.add(rescale, w, col, img, channels);
-      if (moments) {
-        mom[0] = mom[0] * rescale + w;
-        mom[1] = mom[1] * rescale + w * n_depth;
-        mom[2] = mom[2] * rescale + w * n_depth * n_depth;
-      }
+      // The depth moments, kept whether or not they were asked for: predicated off they
+      // took the issue slots anyway, and a test of the pointer more.
+      mom[0] = mom[0] * rescale + w;
+      mom[1] = mom[1] * rescale + w * n_depth;
+      mom[2] = mom[2] * rescale + w * n_depth * n_depth;
       ++hits;
       last_hit = j;
       if (bp.early_stop) termination.after_hit(blend);
@@ -256,26 +256,34 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
 
     if (by_lane) {
       int chunk = done ? chunks : 0;
+      const BatchEntry<T, C_STATIC>* chunk_entries = batch;  // batch + 32 chunk, carried (below)
       unsigned pending = done ? 0u : own_sets[lane];  // this chunk's entries still to visit
       for (;;) {
-        while (pending == 0u && ++chunk < chunks) pending = own_sets[chunk * 32 + lane];
+        while (pending == 0u && ++chunk < chunks) {
+          chunk_entries += 32;
+          pending = own_sets[chunk * 32 + lane];
+        }
         if (!__any_sync(kFullMask, pending != 0u)) break;
         if (pending == 0u) continue;
-        const int j = chunk * 32 + __ffs(int(pending)) - 1;
+        const int bit = __ffs(int(pending)) - 1;
         pending &= pending - 1u;
-        visit(j);
+        visit(chunk * 32 + bit, chunk_entries[bit]);
         if (done) {
           pending = 0u;
           chunk = chunks;
         }
       }
     } else {
-      for (int chunk = 0; chunk < chunks; ++chunk) {
+      // The chunk's first entry, carried from chunk to chunk: the compiler keeps it in a
+      // register (from batch + j it rebuilt the shared window's address per visit, 4
+      // instructions where this takes one).
+      const BatchEntry<T, C_STATIC>* chunk_entries = batch;
+      for (int chunk = 0; chunk < chunks; ++chunk, chunk_entries += 32) {
         if (__all_sync(kFullMask, done)) break;
         const unsigned entries = own_sets[chunk * 32 + lane];
         for (unsigned any = warp_or(entries); any != 0u; any &= any - 1u) {
           const int bit = __ffs(int(any)) - 1;
-          if (!done && ((entries >> bit) & 1u)) visit(chunk * 32 + bit);
+          if (!done && ((entries >> bit) & 1u)) visit(chunk * 32 + bit, chunk_entries[bit]);
         }
       }
     }
