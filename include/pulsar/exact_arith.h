@@ -94,12 +94,37 @@ PULSAR_HD Vec3<T> cross_rn(Vec3<T> a, Vec3<T> b) {
 template <typename T>
 PULSAR_HD T norm_rn(Vec3<T> a) { return sqrt_rn(dot_rn(a, a)); }
 
+// The square root of a chord's square a >= 0: in float sqrt(max(a, 2^-100)), correctly
+// rounded, the same bits on every backend. The floor (a chord of 2^-50, about 9e-16
+// world units: under a float ulp of any closeness 1 - chord / r with r above 1e-8, and of
+// any depth) keeps the argument where the GPU's correctly rounded root is the reciprocal
+// square root and one Newton step, __fsqrt_rn's own path without the range test and call
+// around it (5 instructions in every pair of both render kernels). Its correction term
+// may flush to zero only when it is under 1/16 ulp of the root, which then stands. A NaN
+// argument gives the floor's root (fmax), an infinite one NaN on the GPU (a miss either
+// way: neither lies within a radius). Double: the plain correctly rounded root.
+template <typename T>
+PULSAR_HD T chord_sqrt(T a) {
+  if constexpr (std::is_same<T, float>::value) {
+#ifdef __CUDA_ARCH__
+    const float x = fmaxf(a, 0x1p-100f);
+    const float y = rsqrtf(x);
+    const float root = __fmul_rn(x, y);
+    return __fmaf_rn(__fmaf_rn(-root, root, x), __fmul_rn(y, 0.5f), root);
+#else
+    return std::sqrt(std::fmax(a, 0x1p-100f));
+#endif
+  } else {
+    return sqrt_rn(a);
+  }
+}
+
 // |a - s b| with fused operations (three for the difference, three for the squared
 // length): the chord of a pixel and a sphere.
 template <typename T>
 PULSAR_HD T fused_distance(Vec3<T> a, T s, Vec3<T> b) {
   const T ux = fma_rn(-s, b.x, a.x), uy = fma_rn(-s, b.y, a.y), uz = fma_rn(-s, b.z, a.z);
-  return sqrt_rn(fma_rn(ux, ux, fma_rn(uy, uy, mul_rn(uz, uz))));
+  return chord_sqrt(fma_rn(ux, ux, fma_rn(uy, uy, mul_rn(uz, uz))));
 }
 template <typename T>
 PULSAR_HD Vec3<T> normalize_rn(Vec3<T> v) { return scale_rn(div_rn(T(1), norm_rn(v)), v); }

@@ -150,7 +150,7 @@ template <typename T>
 PULSAR_HD PairHit<T> intersect_orthographic(T a, T b, T cz, T r, const PairTerms<T>& k, T pixel_width,
                                             T pixel_height) {
   PairHit<T> h;
-  h.delta = sqrt_rn(fma_rn(a, a, mul_rn(b, b)));  // fused, as the perspective chord
+  h.delta = chord_sqrt(fma_rn(a, a, mul_rn(b, b)));  // fused, as the perspective chord
   h.inside = h.delta <= r;
   h.tiny = k.tiny_radius >= T(0) && std::abs(a) < T(0.5) * pixel_width &&
            std::abs(b) < T(0.5) * pixel_height;
