@@ -174,7 +174,14 @@ struct TerminationTest {
   }
   // Whether an entry with closest depth zc stops the traversal.
   PULSAR_HD bool stops(T zc, const BlendParams<T>& p, const OnlineSoftmax<T>& state) {
-    if (zc <= low) return false;
+    return beyond_bound(zc) && stops_beyond_bound(zc, p, state);
+  }
+  // The same in two steps, the first alone on the common path (the GPU forward's visit
+  // branches on it, where the combined test cost it a materialised flag and 5 more
+  // instructions per entry): whether zc lies beyond the cheap bound, and if so, whether
+  // it stops the traversal.
+  PULSAR_HD bool beyond_bound(T zc) const { return zc > low; }
+  PULSAR_HD bool stops_beyond_bound(T zc, const BlendParams<T>& p, const OnlineSoftmax<T>& state) {
     if (!fresh) {
       exact = termination_depth(p, state);
       fresh = true;

@@ -107,7 +107,9 @@ PULSAR_HD PairHit<T> intersect_perspective(Vec3<T> c, T t, T r, const PairTerms<
   h.inside = h.delta <= r;
   h.tiny = h.delta < k.tiny_radius;  // never when negative
   h.hit = h.inside || h.tiny;
-  if (!h.hit) return h;
+  // The rest is computed for a miss too (its values then mean nothing): most pairs hit
+  // (W1: 83 %), and the GPU's branch around these few products, with the values it
+  // zeroed on the way out, cost every pair more than they cost a miss.
   const T q = h.delta * k.inv_two_dist;  // sin(phi / 2), phi the angle between c and d
   h.o1 = t - h.delta * q;
   h.perp_sq = h.delta * h.delta * (T(1) - q * q);
@@ -154,8 +156,7 @@ PULSAR_HD PairHit<T> intersect_orthographic(T a, T b, T cz, T r, const PairTerms
   h.inside = h.delta <= r;
   h.tiny = k.tiny_radius >= T(0) && std::abs(a) < T(0.5) * pixel_width &&
            std::abs(b) < T(0.5) * pixel_height;
-  h.hit = h.inside || h.tiny;
-  if (!h.hit) return h;
+  h.hit = h.inside || h.tiny;  // the rest for a miss too, as intersect_perspective
   h.o1 = std::abs(cz);
   h.perp_sq = a * a + b * b;  // l = delta
   finish_hit(h, r, k.inv_radius);

@@ -230,7 +230,8 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
     auto visit = [&](int j, const BatchEntry<T, C_STATIC>& entry) {
       const BatchFields<T, C_STATIC>& e = entry.fields;
       const GpuSphere<T>& g = e.sphere;
-      if (hits >= cap || termination.stops(g.closest_depth, bp, blend)) {
+      if (hits >= cap || (termination.beyond_bound(g.closest_depth) &&
+                          termination.stops_beyond_bound(g.closest_depth, bp, blend))) {
         done = true;
         return;
       }
