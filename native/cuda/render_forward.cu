@@ -310,9 +310,9 @@ void launch(const RendererConfig& config, const SceneArgs& scene, const RenderOp
   const auto* spheres = s.spheres.as<GpuSphere<T>>();
   const std::int32_t* entries = s.entry_sphere();
   const auto* ranges = s.tile_ranges.as<int2>();
-  // Depth moments stay a run-time branch: a kernel of their own may contract the image's
+  // Depth moments are no variant: a kernel of their own may contract the image's
   // arithmetic differently, and render() (which asks for them) must give forward()'s
-  // image bit for bit.
+  // image bit for bit. Every kernel accumulates them and stores them when asked.
   if (out.forward_info)
     render_forward_kernel<T, C_STATIC, ORTHO, true><<<blocks, kThreads, 0, stream>>>(config, scene, options, out, spheres, entries, ranges);
   else
