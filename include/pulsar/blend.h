@@ -51,15 +51,14 @@ struct DepthRangeSums {
   }
 };
 
-// Twin of normalized_depth: given dL/dn, accumulates dL/dz, and the hit's terms of dL/dmin
-// and dL/dmax into range_sums (DepthRangeSums::finish resolves them).
+// Twin of normalized_depth: given dL/dn, returns dL/dz and accumulates the hit's terms of
+// dL/dmin and dL/dmax into range_sums (DepthRangeSums::finish resolves them).
 template <typename T>
-PULSAR_HD void normalized_depth_backward(const BlendParams<T>& p, T depth, T grad_n, T& grad_depth,
-                                         DepthRangeSums<T>& range_sums) {
+PULSAR_HD T normalized_depth_backward(const BlendParams<T>& p, T depth, T grad_n, DepthRangeSums<T>& range_sums) {
   const T g = grad_n * p.inv_range;
-  grad_depth += g;
   range_sums.g += g;
   range_sums.gz += g * depth;
+  return g;
 }
 
 // Exponent s = o (1 - n) / gamma of a hit with opacity o at normalised depth n.

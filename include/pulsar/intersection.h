@@ -55,6 +55,7 @@ struct PairHit {
   T o1 = 0;             // depth of the centre's foot point along the ray
   T perp_sq = 0;        // l^2, l the distance of the centre from the ray
   T half_chord = 0;     // h
+  Vec3<T> chord{0, 0, 0};  // perspective: u = c - t d, whose length is delta
 };
 
 // Shared tail: closeness and depth from delta, o1 and l^2. inv_r = 1 / r. The half chord
@@ -76,18 +77,16 @@ PULSAR_HD void finish_hit(PairHit<T>& h, T r, T inv_r) {
 template <typename T>
 PULSAR_HD void finish_hit_backward(const PairHit<T>& h, T r, T inv_r, T grad_kappa, T grad_depth,
                                    T& grad_delta, T& grad_o1, T& grad_perp_sq, T& grad_r) {
-  grad_delta = T(0);
-  grad_perp_sq = T(0);
-  if (!h.tiny) {  // kappa = 1 - delta / r
-    grad_delta = -grad_kappa * inv_r;
-    grad_r += grad_kappa * h.delta * inv_r * inv_r;
-  }
+  // Selects instead of branches (the GPU zeroed the outputs ahead of each branch).
+  // kappa = 1 - delta / r, or 1 by the tiny-sphere rule (no dependence then).
+  const T grad_closeness = h.tiny ? T(0) : grad_kappa;
+  grad_delta = -grad_closeness * inv_r;
+  grad_r += grad_closeness * h.delta * inv_r * inv_r;
   grad_o1 = grad_depth;  // z = o1 - h
-  if (h.half_chord > T(0)) {  // h = sqrt(r^2 - l^2): dh/dr = r/h, dh/d(l^2) = -1/(2h)
-    const T grad_h_per_h = div_length(-grad_depth, h.half_chord);
-    grad_r += grad_h_per_h * r;
-    grad_perp_sq = T(-0.5) * grad_h_per_h;
-  }
+  // h = sqrt(r^2 - l^2): dh/dr = r/h, dh/d(l^2) = -1/(2h); no dependence where h = 0.
+  const T grad_h_per_h = h.half_chord > T(0) ? div_length(-grad_depth, h.half_chord) : T(0);
+  grad_r += grad_h_per_h * r;
+  grad_perp_sq = T(-0.5) * grad_h_per_h;
 }
 
 // Perspective. c = centre - eye, t = |c| (> 0), r the radius, k its PairTerms, d the
@@ -103,7 +102,8 @@ PULSAR_HD void finish_hit_backward(const PairHit<T>& h, T r, T inv_r, T grad_kap
 template <typename T>
 PULSAR_HD PairHit<T> intersect_perspective(Vec3<T> c, T t, T r, const PairTerms<T>& k, Vec3<T> d) {
   PairHit<T> h;
-  h.delta = fused_distance(c, t, d);
+  h.chord = fused_difference(c, t, d);
+  h.delta = fused_length(h.chord);
   h.inside = h.delta <= r;
   h.tiny = h.delta < k.tiny_radius;  // never when negative
   h.hit = h.inside || h.tiny;
@@ -138,7 +138,7 @@ PULSAR_HD void intersect_perspective_backward(const PairHit<T>& h, Vec3<T> c, T 
   // delta = 0 (a ray through the centre). Without a branch: the GPU backward ran a branch
   // and zeroed six values per pair to skip these few products.
   const T grad_per_delta = h.delta > T(0) ? div_length(grad_delta, h.delta) : T(0);
-  const Vec3<T> grad_u = grad_per_delta * (c - t * d);
+  const Vec3<T> grad_u = grad_per_delta * h.chord;
   grad_t -= dot(grad_u, d);
   grad_d -= t * grad_u;
   grad_c += grad_u + (grad_t * T(2) * k.inv_two_dist) * c;  // t = |c|

@@ -93,9 +93,9 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
           if (!want_blend) continue;
           // w = kappa * o * exp(s): dL/ds = weight * g, dL/dkappa = o * unit * g, and
           // opacity enters both as a factor and through s.
-          T grad_opacity = h.kappa * unit * g, grad_depth = 0;
+          T grad_opacity = h.kappa * unit * g;
           blend_exponent_backward(bp, opacity, n_depth, weight * g, grad_opacity, grad_n);
-          normalized_depth_backward(bp, h.depth, grad_n, grad_depth, range_sums);
+          const T grad_depth = normalized_depth_backward(bp, h.depth, grad_n, range_sums);
           gi[kInstOpacity] += grad_opacity;
           if (!want_geometry) continue;
           const T grad_kappa = opacity * unit * g;

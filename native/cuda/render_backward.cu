@@ -474,10 +474,9 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
             if (flags.blend) {
               // The entry's sums are the accumulators of the backward twins (blend.h,
               // intersection.h), so no per-pair zeroes are added to them.
-              T grad_depth = 0;
               grad_opacity_sum += h.kappa * unit * gw;
               blend_exponent_backward(bp, opacity, n_depth, weight * gw, grad_opacity_sum, grad_n);
-              normalized_depth_backward(bp, h.depth, grad_n, grad_depth, range_sums);
+              const T grad_depth = normalized_depth_backward(bp, h.depth, grad_n, range_sums);
               if (flags.geometry) {
                 const T grad_kappa = opacity * unit * gw;
                 if (ORTHO) {
