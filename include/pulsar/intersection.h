@@ -55,7 +55,7 @@ struct PairHit {
   T o1 = 0;             // depth of the centre's foot point along the ray
   T perp_sq = 0;        // l^2, l the distance of the centre from the ray
   T half_chord = 0;     // h
-  Vec3<T> chord{0, 0, 0};  // perspective: u = c - t d, whose length is delta
+  Vec3<T> chord_vector{0, 0, 0};  // perspective: u = c - t d, whose length is delta
 };
 
 // Shared tail: closeness and depth from delta, o1 and l^2. inv_r = 1 / r. The half chord
@@ -102,8 +102,8 @@ PULSAR_HD void finish_hit_backward(const PairHit<T>& h, T r, T inv_r, T grad_kap
 template <typename T>
 PULSAR_HD PairHit<T> intersect_perspective(Vec3<T> c, T t, T r, const PairTerms<T>& k, Vec3<T> d) {
   PairHit<T> h;
-  h.chord = fused_difference(c, t, d);
-  h.delta = fused_length(h.chord);
+  h.chord_vector = fused_difference(c, t, d);
+  h.delta = fused_length(h.chord_vector);
   h.inside = h.delta <= r;
   h.tiny = h.delta < k.tiny_radius;  // never when negative
   h.hit = h.inside || h.tiny;
@@ -138,7 +138,7 @@ PULSAR_HD void intersect_perspective_backward(const PairHit<T>& h, Vec3<T> c, T 
   // delta = 0 (a ray through the centre). Without a branch: the GPU backward ran a branch
   // and zeroed six values per pair to skip these few products.
   const T grad_per_delta = h.delta > T(0) ? div_length(grad_delta, h.delta) : T(0);
-  const Vec3<T> grad_u = grad_per_delta * h.chord;
+  const Vec3<T> grad_u = grad_per_delta * h.chord_vector;
   grad_t -= dot(grad_u, d);
   grad_d -= t * grad_u;
   grad_c += grad_u + (grad_t * T(2) * k.inv_two_dist) * c;  // t = |c|
