@@ -426,94 +426,108 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
       // round to round, which the compiler keeps in a register (it rebuilt warp_ray_grad + q
       // from the thread index and the shared window per pair, 10 instructions).
       T* ray_sums_at_q = warp_ray_grad + q;
-      for (int round = 0; round < rounds; ++round, lx += step_x, q += step_q, ray_sums_at_q += step_q) {
-        if (lx > lx1) {
-          lx -= box_w;
-          q += kTileSize - box_w;
-          ray_sums_at_q += kTileSize - box_w;
-        }
-        const int k = round * GROUP + lane_in_group;
-        bool active = k < box_pixels && e < stage.end[q];
-        const int x = tile_x0 + lx, y = tile_y0 + q / kTileSize;
-        T weight = 0;
-        const T* g_img = grad_image + (image_base + std::int64_t(y) * config.width + x) * channels;
-        if (active) {
-          PixelRay<T> ray;
-          if (ORTHO) ray = pixel_ray(cam, x, y);
-          else ray.dir = make_vec3(stage.ray[0][q], stage.ray[1][q], stage.ray[2][q]);
-          const Vec3<T> c = make_vec3(se.cx, se.cy, se.cz);
-          const T radius = se.radius, opacity = se.opacity;
-          const PairHit<T> h = evaluate_pair(cam, c, se.dist, radius, se.terms, ray);
-          active = h.hit;
+      // The rounds in two copies for whole warps: where the box's width divides 32
+      // (step_x = 0: whole tiles, as W1's and W2's large spheres mostly give), a lane keeps
+      // its column and never wraps, and its rounds skip the wrap test (6 of about 143
+      // instructions; CUPTI: W1's backward 2.089 -> 1.999 ms, W2's 14.25 -> 13.68). Not
+      // with lane groups: their entries' widths differ within a warp, which then ran both
+      // copies (W4's backward 0.586 -> 0.827 ms, W5's 0.944 -> 1.223).
+      auto run_rounds = [&](auto columns_fixed) {
+        constexpr bool kFixed = decltype(columns_fixed)::value;
+        const int column_step = kFixed ? 0 : step_x;
+        for (int round = 0; round < rounds; ++round, lx += column_step, q += step_q, ray_sums_at_q += step_q) {
+          if (!kFixed && lx > lx1) {
+            lx -= box_w;
+            q += kTileSize - box_w;
+            ray_sums_at_q += kTileSize - box_w;
+          }
+          const int k = round * GROUP + lane_in_group;
+          bool active = k < box_pixels && e < stage.end[q];
+          const int x = tile_x0 + lx, y = tile_y0 + q / kTileSize;
+          T weight = 0;
+          const T* g_img = grad_image + (image_base + std::int64_t(y) * config.width + x) * channels;
           if (active) {
-            const T n_depth = normalized_depth(bp, h.depth);
-            const T s = blend_exponent(bp, opacity, n_depth);
-            // Weight per unit closeness and opacity: exp(s - ln(total weight)), the argument at
-            // most 0, with the forward's own exponential.
-            const T unit = softmax_exp(s - stage.log_total[q]);
-            weight = h.kappa * opacity * unit;
-            T gw = -stage.grad_dot_image[q], grad_n = 0;  // gw = dL/dw * total weight
-            if (kStatic) {
-              // dL/dfeatures here, where dL/dimage is loaded for gw (after the geometry the
-              // compiler loaded it again).
-              for (int ch = 0; ch < C_STATIC; ++ch) {
-                const T g = stage.grad_image[ch][q];
-                gw += g * col_reg[ch];
-                if (flags.features) feature_sum[ch] += weight * g;
+            PixelRay<T> ray;
+            if (ORTHO) ray = pixel_ray(cam, x, y);
+            else ray.dir = make_vec3(stage.ray[0][q], stage.ray[1][q], stage.ray[2][q]);
+            const Vec3<T> c = make_vec3(se.cx, se.cy, se.cz);
+            const T radius = se.radius, opacity = se.opacity;
+            const PairHit<T> h = evaluate_pair(cam, c, se.dist, radius, se.terms, ray);
+            active = h.hit;
+            if (active) {
+              const T n_depth = normalized_depth(bp, h.depth);
+              const T s = blend_exponent(bp, opacity, n_depth);
+              // Weight per unit closeness and opacity: exp(s - ln(total weight)), the argument at
+              // most 0, with the forward's own exponential.
+              const T unit = softmax_exp(s - stage.log_total[q]);
+              weight = h.kappa * opacity * unit;
+              T gw = -stage.grad_dot_image[q], grad_n = 0;  // gw = dL/dw * total weight
+              if (kStatic) {
+                // dL/dfeatures here, where dL/dimage is loaded for gw (after the geometry the
+                // compiler loaded it again).
+                for (int ch = 0; ch < C_STATIC; ++ch) {
+                  const T g = stage.grad_image[ch][q];
+                  gw += g * col_reg[ch];
+                  if (flags.features) feature_sum[ch] += weight * g;
+                }
+              } else {
+                for (int ch = 0; ch < channels; ++ch) gw += g_img[ch] * col[ch];
               }
-            } else {
-              for (int ch = 0; ch < channels; ++ch) gw += g_img[ch] * col[ch];
-            }
-            if (with_moments) {
-              const T* mom = stage.mom[q];
-              const T* g_mom = stage.grad_mom[q];
-              gw += g_mom[0] * (T(1) - mom[0]) + g_mom[1] * (n_depth - mom[1]) +
-                    g_mom[2] * (n_depth * n_depth - mom[2]);
-              grad_n += weight * (g_mom[1] + T(2) * g_mom[2] * n_depth);
-            }
-            if (flags.blend) {
-              // The entry's sums are the accumulators of the backward twins (blend.h,
-              // intersection.h), so no per-pair zeroes are added to them.
-              grad_opacity_sum += h.kappa * unit * gw;
-              blend_exponent_backward(bp, opacity, n_depth, weight * gw, grad_opacity_sum, grad_n);
-              const T grad_depth = normalized_depth_backward(bp, h.depth, grad_n, range_sums);
-              if (flags.geometry) {
-                const T grad_kappa = opacity * unit * gw;
-                if (ORTHO) {
-                  const Vec3<T> sensor_rel = cam.sensor_offset(T(x), T(y));
-                  T ga = 0, gb = 0, gcz = 0;
-                  intersect_orthographic_backward(h, c.x - ray.sx, c.y - ray.sy, c.z, radius, se.terms,
-                                                  grad_kappa, grad_depth, ga, gb, gcz, grad_radius);
-                  grad_pos += ga * cam.x_unit + gb * cam.y_unit + gcz * cam.z_axis;
-                  cg.x_unit += ga * (c_world - sensor_rel);
-                  cg.y_unit += gb * (c_world - sensor_rel);
-                  cg.z_axis += gcz * c_world;
-                  cg.add_sensor_offset(-(ga * cam.x_unit + gb * cam.y_unit), T(x), T(y));
-                } else if (!RAY_SUMS) {
-                  Vec3<T> grad_ray{0, 0, 0};
-                  intersect_perspective_backward(h, c, se.dist, radius, se.terms, ray.dir, grad_kappa,
-                                                 grad_depth, grad_pos, grad_radius, grad_ray);
-                  cg.add_sensor_offset(normalize_backward(cam.sensor_offset(T(x), T(y)), grad_ray), T(x), T(y));
-                } else {  // the lanes hold distinct pixels (one group per warp): add to the pixel's sums
-                  T* mine = ray_sums_at_q;
-                  Vec3<T> ray_sums = make_vec3(mine[0], mine[kThreads], mine[2 * kThreads]);
-                  intersect_perspective_backward(h, c, se.dist, radius, se.terms, ray.dir, grad_kappa,
-                                                 grad_depth, grad_pos, grad_radius, ray_sums);
-                  mine[0] = ray_sums.x;
-                  mine[kThreads] = ray_sums.y;
-                  mine[2 * kThreads] = ray_sums.z;
+              if (with_moments) {
+                const T* mom = stage.mom[q];
+                const T* g_mom = stage.grad_mom[q];
+                gw += g_mom[0] * (T(1) - mom[0]) + g_mom[1] * (n_depth - mom[1]) +
+                      g_mom[2] * (n_depth * n_depth - mom[2]);
+                grad_n += weight * (g_mom[1] + T(2) * g_mom[2] * n_depth);
+              }
+              if (flags.blend) {
+                // The entry's sums are the accumulators of the backward twins (blend.h,
+                // intersection.h), so no per-pair zeroes are added to them.
+                grad_opacity_sum += h.kappa * unit * gw;
+                blend_exponent_backward(bp, opacity, n_depth, weight * gw, grad_opacity_sum, grad_n);
+                const T grad_depth = normalized_depth_backward(bp, h.depth, grad_n, range_sums);
+                if (flags.geometry) {
+                  const T grad_kappa = opacity * unit * gw;
+                  if (ORTHO) {
+                    const Vec3<T> sensor_rel = cam.sensor_offset(T(x), T(y));
+                    T ga = 0, gb = 0, gcz = 0;
+                    intersect_orthographic_backward(h, c.x - ray.sx, c.y - ray.sy, c.z, radius, se.terms,
+                                                    grad_kappa, grad_depth, ga, gb, gcz, grad_radius);
+                    grad_pos += ga * cam.x_unit + gb * cam.y_unit + gcz * cam.z_axis;
+                    cg.x_unit += ga * (c_world - sensor_rel);
+                    cg.y_unit += gb * (c_world - sensor_rel);
+                    cg.z_axis += gcz * c_world;
+                    cg.add_sensor_offset(-(ga * cam.x_unit + gb * cam.y_unit), T(x), T(y));
+                  } else if (!RAY_SUMS) {
+                    Vec3<T> grad_ray{0, 0, 0};
+                    intersect_perspective_backward(h, c, se.dist, radius, se.terms, ray.dir, grad_kappa,
+                                                   grad_depth, grad_pos, grad_radius, grad_ray);
+                    cg.add_sensor_offset(normalize_backward(cam.sensor_offset(T(x), T(y)), grad_ray), T(x), T(y));
+                  } else {  // the lanes hold distinct pixels (one group per warp): add to the pixel's sums
+                    T* mine = ray_sums_at_q;
+                    Vec3<T> ray_sums = make_vec3(mine[0], mine[kThreads], mine[2 * kThreads]);
+                    intersect_perspective_backward(h, c, se.dist, radius, se.terms, ray.dir, grad_kappa,
+                                                   grad_depth, grad_pos, grad_radius, ray_sums);
+                    mine[0] = ray_sums.x;
+                    mine[kThreads] = ray_sums.y;
+                    mine[2 * kThreads] = ray_sums.z;
+                  }
                 }
               }
             }
           }
-        }
-        if (!kStatic && flags.features) {  // GROUP == 32 (static_assert above)
-          for (int ch = 0; ch < channels; ++ch) {
-            const T v = warp_sum(active ? weight * g_img[ch] : T(0));
-            if (lane == 0) feature_acc[warp * channels + ch] += v;
+          if (!kStatic && flags.features) {  // GROUP == 32 (static_assert above)
+            for (int ch = 0; ch < channels; ++ch) {
+              const T v = warp_sum(active ? weight * g_img[ch] : T(0));
+              if (lane == 0) feature_acc[warp * channels + ch] += v;
+            }
           }
         }
-      }
+      };
+      if (GROUP == 32 && step_x == 0)
+        run_rounds(std::true_type{});
+      else
+        run_rounds(std::false_type{});
       // The entry's row: position 3, radius, opacity, then the features when they are summed
       // in registers (static channel count); one reduce-scatter for all of them.
       T* out = rows + (se.slot - window.lo) * stride;
