@@ -100,11 +100,12 @@ PULSAR_HD T norm_rn(Vec3<T> a) { return sqrt_rn(dot_rn(a, a)); }
 // any depth) keeps the argument where the GPU's correctly rounded root is the reciprocal
 // square root and one Newton step, __fsqrt_rn's own path without the range test and call
 // around it (5 instructions in every pair of both render kernels). Its correction term
-// may flush to zero only when it is under 1/16 ulp of the root, which then stands. Only
-// NaN or infinite inputs (value checks off) reach the edges: a NaN argument gives the
-// floor's root on both backends (fmax), so such a sphere hits and its NaN depth shows in
-// the image; an infinite one gives infinity on the CPU and NaN on the GPU, a miss on
-// both. Double: the plain correctly rounded root.
+// may flush to zero only when it is under 1/16 ulp of the root, which then stands. A NaN
+// argument would give the floor's root on both backends (fmax) and an infinite one
+// infinity on the CPU, NaN on the GPU; neither arises: with value checks off, the setup
+// culls spheres with NaN or infinite geometry, and a NaN camera leaves no sphere a box
+// (docs/reliability.md; the same images as before this function, checked on the CPU).
+// Double: the plain correctly rounded root.
 template <typename T>
 PULSAR_HD T chord_sqrt(T a) {
   if constexpr (std::is_same<T, float>::value) {
