@@ -6,10 +6,10 @@ import sys
 import torch
 
 from profile_kernels import workload_step
+from pulsar_py.bench import binned_instances
 
 for w in sys.argv[1:] or ["W1"]:
     renderer, step = workload_step(w)
     step()
     torch.cuda.synchronize()
-    native = next(iter(renderer._natives.values()))
-    print(f"{w}: {native.binned_instances} instances")
+    print(f"{w}: {binned_instances(renderer, torch.device('cuda'))} instances")

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from pulsar_py import Renderer
+from pulsar_py.bench import binned_instances
 
 from helpers import HAS_CUDA
 
@@ -123,7 +124,7 @@ def _stored_instances(tensors, renderer_kw, percent):
     pos, col, rad, opa, bg, cam = (t.cuda() for t in tensors)
     renderer(pos, col, rad, cam, gamma=0.1, max_depth=45.0, bg_col=bg, opacity=opa,
              percent_allowed_difference=percent)
-    return renderer._natives[("cuda", torch.cuda.current_device())].binned_instances
+    return binned_instances(renderer, torch.device("cuda"))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
