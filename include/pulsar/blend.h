@@ -112,6 +112,25 @@ struct OnlineSoftmax {
     D += w;
     return w;
   }
+
+  // The same in two steps, for a caller that keeps the rescale apart from the common
+  // path (the CUDA forward): if raises(s), raise(s) makes s the maximum and returns the
+  // factor (< 1) by which earlier accumulations shrink; then add_at_most_max(s, factor)
+  // adds the weight factor * exp(s) (s <= m now) and returns it relative to exp(m): the
+  // factor itself after a raise (exp(0) = 1). The same values as add, each sum rounded
+  // in two steps where add fused one.
+  PULSAR_HD bool raises(T s) const { return s > m; }
+  PULSAR_HD T raise(T s) {
+    const T rescale = softmax_exp(m - s);
+    m = s;
+    D *= rescale;
+    return rescale;
+  }
+  PULSAR_HD T add_at_most_max(T s, T factor) {
+    const T w = factor * softmax_exp(s - m);
+    D += w;
+    return w;
+  }
 };
 
 // Early termination (model.md section 6): a sphere whose closest depth exceeds this

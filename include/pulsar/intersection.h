@@ -117,10 +117,11 @@ PULSAR_HD PairHit<T> intersect_perspective(Vec3<T> c, T t, T r, const PairTerms<
   return h;
 }
 
-// Twin of intersect_perspective: accumulates dL/dc, dL/dr and dL/dd.
+// Twin of intersect_perspective: accumulates dL/dc, dL/dr and dL/dd (d enters through
+// the pair's chord vector u = c - t d alone).
 template <typename T>
 PULSAR_HD void intersect_perspective_backward(const PairHit<T>& h, Vec3<T> c, T t, T r,
-                                              const PairTerms<T>& k, Vec3<T> d, T grad_kappa,
+                                              const PairTerms<T>& k, T grad_kappa,
                                               T grad_depth, Vec3<T>& grad_c, T& grad_r,
                                               Vec3<T>& grad_d) {
   T grad_delta, grad_o1, grad_perp_sq;
@@ -139,7 +140,10 @@ PULSAR_HD void intersect_perspective_backward(const PairHit<T>& h, Vec3<T> c, T 
   // and zeroed six values per pair to skip these few products.
   const T grad_per_delta = h.delta > T(0) ? div_length(grad_delta, h.delta) : T(0);
   const Vec3<T> grad_u = grad_per_delta * h.chord_vector;
-  grad_t -= dot(grad_u, d);
+  // du/dt = -d adds -dL/du . d = -grad_per_delta (u . d), and u . d = c . d - t = o1 - t =
+  // -delta q: one product where the dot product took three (and, in float, cancelled
+  // c . d against t). At delta = 0 both are 0 (q = 0).
+  grad_t += grad_delta * q;
   grad_d -= t * grad_u;
   grad_c += grad_u + (grad_t * T(2) * k.inv_two_dist) * c;  // t = |c|
 }

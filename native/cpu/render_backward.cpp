@@ -113,7 +113,7 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
             cg.z_axis += gcz * c_world;
             grad_sensor -= ga * cam.x_unit + gb * cam.y_unit;
           } else {
-            intersect_perspective_backward(h, r.c, r.dist, radius, r.terms, ray.dir, grad_kappa, grad_depth,
+            intersect_perspective_backward(h, r.c, r.dist, radius, r.terms, grad_kappa, grad_depth,
                                            grad_c, grad_r, grad_ray);
           }
           gi[kInstPos + 0] += grad_c.x;

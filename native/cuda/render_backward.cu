@@ -422,6 +422,7 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
       int lx = lx0 + lane_in_group - lane_row * box_w;
       int q = (ly0 + lane_row) * kTileSize + lx;
       const int step_q = step_y * kTileSize + step_x;
+      const int q_limit = (ly0 + se.box_h) * kTileSize;  // past the box's last row
       // This warp's ray sums of pixel q (RAY_SUMS), stepped with q: an address carried from
       // round to round, which the compiler keeps in a register (it rebuilt warp_ray_grad + q
       // from the thread index and the shared window per pair, 10 instructions).
@@ -441,8 +442,9 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
             q += kTileSize - box_w;
             ray_sums_at_q += kTileSize - box_w;
           }
-          const int k = round * GROUP + lane_in_group;
-          bool active = k < box_pixels && e < stage.end[q];
+          // In the box: k < box_pixels, or for fixed columns (whole rows of the box's width
+          // per round) q < q_limit, one test where k took one instruction more.
+          bool active = (kFixed ? q < q_limit : round * GROUP + lane_in_group < box_pixels) && e < stage.end[q];
           const int x = tile_x0 + lx, y = tile_y0 + q / kTileSize;
           T weight = 0;
           const T* g_img = grad_image + (image_base + std::int64_t(y) * config.width + x) * channels;
@@ -500,13 +502,13 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
                     cg.add_sensor_offset(-(ga * cam.x_unit + gb * cam.y_unit), T(x), T(y));
                   } else if (!RAY_SUMS) {
                     Vec3<T> grad_ray{0, 0, 0};
-                    intersect_perspective_backward(h, c, se.dist, radius, se.terms, ray.dir, grad_kappa,
+                    intersect_perspective_backward(h, c, se.dist, radius, se.terms, grad_kappa,
                                                    grad_depth, grad_pos, grad_radius, grad_ray);
                     cg.add_sensor_offset(normalize_backward(cam.sensor_offset(T(x), T(y)), grad_ray), T(x), T(y));
                   } else {  // the lanes hold distinct pixels (one group per warp): add to the pixel's sums
                     T* mine = ray_sums_at_q;
                     Vec3<T> ray_sums = make_vec3(mine[0], mine[kThreads], mine[2 * kThreads]);
-                    intersect_perspective_backward(h, c, se.dist, radius, se.terms, ray.dir, grad_kappa,
+                    intersect_perspective_backward(h, c, se.dist, radius, se.terms, grad_kappa,
                                                    grad_depth, grad_pos, grad_radius, ray_sums);
                     mine[0] = ray_sums.x;
                     mine[kThreads] = ray_sums.y;

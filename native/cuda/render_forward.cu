@@ -16,6 +16,7 @@ namespace {
 constexpr int kThreads = kTileSize * kTileSize;
 
 constexpr unsigned kFullMask = 0xffffffffu;
+constexpr unsigned kNoHit = 0xffffffffu;  // no shared-memory address
 
 // Pixel of a thread within its tile: each warp covers an 8x4 block (not a 16x2 strip), so
 // a small sphere touches fewer warps and more of each touched warp's lanes.
@@ -95,7 +96,8 @@ template <typename T, int C_STATIC>
 using BatchEntry = OddWords<BatchFields<T, C_STATIC>, (sizeof(BatchFields<T, C_STATIC>) / 16) % 2 == 0>;
 
 // Feature accumulator: registers when the channel count is known at compile time
-// (C_STATIC > 0), else the pixel's own slot of the output image.
+// (C_STATIC > 0), else the pixel's own slot of the output image. scale: the online
+// softmax raised its maximum (rare); add: one hit's weighted features.
 template <typename T, int C_STATIC>
 struct FeatureAccum {
   T v[C_STATIC];
@@ -103,9 +105,13 @@ struct FeatureAccum {
 #pragma unroll
     for (int c = 0; c < C_STATIC; ++c) v[c] = bg[c];
   }
-  __device__ void add(T rescale, T w, const T* col, T*, int) {
+  __device__ void scale(T rescale, T*, int) {
 #pragma unroll
-    for (int c = 0; c < C_STATIC; ++c) v[c] = v[c] * rescale + w * col[c];
+    for (int c = 0; c < C_STATIC; ++c) v[c] *= rescale;
+  }
+  __device__ void add(T w, const T* col, T*, int) {
+#pragma unroll
+    for (int c = 0; c < C_STATIC; ++c) v[c] += w * col[c];
   }
   __device__ void finish(T inv_d, T* out, int) {
 #pragma unroll
@@ -118,8 +124,11 @@ struct FeatureAccum<T, 0> {
   __device__ void init(const T* bg, T* out, int channels) {
     for (int c = 0; c < channels; ++c) out[c] = bg[c];
   }
-  __device__ void add(T rescale, T w, const T* col, T* out, int channels) {
-    for (int c = 0; c < channels; ++c) out[c] = out[c] * rescale + w * col[c];
+  __device__ void scale(T rescale, T* out, int channels) {
+    for (int c = 0; c < channels; ++c) out[c] *= rescale;
+  }
+  __device__ void add(T w, const T* col, T* out, int channels) {
+    for (int c = 0; c < channels; ++c) out[c] += w * col[c];
   }
   __device__ void finish(T inv_d, T* out, int channels) {
     for (int c = 0; c < channels; ++c) out[c] *= inv_d;
@@ -222,37 +231,48 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
     }
     const bool by_lane = 4 * warp_max(unsigned(own_entries)) <= 3 * unsigned(lockstep_rounds);
 
-    // The batch index of the lane's last hit in this batch (-1: none yet): the traversal
-    // end follows from it once per batch (from the index per hit, the lockstep walk
-    // rebuilt it from the bit it had consumed: 5 instructions).
-    int last_hit = -1;
-    // Visits entry j of the batch, which covers this lane's pixel: the stop test, then the pair.
-    auto visit = [&](int j, const BatchEntry<T, C_STATIC>& entry) {
+    // The lane's last hit in this batch (null: none yet): the traversal end follows from
+    // it once per batch (from an index per hit, the lockstep walk rebuilt the index from
+    // the bit it had consumed: 5 instructions, then 2).
+    unsigned last_hit = kNoHit;  // shared-memory address (__cvta_generic_to_shared)
+    // Visits a batch entry that covers this lane's pixel: the stop test, then the pair.
+    // Returns whether the lane goes on (false: it is done; the caller records that).
+    auto visit = [&](const BatchEntry<T, C_STATIC>& entry) -> bool {
       const BatchFields<T, C_STATIC>& e = entry.fields;
       const GpuSphere<T>& g = e.sphere;
-      if (hits >= cap || (termination.beyond_bound(g.closest_depth) &&
-                          termination.stops_beyond_bound(g.closest_depth, bp, blend))) {
-        done = true;
-        return;
-      }
+      // The cap lowers the cheap bound (below), so that one test per entry covers both.
+      if (termination.beyond_bound(g.closest_depth) &&
+          (hits >= cap || termination.stops_beyond_bound(g.closest_depth, bp, blend)))
+        return false;
       const PairHit<T> h = evaluate_pair(cam, make_vec3(g.cx, g.cy, g.cz), g.dist, g.radius, g.terms, ray);
-      if (!h.hit) return;
+      if (!h.hit) return true;
       const T n_depth = normalized_depth(bp, h.depth);
       const T s = blend_exponent(bp, g.opacity, n_depth);
-      T rescale;
-      const T w = blend.add(s, h.kappa * g.opacity, rescale);
+      // A new largest exponent shrinks what was accumulated, in a branch of its own: most
+      // hits lie below the maximum, and with the rescale folded into every hit (its factor
+      // 1 there) the common path carried two exponentials and a product per value.
+      if (blend.raises(s)) {
+        const T rescale = blend.raise(s);
+        accum.scale(rescale, img, channels);
+        for (int k = 0; k < 3; ++k) mom[k] *= rescale;
+      }
+      const T w = blend.add_at_most_max(s, h.kappa * g.opacity);
       const T* col = C_STATIC > 0 ? e.features : sv.features + std::int64_t(e.id) * channels;
-      accum.add(rescale, w, col, img, channels);
+      accum.add(w, col, img, channels);
       // The depth moments, kept whether or not they were asked for: predicated off they
       // took the issue slots anyway, and a test of the pointer more.
-      mom[0] = mom[0] * rescale + w;
-      mom[1] = mom[1] * rescale + w * n_depth;
-      mom[2] = mom[2] * rescale + w * n_depth * n_depth;
+      mom[0] += w;
+      mom[1] += w * n_depth;
+      mom[2] += w * n_depth * n_depth;
       ++hits;
-      last_hit = j;
+      last_hit = unsigned(__cvta_generic_to_shared(&entry));
       if (bp.early_stop) termination.after_hit(blend);
-      max_closest = g.closest_depth;
-      if (WITH_INFO) tracked.insert(h.depth, e.id);
+      if (hits >= cap) termination.low = -std::numeric_limits<T>::infinity();
+      if (WITH_INFO) {
+        max_closest = g.closest_depth;
+        tracked.insert(h.depth, e.id);
+      }
+      return true;
     };
 
     if (by_lane) {
@@ -268,27 +288,36 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
         if (pending == 0u) continue;
         const int bit = __ffs(int(pending)) - 1;
         pending &= pending - 1u;
-        visit(chunk * 32 + bit, chunk_entries[bit]);
-        if (done) {
+        if (!visit(chunk_entries[bit])) {
+          done = true;
           pending = 0u;
           chunk = chunks;
         }
       }
     } else {
-      // The chunk's first entry, carried from chunk to chunk: the compiler keeps it in a
+      // The chunk's last entry, carried from chunk to chunk: the compiler keeps it in a
       // register (from batch + j it rebuilt the shared window's address per visit, 4
-      // instructions where this takes one).
-      const BatchEntry<T, C_STATIC>* chunk_entries = batch;
-      for (int chunk = 0; chunk < chunks; ++chunk, chunk_entries += 32) {
+      // instructions where this takes one). The chunk's sets are bit-reversed (entry j at
+      // bit 31 - j), so that the next entry in depth order is the highest set bit, one
+      // instruction where the lowest took two; `live` is the lane's set while it goes on.
+      const BatchEntry<T, C_STATIC>* chunk_last = batch + 31;
+      for (int chunk = 0; chunk < chunks; ++chunk, chunk_last += 32) {
         if (__all_sync(kFullMask, done)) break;
-        const unsigned entries = own_sets[chunk * 32 + lane];
-        for (unsigned any = warp_or(entries); any != 0u; any &= any - 1u) {
-          const int bit = __ffs(int(any)) - 1;
-          if (!done && ((entries >> bit) & 1u)) visit(chunk * 32 + bit, chunk_entries[bit]);
+        const unsigned live = done ? 0u : __brev(own_sets[chunk * 32 + lane]);
+        unsigned any = warp_or(live);
+        while (any != 0u) {
+          const int top = 31 - __clz(int(any));
+          const unsigned bit = 1u << top;
+          if ((live & bit) && !visit(chunk_last[-top])) break;  // this lane alone; the others go on
+          any ^= bit;
         }
+        // A lane that stopped left with its entry's bit still set (setting `done` at the
+        // stop, the compiler set and restored a flag byte around every visit).
+        if (any != 0u) done = true;
       }
     }
-    if (last_hit >= 0) end = start - range.x + 1 + last_hit;
+    if (last_hit != kNoHit)
+      end = start - range.x + 1 + int((last_hit - unsigned(__cvta_generic_to_shared(batch))) / sizeof(batch[0]));
   }
   if (!inside) return;
   accum.finish(T(1) / blend.D, img, channels);
