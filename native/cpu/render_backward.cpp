@@ -99,12 +99,12 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
           gi[kInstOpacity] += grad_opacity;
           if (!want_geometry) continue;
           const T grad_kappa = opacity * unit * g;
-          T grad_r = 0;
+          RadiusGradSums<T> radius_parts;
           Vec3<T> grad_c{0, 0, 0};  // world dL/d(centre - eye)
           if (cam.orthographic) {
             T ga = 0, gb = 0, gcz = 0;
-            intersect_orthographic_backward(h, r.c.x - ray.sx, r.c.y - ray.sy, r.c.z, radius,
-                                            r.terms, grad_kappa, grad_depth, ga, gb, gcz, grad_r);
+            intersect_orthographic_backward(h, r.c.x - ray.sx, r.c.y - ray.sy, r.c.z, r.terms, grad_kappa,
+                                            grad_depth, ga, gb, gcz, radius_parts);
             grad_c = ga * cam.x_unit + gb * cam.y_unit + gcz * cam.z_axis;
             // a = (c - S).x_unit, b = (c - S).y_unit, cz = c.z_axis, all in world terms.
             const Vec3<T> c_world = load_vec3(sv.positions + 3 * std::int64_t(i)) - cam.eye;
@@ -113,13 +113,15 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
             cg.z_axis += gcz * c_world;
             grad_sensor -= ga * cam.x_unit + gb * cam.y_unit;
           } else {
-            intersect_perspective_backward(h, r.c, r.dist, radius, r.terms, grad_kappa, grad_depth,
-                                           grad_c, grad_r, grad_ray);
+            CentreGradSums<T> centre;
+            intersect_perspective_backward(h, r.dist, r.terms, grad_kappa, grad_depth, centre, radius_parts,
+                                           grad_ray);
+            grad_c = centre.resolve(r.c, r.terms);
           }
           gi[kInstPos + 0] += grad_c.x;
           gi[kInstPos + 1] += grad_c.y;
           gi[kInstPos + 2] += grad_c.z;
-          gi[kInstRadius] += grad_r;
+          gi[kInstRadius] += radius_parts.resolve(radius, r.terms.inv_radius);
           cg.eye -= grad_c;
         }
         // The pixel's own camera terms: its ray (perspective) or sensor point (orthographic).

@@ -405,8 +405,12 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
       for (int ch = 0; ch < (kStatic ? C_STATIC : 1); ++ch) col_reg[ch] = kStatic ? se.features[ch] : T(0);
       Vec3<T> c_world{0, 0, 0};
       if (ORTHO && flags.geometry) c_world = load_vec3(sv.positions + 3 * std::int64_t(id)) - cam.eye;
-      Vec3<T> grad_pos{0, 0, 0};  // the entry's sums: position (dL/dc), radius, opacity
-      T grad_radius = 0, grad_opacity_sum = 0;
+      // The entry's sums: position (dL/dc; perspective, its two parts until the entry's
+      // end), radius (its two parts), opacity.
+      Vec3<T> grad_pos{0, 0, 0};
+      CentreGradSums<T> centre_sums;
+      RadiusGradSums<T> radius_sums;
+      T grad_opacity_sum = 0;
       T feature_sum[kStatic ? C_STATIC : 1];
       for (int k = 0; k < (kStatic ? C_STATIC : 1); ++k) feature_sum[k] = T(0);
       if (!kStatic && flags.features && lane == 0)
@@ -493,8 +497,8 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
                   if (ORTHO) {
                     const Vec3<T> sensor_rel = cam.sensor_offset(T(x), T(y));
                     T ga = 0, gb = 0, gcz = 0;
-                    intersect_orthographic_backward(h, c.x - ray.sx, c.y - ray.sy, c.z, radius, se.terms,
-                                                    grad_kappa, grad_depth, ga, gb, gcz, grad_radius);
+                    intersect_orthographic_backward(h, c.x - ray.sx, c.y - ray.sy, c.z, se.terms, grad_kappa,
+                                                    grad_depth, ga, gb, gcz, radius_sums);
                     grad_pos += ga * cam.x_unit + gb * cam.y_unit + gcz * cam.z_axis;
                     cg.x_unit += ga * (c_world - sensor_rel);
                     cg.y_unit += gb * (c_world - sensor_rel);
@@ -502,14 +506,14 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
                     cg.add_sensor_offset(-(ga * cam.x_unit + gb * cam.y_unit), T(x), T(y));
                   } else if (!RAY_SUMS) {
                     Vec3<T> grad_ray{0, 0, 0};
-                    intersect_perspective_backward(h, c, se.dist, radius, se.terms, grad_kappa,
-                                                   grad_depth, grad_pos, grad_radius, grad_ray);
+                    intersect_perspective_backward(h, se.dist, se.terms, grad_kappa, grad_depth, centre_sums,
+                                                   radius_sums, grad_ray);
                     cg.add_sensor_offset(normalize_backward(cam.sensor_offset(T(x), T(y)), grad_ray), T(x), T(y));
                   } else {  // the lanes hold distinct pixels (one group per warp): add to the pixel's sums
                     T* mine = ray_sums_at_q;
                     Vec3<T> ray_sums = make_vec3(mine[0], mine[kThreads], mine[2 * kThreads]);
-                    intersect_perspective_backward(h, c, se.dist, radius, se.terms, grad_kappa,
-                                                   grad_depth, grad_pos, grad_radius, ray_sums);
+                    intersect_perspective_backward(h, se.dist, se.terms, grad_kappa, grad_depth, centre_sums,
+                                                   radius_sums, ray_sums);
                     mine[0] = ray_sums.x;
                     mine[kThreads] = ray_sums.y;
                     mine[2 * kThreads] = ray_sums.z;
@@ -535,10 +539,11 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
       T* out = rows + (se.slot - window.lo) * stride;
       T values[kRowValues];
       for (int f = 0; f < kRowValues; ++f) values[f] = T(0);
+      if (!ORTHO) grad_pos = centre_sums.resolve(make_vec3(se.cx, se.cy, se.cz), se.terms);
       values[kGpuInstPos + 0] = grad_pos.x;
       values[kGpuInstPos + 1] = grad_pos.y;
       values[kGpuInstPos + 2] = grad_pos.z;
-      values[kGpuInstRadius] = grad_radius;
+      values[kGpuInstRadius] = radius_sums.resolve(se.radius, se.terms.inv_radius);
       values[kGpuInstOpacity] = grad_opacity_sum;
       for (int ch = 0; ch < (kStatic ? C_STATIC : 0); ++ch) values[kGpuInstFeatures + ch] = feature_sum[ch];
       const T sum = group_sum_scatter<GROUP>(values, lane);
