@@ -87,6 +87,21 @@ def _depth_loss(result, weights) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+@pytest.mark.parametrize("name", list(CASES))
+def test_render_image_equals_forward_bit_for_bit(name, dtype, device):
+    # Without forward_info, render() (depth moments) and forward() (none) run different
+    # CUDA forward kernels; the image must not depend on which.
+    scene = random_scene(300 + list(CASES).index(name), **CASES[name])
+    renderer = scene.renderer(device)
+    tensors = scene.tensors(dtype, device)
+    result = renderer.render(**_render_kwargs(scene, tensors))
+    image = renderer(**scene.call_kwargs(tensors=tensors))
+    assert result.image.abs().sum() > 0
+    assert torch.equal(result.image, image)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", list(GRADIENT_CASES))
 def test_depth_coverage_distortion_gradients_match_reference(name, device):
     scene = random_scene(350 + list(GRADIENT_CASES).index(name), **GRADIENT_CASES[name])

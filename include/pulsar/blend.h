@@ -6,6 +6,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "pulsar/exact_arith.h"
 #include "pulsar/hd.h"
 
 namespace pulsar {
@@ -61,10 +62,13 @@ PULSAR_HD T normalized_depth_backward(const BlendParams<T>& p, T depth, T grad_n
   return g;
 }
 
-// Exponent s = o (1 - n) / gamma of a hit with opacity o at normalised depth n.
+// Exponent s = o (1 - n) / gamma of a hit with opacity o at normalised depth n. 1 - n is
+// rounded on its own (add_rn), never fused with the product that forms n: the GPU
+// forward's kernels with and without depth moments (where n has one use, and may be
+// contracted) then give the same image bit for bit.
 template <typename T>
 PULSAR_HD T blend_exponent(const BlendParams<T>& p, T opacity, T n) {
-  return opacity * (T(1) - n) * p.inv_gamma;
+  return opacity * add_rn(T(1), -n) * p.inv_gamma;
 }
 
 // Twin of blend_exponent: given g = dL/ds, accumulates dL/do and dL/dn.

@@ -11,7 +11,7 @@
 // (docs/benchmarks.md), over the 1e-5 that the backends agree to. So the camera frame,
 // the pixel rays and the product t d are computed with these; the rest of a pair is
 // well conditioned and may round as each backend likes. (The chord itself is fused:
-// fused_difference and fused_length.)
+// fused_difference, fused_square and chord_sqrt.)
 #pragma once
 
 #include <cmath>
@@ -122,15 +122,15 @@ PULSAR_HD T chord_sqrt(T a) {
   }
 }
 
-// a - s b with fused operations, and its length |a - s b| (three more, and chord_sqrt):
-// the chord of a pixel and a sphere.
+// a - s b with fused operations, and its squared length |a - s b|^2 (three more; its
+// root by chord_sqrt): the chord of a pixel and a sphere.
 template <typename T>
 PULSAR_HD Vec3<T> fused_difference(Vec3<T> a, T s, Vec3<T> b) {
   return {fma_rn(-s, b.x, a.x), fma_rn(-s, b.y, a.y), fma_rn(-s, b.z, a.z)};
 }
 template <typename T>
-PULSAR_HD T fused_length(Vec3<T> u) {
-  return chord_sqrt(fma_rn(u.x, u.x, fma_rn(u.y, u.y, mul_rn(u.z, u.z))));
+PULSAR_HD T fused_square(Vec3<T> u) {
+  return fma_rn(u.x, u.x, fma_rn(u.y, u.y, mul_rn(u.z, u.z)));
 }
 template <typename T>
 PULSAR_HD Vec3<T> normalize_rn(Vec3<T> v) { return scale_rn(div_rn(T(1), norm_rn(v)), v); }

@@ -114,7 +114,8 @@ template <typename T>
 PULSAR_HD PairHit<T> intersect_perspective(Vec3<T> c, T t, T r, const PairTerms<T>& k, Vec3<T> d) {
   PairHit<T> h;
   h.chord_vector = fused_difference(c, t, d);
-  h.delta = fused_length(h.chord_vector);
+  const T chord_sq = fused_square(h.chord_vector);
+  h.delta = chord_sqrt(chord_sq);
   h.inside = h.delta <= r;
   h.tiny = h.delta < k.tiny_radius;  // never when negative
   h.hit = h.inside || h.tiny;
@@ -123,7 +124,7 @@ PULSAR_HD PairHit<T> intersect_perspective(Vec3<T> c, T t, T r, const PairTerms<
   // zeroed on the way out, cost every pair more than they cost a miss.
   const T q = h.delta * k.inv_two_dist;  // sin(phi / 2), phi the angle between c and d
   h.o1 = t - h.delta * q;
-  h.perp_sq = h.delta * h.delta * (T(1) - q * q);
+  h.perp_sq = chord_sq * (T(1) - q * q);  // delta^2 before its root: one product less
   finish_hit(h, r, k.inv_radius);
   return h;
 }
@@ -148,26 +149,30 @@ template <typename T>
 PULSAR_HD void intersect_perspective_backward(const PairHit<T>& h, T t, const PairTerms<T>& k, T grad_kappa,
                                               T grad_depth, CentreGradSums<T>& grad_c,
                                               RadiusGradSums<T>& grad_r, Vec3<T>& grad_d) {
-  T grad_delta, grad_o1, grad_perp_sq;
-  finish_hit_backward(h, k.inv_radius, grad_kappa, grad_depth, grad_delta, grad_o1, grad_perp_sq, grad_r);
-  // With q = delta / (2t): o1 = t - delta^2 / (2t), so do1/dt = 1 + 2 q^2 and
-  // do1/ddelta = -2q; l^2 = delta^2 - delta^4 / (4 t^2), so dl^2/ddelta = 2 delta (1 - 2 q^2)
-  // and dl^2/dt = 4 q^3 delta.
+  // finish_hit's part, as finish_hit_backward: kappa = 1 - delta / r (no dependence by the
+  // tiny-sphere rule), z = o1 - h, h = sqrt(r^2 - l^2) (no dependence where h = 0).
+  const T grad_closeness = h.tiny ? T(0) : grad_kappa;
+  grad_r.closeness += grad_closeness * h.delta;
+  const T grad_depth_per_h = h.half_chord > T(0) ? div_length(grad_depth, h.half_chord) : T(0);  // g / h
+  grad_r.half_chord -= grad_depth_per_h;
+  // With g = dL/dz and q = delta / (2t): o1 = t - delta^2 / (2t) (do1/dt = 1 + 2 q^2,
+  // do1/ddelta = -2q), l^2 = delta^2 - delta^4 / (4 t^2) (dl^2/ddelta = 2 delta (1 - 2 q^2),
+  // dl^2/dt = 4 q^3 delta) and dz/dl^2 = 1 / (2h). delta = |u| with u = c - t d adds, through
+  // du/dt = -d, -dL/du . d = dL/ddelta q to dL/dt (u . d = c . d - t = o1 - t = -delta q).
+  // Collected, with P = (g / h) delta - dL/dkappa / r:
+  //   dL/ddelta = P - 2q (g + q (g / h) delta),   dL/dt = g + q P
+  // (the q^2 terms of dL/dt cancel exactly; summed term by term they took 12 more
+  // operations, and in float rounded where this does not).
   const T q = h.delta * k.inv_two_dist;
-  const T q_sq = q * q;
-  T grad_t = grad_o1 * (T(1) + q_sq * T(2));
-  grad_delta -= grad_o1 * T(2) * q;
-  grad_delta += grad_perp_sq * T(2) * h.delta * (T(1) - T(2) * q_sq);
-  grad_t += grad_perp_sq * T(4) * q_sq * q * h.delta;
-  // delta = |u|, u = c - t d: dL/du = (dL/ddelta / delta) u, the zero subgradient at
-  // delta = 0 (a ray through the centre). Without a branch: the GPU backward ran a branch
-  // and zeroed six values per pair to skip these few products.
+  const T depth_part = grad_depth_per_h * h.delta;  // (g / h) delta
+  const T p = depth_part - grad_closeness * k.inv_radius;
+  const T grad_delta = p - T(2) * q * (grad_depth + q * depth_part);
+  const T grad_t = grad_depth + q * p;
+  // dL/du = (dL/ddelta / delta) u, the zero subgradient at delta = 0 (a ray through the
+  // centre). Without a branch: the GPU backward ran a branch and zeroed six values per pair
+  // to skip these few products.
   const T grad_per_delta = h.delta > T(0) ? div_length(grad_delta, h.delta) : T(0);
   const Vec3<T> grad_u = grad_per_delta * h.chord_vector;
-  // du/dt = -d adds -dL/du . d = -grad_per_delta (u . d), and u . d = c . d - t = o1 - t =
-  // -delta q: one product where the dot product took three (and, in float, cancelled
-  // c . d against t). At delta = 0 both are 0 (q = 0).
-  grad_t += grad_delta * q;
   grad_d -= t * grad_u;
   grad_c.chord += grad_u;
   grad_c.dist += grad_t;

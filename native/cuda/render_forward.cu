@@ -136,7 +136,9 @@ struct FeatureAccum<T, 0> {
 };
 
 // ORTHO: the camera model, a template parameter so that each kernel carries one.
-template <typename T, int C_STATIC, bool ORTHO, bool WITH_INFO>
+// MOMENTS: the depth moments are accumulated and stored (asked for by render(); 5
+// instructions per hit otherwise spent).
+template <typename T, int C_STATIC, bool ORTHO, bool WITH_INFO, bool MOMENTS>
 __global__ void __launch_bounds__(kThreads)
 render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions options, ForwardOutputs out,
                       const GpuSphere<T>* spheres, const std::int32_t* entry_sphere, const int2* tile_ranges) {
@@ -254,16 +256,17 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
       if (blend.raises(s)) {
         const T rescale = blend.raise(s);
         accum.scale(rescale, img, channels);
-        for (int k = 0; k < 3; ++k) mom[k] *= rescale;
+        if (MOMENTS)
+          for (int k = 0; k < 3; ++k) mom[k] *= rescale;
       }
       const T w = blend.add_at_most_max(s, h.kappa * g.opacity);
       const T* col = C_STATIC > 0 ? e.features : sv.features + std::int64_t(e.id) * channels;
       accum.add(w, col, img, channels);
-      // The depth moments, kept whether or not they were asked for: predicated off they
-      // took the issue slots anyway, and a test of the pointer more.
-      mom[0] += w;
-      mom[1] += w * n_depth;
-      mom[2] += w * n_depth * n_depth;
+      if (MOMENTS) {
+        mom[0] += w;
+        mom[1] += w * n_depth;
+        mom[2] += w * n_depth * n_depth;
+      }
       ++hits;
       last_hit = unsigned(__cvta_generic_to_shared(&entry));
       if (bp.early_stop) termination.after_hit(blend);
@@ -326,7 +329,7 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
   state[1] = blend.D;
   out.hit_count[pix] = std::int32_t(hits);
   out.traversal_end[pix] = end;
-  if (moments)
+  if (MOMENTS && moments)
     for (int k = 0; k < 3; ++k) moments[3 * pix + k] = mom[k] / blend.D;
   if (WITH_INFO)
     write_forward_info(static_cast<T*>(out.forward_info) + pix * (3 + 2 * config.n_track), blend.m,
@@ -339,13 +342,16 @@ void launch(const RendererConfig& config, const SceneArgs& scene, const RenderOp
   const auto* spheres = s.spheres.as<GpuSphere<T>>();
   const std::int32_t* entries = s.entry_sphere();
   const auto* ranges = s.tile_ranges.as<int2>();
-  // Depth moments are no variant: a kernel of their own may contract the image's
-  // arithmetic differently, and render() (which asks for them) must give forward()'s
-  // image bit for bit. Every kernel accumulates them and stores them when asked.
+  // render() (which asks for the depth moments) must give forward()'s image bit for bit:
+  // the image's arithmetic is the same in both kernels (blend_exponent rounds 1 - n on its
+  // own, where n's one use in the kernel without moments let the compiler fuse it). The
+  // forward_info kernel (rare) accumulates the moments too.
   if (out.forward_info)
-    render_forward_kernel<T, C_STATIC, ORTHO, true><<<blocks, kThreads, 0, stream>>>(config, scene, options, out, spheres, entries, ranges);
+    render_forward_kernel<T, C_STATIC, ORTHO, true, true><<<blocks, kThreads, 0, stream>>>(config, scene, options, out, spheres, entries, ranges);
+  else if (out.depth_moments)
+    render_forward_kernel<T, C_STATIC, ORTHO, false, true><<<blocks, kThreads, 0, stream>>>(config, scene, options, out, spheres, entries, ranges);
   else
-    render_forward_kernel<T, C_STATIC, ORTHO, false><<<blocks, kThreads, 0, stream>>>(config, scene, options, out, spheres, entries, ranges);
+    render_forward_kernel<T, C_STATIC, ORTHO, false, false><<<blocks, kThreads, 0, stream>>>(config, scene, options, out, spheres, entries, ranges);
   PULSAR_CUDA_LAUNCH_CHECK("render_forward_kernel");
 }
 
