@@ -51,7 +51,7 @@ def run(pkg: str, workload: str) -> dict:
 
 
 def short(name: str) -> str:
-    for key in ("render_backward", "render_forward", "setup_spheres", "reduce_sphere_rows", "duplicate", "count_kernel",
+    for key in ("render_backward", "render_forward", "setup_spheres", "reduce_sphere_rows", "sum_rank_rows", "duplicate", "count_kernel",
                 "item_slots", "cover_kernel", "maps_kernel", "ranges_kernel", "radix_sort", "DeviceScan", "Memset",
                 "tile_bound", "reduce_camera", "camera_"):
         if key in name:

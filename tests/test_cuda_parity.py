@@ -182,6 +182,36 @@ def test_cuda_backward_is_deterministic():
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("batch", [0, 2])
+def test_cuda_gradients_of_spheres_over_many_tiles(batch, dtype):
+    """Spheres over 3 or more tiles each on average: the sphere gradients are reduced in two
+    passes (per depth rank, then per sphere; reduce_gradients.cu), and match the CPU."""
+    g = torch.Generator().manual_seed(21)
+    n = 150
+    shape = (batch, n) if batch else (n,)
+    pos = torch.rand(shape + (3,), generator=g, dtype=torch.float64) * torch.tensor([8.0, 6.0, 10.0], dtype=torch.float64) \
+        + torch.tensor([-4.0, -3.0, 15.0], dtype=torch.float64)
+    col = torch.rand(shape + (3,), generator=g, dtype=torch.float64)
+    rad = 1.0 + torch.rand(shape, generator=g, dtype=torch.float64)
+    opa = 0.1 + 0.9 * torch.rand(shape, generator=g, dtype=torch.float64)
+    bg = torch.rand(3, generator=g, dtype=torch.float64)
+    cam = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 5.0, 2.0], dtype=torch.float64)
+    if batch:
+        cam = torch.stack([cam, cam + torch.tensor([0.3, -0.2, 0.0, 0.0, 0.02, 0.0, 0.0, 0.0], dtype=torch.float64)])
+    tensors = [t.to(dtype) for t in (pos, col, rad, opa, bg, cam)]
+    renderer_kw = dict(width=96, height=80, n_channels=3, n_track=4)
+    call_kw = dict(gamma=0.2, max_depth=40.0, percent_allowed_difference=0.0)
+    renderer = Renderer(**renderer_kw).cuda()
+    p, c, r, o, b, k = (t.cuda() for t in tensors)
+    renderer(p, c, r, k, gamma=0.2, max_depth=40.0, bg_col=b, opacity=o, percent_allowed_difference=0.0)
+    instances = binned_instances(renderer, torch.device("cuda"))
+    assert instances >= 3 * n * max(batch, 1), f"{instances} instances: the one-pass reduction would run"
+    cpu = _render_and_grad("cpu", tensors, renderer_kw, call_kw)
+    gpu = _render_and_grad("cuda", tensors, renderer_kw, call_kw)
+    _assert_gpu_matches_cpu(gpu, cpu, dtype)
+
+
 WINDOW_CASES = [
     # seed, n, channels, batch, ortho
     (8, 300, 3, 2, False),  # static channels, several cameras
@@ -208,7 +238,7 @@ def test_cuda_backward_windows_give_the_same_gradients(case, dtype):
     renderer = Renderer(**renderer_kw).cuda()
     pos, col, rad, opa, bg, cam = (t.cuda() for t in tensors)
     renderer(pos, col, rad, cam, bg_col=bg, opacity=opa, **call_kw)
-    instances = renderer._natives[("cuda", torch.cuda.current_device())].binned_instances
+    instances = binned_instances(renderer, torch.device("cuda"))
     assert instances > 20 * rows, f"{instances} instances: too few for many windows"
     _assert_gpu_matches_cpu(many, cpu, dtype)
     tol = 1e-5 if dtype == torch.float32 else 1e-12

@@ -233,11 +233,12 @@ void cuda_render_backward(const RendererConfig& config, const SceneArgs& scene,
                           const GradientOutputs& grads, cudaStream_t stream, CudaScratch& scratch);
 // Sums the rows of slots [lo, hi) (rows[u - lo], 5 + C values each) into the caller's
 // sphere gradient arrays: written when first, else added, so that windows reduce in a
-// fixed order (render_backward.cu calls it once per window).
+// fixed order (render_backward.cu calls it once per window). The rows are overwritten
+// (with a static channel count, each item's first row takes its sum).
 template <typename T>
 void cuda_reduce_sphere_rows(const RendererConfig& config, const SceneArgs& scene,
                              const GradientOutputs& grads, cudaStream_t stream, const CudaScratch& scratch,
-                             const T* rows, std::int64_t lo, std::int64_t hi, bool first);
+                             T* rows, std::int64_t lo, std::int64_t hi, bool first);
 // Camera and background partials -> the caller's arrays.
 template <typename T>
 void cuda_reduce_gradients(const RendererConfig& config, const SceneArgs& scene,
