@@ -75,7 +75,7 @@ PULSAR_HD T blend_exponent(const BlendParams<T>& p, T opacity, T n) {
 template <typename T>
 PULSAR_HD void blend_exponent_backward(const BlendParams<T>& p, T opacity, T n, T g,
                                        T& grad_opacity, T& grad_n) {
-  grad_opacity += g * add_rn(T(1), -n) * p.inv_gamma;  // 1 - n as blend_exponent rounds it (one subtraction for both)
+  grad_opacity += g * add_rn(T(1), -n) * p.inv_gamma;  // 1 - n as blend_exponent: one subtraction for both
   grad_n -= g * opacity * p.inv_gamma;
 }
 

@@ -76,7 +76,7 @@ PULSAR_HD void finish_hit(PairHit<T>& h, T r, T inv_r) {
 // dL/dr of pairs of one sphere, in the two parts finish_hit_backward gives: r enters a
 // pair through kappa = 1 - delta / r (dkappa/dr = delta / r^2) and through the half chord
 // h = sqrt(r^2 - l^2) (dh/dr = r / h). Summed over any number of the sphere's pairs, they
-// resolve once (the CUDA backward: once per entry, 2 operations per pair instead of 5).
+// resolve once (the CUDA backward: once per entry, 2 operations per pair instead of 4).
 template <typename T>
 struct RadiusGradSums {
   T closeness = 0;   // sum of dL/dkappa * delta
@@ -161,8 +161,8 @@ PULSAR_HD void intersect_perspective_backward(const PairHit<T>& h, T t, const Pa
   // du/dt = -d, -dL/du . d = dL/ddelta q to dL/dt (u . d = c . d - t = o1 - t = -delta q).
   // Collected, with P = (g / h) delta - dL/dkappa / r:
   //   dL/ddelta = P - 2q (g + q (g / h) delta),   dL/dt = g + q P
-  // (the q^2 terms of dL/dt cancel exactly; summed term by term they took 12 more
-  // operations, and in float rounded where this does not).
+  // (the q^2 terms of dL/dt cancel exactly; summed term by term they took 11 instructions
+  // more in the CUDA backward's round, and in float rounded where this does not).
   const T q = h.delta * k.inv_two_dist;
   const T depth_part = grad_depth_per_h * h.delta;  // (g / h) delta
   const T p = depth_part - grad_closeness * k.inv_radius;

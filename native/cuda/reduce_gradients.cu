@@ -60,11 +60,11 @@ __device__ void store_row(T* row, const T (&v)[N]) {
   }
 }
 
-// First pass (static channel count, items of 3 rows or more on average): one thread per depth rank sums its item's rows within
-// the window [lo, hi) in slot order and writes the sum over the first of them. A warp's
-// ranks hold one contiguous run of rows, read in a stream; by item (a thread per sphere,
-// its rows anywhere) the same rows came at about a third of the memory's bandwidth
-// (CUPTI, W2 (14 M rows): 0.59 ms for 450 MB).
+// First pass (static channel count, items of 3 rows or more on average): one thread per
+// depth rank sums its item's rows within the window [lo, hi) in slot order and writes the
+// sum over the first of them. A warp's ranks hold one contiguous run of rows, read in a
+// stream; by item (a thread per sphere, its rows anywhere) the same rows came at about a
+// third of the memory's bandwidth (CUPTI, W2 (14 M rows): 0.59 ms for 450 MB).
 template <typename T, int C_STATIC>
 __global__ void sum_rank_rows_kernel(std::int64_t ranks, const std::int64_t* rank_slots, T* rows, std::int64_t lo,
                                      std::int64_t hi) {

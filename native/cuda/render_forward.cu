@@ -233,7 +233,7 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
     }
     const bool by_lane = 4 * warp_max(unsigned(own_entries)) <= 3 * unsigned(lockstep_rounds);
 
-    // The lane's last hit in this batch (null: none yet): the traversal end follows from
+    // The lane's last hit in this batch (kNoHit: none yet): the traversal end follows from
     // it once per batch (from an index per hit, the lockstep walk rebuilt the index from
     // the bit it had consumed: 5 instructions, then 2).
     unsigned last_hit = kNoHit;  // shared-memory address (__cvta_generic_to_shared)
@@ -302,7 +302,7 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
       // register (from batch + j it rebuilt the shared window's address per visit, 4
       // instructions where this takes one). The chunk's sets are bit-reversed (entry j at
       // bit 31 - j), so that the next entry in depth order is the highest set bit, one
-      // instruction where the lowest took two; `live` is the lane's set while it goes on.
+      // instruction where the lowest took two; `live` is the lane's set (none once done).
       const BatchEntry<T, C_STATIC>* chunk_last = batch + 31;
       for (int chunk = 0; chunk < chunks; ++chunk, chunk_last += 32) {
         if (__all_sync(kFullMask, done)) break;
