@@ -101,6 +101,29 @@ def test_cuda_matches_cpu(case, dtype):
     _assert_gpu_matches_cpu(gpu, cpu, dtype)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("channels", [3, 5])
+def test_cuda_matches_cpu_without_opacity(channels, dtype):
+    """No opacity input (performance.md's W1): the CUDA backward's kernel without dL/dopacity
+    (3 channels) and the generic one (5) give the CPU's gradients."""
+    pos, col, rad, _, bg, cam = _scene(6, 60, channels, 0, False, dtype)
+    renderer_kw = dict(width=37, height=29, n_channels=channels)
+    results = {}
+    for device in ("cpu", "cuda"):
+        leaves = [t.to(device).clone().requires_grad_() for t in (pos, col, rad, bg, cam)]
+        image = Renderer(**renderer_kw).to(device)(leaves[0], leaves[1], leaves[2], leaves[4], bg_col=leaves[3],
+                                                    gamma=0.1, max_depth=30.0)
+        weights = torch.linspace(-1, 1, image.numel(), dtype=image.dtype, device=device).reshape(image.shape)
+        grads = torch.autograd.grad((image * weights).sum(), leaves)
+        results[device] = (image.detach().cpu(), [g.cpu() for g in grads])
+    torch.testing.assert_close(results["cuda"][0], results["cpu"][0], atol=1e-5, rtol=0)
+    for name, g_gpu, g_cpu in zip(["pos", "col", "rad", "bg", "cam"], results["cuda"][1], results["cpu"][1]):
+        assert g_cpu.abs().max() > 0, f"{name}: zero gradient"
+        err = (g_gpu - g_cpu).abs().max() / g_cpu.abs().max() if dtype == torch.float64 else \
+            (g_gpu - g_cpu).norm() / g_cpu.norm()
+        assert err <= GRAD_RTOL[dtype], f"{name}: relative error {err:.3g}"
+
+
 def _large_opaque_scene(dtype):
     """About 1300 spheres of 14 to 48 px radius over each pixel, nearly opaque: early
     termination stops pixels after about a quarter of their hits (performance.md's W1,

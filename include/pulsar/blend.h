@@ -71,12 +71,23 @@ PULSAR_HD T blend_exponent(const BlendParams<T>& p, T opacity, T n) {
   return opacity * add_rn(T(1), -n) * p.inv_gamma;
 }
 
-// Twin of blend_exponent: given g = dL/ds, accumulates dL/do and dL/dn.
+// Twin of blend_exponent, in its two parts: given g = dL/ds, dL/do through s (ds/do =
+// (1 - n) / gamma; 1 - n as blend_exponent rounds it, one subtraction for both) and dL/dn
+// (ds/dn = -o / gamma). The CUDA backward skips the first where no opacity was given.
+template <typename T>
+PULSAR_HD T blend_exponent_grad_opacity(const BlendParams<T>& p, T n, T g) {
+  return g * add_rn(T(1), -n) * p.inv_gamma;
+}
+template <typename T>
+PULSAR_HD T blend_exponent_grad_n(const BlendParams<T>& p, T opacity, T g) {
+  return -(g * opacity * p.inv_gamma);
+}
+// Both: accumulates dL/do and dL/dn.
 template <typename T>
 PULSAR_HD void blend_exponent_backward(const BlendParams<T>& p, T opacity, T n, T g,
                                        T& grad_opacity, T& grad_n) {
-  grad_opacity += g * add_rn(T(1), -n) * p.inv_gamma;  // 1 - n as blend_exponent: one subtraction for both
-  grad_n -= g * opacity * p.inv_gamma;
+  grad_opacity += blend_exponent_grad_opacity(p, n, g);
+  grad_n += blend_exponent_grad_n(p, opacity, g);
 }
 
 // exp(x) of an exponent difference x <= 0 in the online softmax. On the GPU in float the

@@ -34,7 +34,13 @@ constexpr unsigned kFullMask = 0xffffffffu;
 
 struct GradFlags {
   bool features, blend, geometry;
+  bool opacity;  // dL/dopacity wanted (blend is then set too)
 };
+
+// Which gradients a kernel computes: the flags at run time, or every one with no depth
+// moments (the common call) as a template parameter, with or without dL/dopacity (W1
+// has no opacity input: its pairs then skip 4 instructions).
+enum GradSet : int { kGradsByFlags = 0, kAllGrads = 1, kAllButOpacity = 2 };
 
 // The slots [lo, hi) one launch renders; first: the first window of a backward; whole:
 // the only window (every slot in it).
@@ -241,11 +247,11 @@ constexpr int staged_batch() { return sizeof(T) == 4 && C_STATIC <= 3 ? 128 : 64
 // blocks share a tile: block s of the tile takes every splits-th entry from the s-th on,
 // and writes its own partial camera and background rows (split 0 alone adds the
 // background's pixel terms).
-// ALL_GRADS: every gradient flag set and no depth moments, the common call, as a template
-// parameter so that the rounds test none of them (9 instructions per round).
+// GRADS (GradSet): kAllGrads and kAllButOpacity fix the flags at compile time, so that the
+// rounds test none of them (9 instructions per round).
 // Rows: the window's, rows[u - window.lo] for slot u. tile_ends: written in the first
 // window and read in the others (null with one window).
-template <typename T, int C_STATIC, bool ORTHO, bool RAY_SUMS, int GROUP, bool ALL_GRADS>
+template <typename T, int C_STATIC, bool ORTHO, bool RAY_SUMS, int GROUP, int GRADS>
 __global__ void __launch_bounds__(kThreads, GROUP == 32 ? 4 : 3)
 render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions options, BackwardArgs args,
                        GradFlags flags, const GpuSphere<T>* spheres, const std::int32_t* entry_sphere,
@@ -282,8 +288,9 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
   const std::int64_t image_base = std::int64_t(b) * config.width * config.height;
   const T* grad_image = static_cast<const T*>(args.grad_image);
   const T* image = static_cast<const T*>(args.image);
+  constexpr bool ALL_GRADS = GRADS != kGradsByFlags;
   const bool with_moments = !ALL_GRADS && args.grad_depth_moments != nullptr;
-  if (ALL_GRADS) flags = GradFlags{true, true, true};
+  if (ALL_GRADS) flags = GradFlags{true, true, true, GRADS == kAllGrads};
   T* camera_out = tile_camera ? tile_camera + std::int64_t(blockIdx.x) * kCameraGradValues : nullptr;
   T* background_out = tile_background ? tile_background + std::int64_t(blockIdx.x) * channels : nullptr;
 
@@ -489,8 +496,12 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
               if (flags.blend) {
                 // The entry's sums are the accumulators of the backward twins (blend.h,
                 // intersection.h), so no per-pair zeroes are added to them.
-                grad_opacity_sum += h.kappa * unit * gw;
-                blend_exponent_backward(bp, opacity, n_depth, weight * gw, grad_opacity_sum, grad_n);
+                const T grad_s = weight * gw;  // dL/ds
+                if (flags.opacity) {  // w = kappa o exp(s): o as a factor and through s
+                  grad_opacity_sum += h.kappa * unit * gw;
+                  grad_opacity_sum += blend_exponent_grad_opacity(bp, n_depth, grad_s);
+                }
+                grad_n += blend_exponent_grad_n(bp, opacity, grad_s);
                 const T grad_depth = normalized_depth_backward(bp, h.depth, grad_n, range_sums);
                 if (flags.geometry) {
                   const T grad_kappa = opacity * unit * gw;
@@ -604,22 +615,24 @@ void launch_kernel(unsigned blocks, std::size_t dynamic_smem, std::size_t ray_su
   // lose on large spheres: CUPTI kernel times W1 2.92 -> 4.05 ms with 16). The generic
   // channel path sums features per round over the whole warp and always takes 32.
   constexpr int kSmallGroup = C_STATIC == 0 ? 32 : (next_pow2(kGpuInstFeatures + C_STATIC) <= 8 ? 8 : 16);
-  auto run = [&](auto group, auto all_grads) {
+  auto run = [&](auto group, auto grads) {
     constexpr int kGroup = decltype(group)::value;
     constexpr bool kRaySums = RAY_SUMS && kGroup == 32;
-    render_backward_kernel<T, C_STATIC, ORTHO, kRaySums, kGroup, decltype(all_grads)::value>
+    render_backward_kernel<T, C_STATIC, ORTHO, kRaySums, kGroup, decltype(grads)::value>
         <<<blocks * s.backward_splits, kThreads, dynamic_smem + (kRaySums ? ray_sum_bytes : 0), stream>>>(
             config, scene, options, args, flags, s.spheres.as<GpuSphere<T>>(), s.entry_sphere(), s.entry_slot(),
             s.tile_ranges.as<int2>(), to.tile_ends, s.backward_splits, to.window, to.rows, to.tile_camera,
             to.tile_background);
   };
-  // The ALL_GRADS kernels only where the time is: float, perspective, a static channel count.
+  // The fixed-gradient kernels only where the time is: float, perspective, a static
+  // channel count.
   constexpr bool kSpecialise = std::is_same<T, float>::value && !ORTHO && C_STATIC > 0;
   const bool all_grads = kSpecialise && flags.features && flags.blend && flags.geometry &&
                          args.grad_depth_moments == nullptr;
   auto run_group = [&](auto group) {
-    if (all_grads) run(group, std::integral_constant<bool, kSpecialise>{});
-    else run(group, std::false_type{});
+    if (all_grads && flags.opacity) run(group, std::integral_constant<int, kSpecialise ? kAllGrads : kGradsByFlags>{});
+    else if (all_grads) run(group, std::integral_constant<int, kSpecialise ? kAllButOpacity : kGradsByFlags>{});
+    else run(group, std::integral_constant<int, kGradsByFlags>{});
   };
   if (s.small_box_instances * 2 >= s.n_instances)
     run_group(std::integral_constant<int, kSmallGroup>{});
@@ -681,7 +694,8 @@ void cuda_render_backward(const RendererConfig& config, const SceneArgs& scene,
   GradFlags flags;
   flags.features = grads.features != nullptr;
   flags.geometry = grads.positions || grads.radii || grads.cameras;
-  flags.blend = flags.geometry || grads.opacities;
+  flags.opacity = grads.opacities != nullptr;
+  flags.blend = flags.geometry || flags.opacity;
   const bool sphere_grads = grads.positions || grads.radii || grads.opacities || grads.features;
   for (std::int64_t w = 0; w < windows.count; ++w) {
     to.window.lo = w * windows.size;
