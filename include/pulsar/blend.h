@@ -45,6 +45,11 @@ struct DepthRangeSums {
   T g = 0;   // sum of dL/dn / range
   T gz = 0;  // sum of dL/dn / range * z (z in world units)
 
+  // Adds one hit's dL/dz (dL/dn / range) at depth z.
+  PULSAR_HD void add(T grad_depth, T depth) {
+    g += grad_depth;
+    gz += grad_depth * depth;
+  }
   // Adds to dL/dmin (grad_min_depth) and dL/dmax (grad_max_depth).
   PULSAR_HD void finish(const BlendParams<T>& p, T& grad_min_depth, T& grad_max_depth) const {
     grad_min_depth += (gz - p.max_depth * g) * p.inv_range;
@@ -52,13 +57,18 @@ struct DepthRangeSums {
   }
 };
 
+// dL/dz = dL/dn dn/dz (dn/dz = 1 / range) at fixed depth range.
+template <typename T>
+PULSAR_HD T normalized_depth_grad(const BlendParams<T>& p, T grad_n) {
+  return grad_n * p.inv_range;
+}
+
 // Twin of normalized_depth: given dL/dn, returns dL/dz and accumulates the hit's terms of
 // dL/dmin and dL/dmax into range_sums (DepthRangeSums::finish resolves them).
 template <typename T>
 PULSAR_HD T normalized_depth_backward(const BlendParams<T>& p, T depth, T grad_n, DepthRangeSums<T>& range_sums) {
-  const T g = grad_n * p.inv_range;
-  range_sums.g += g;
-  range_sums.gz += g * depth;
+  const T g = normalized_depth_grad(p, grad_n);
+  range_sums.add(g, depth);
   return g;
 }
 
@@ -81,6 +91,14 @@ PULSAR_HD T blend_exponent_grad_opacity(const BlendParams<T>& p, T n, T g) {
 template <typename T>
 PULSAR_HD T blend_exponent_grad_n(const BlendParams<T>& p, T opacity, T g) {
   return -(g * opacity * p.inv_gamma);
+}
+// ds/dz = ds/dn dn/dz = -o / (gamma range) at fixed depth range: a per-sphere constant,
+// so that a caller that needs dL/dz of many hits of one sphere (the CUDA backward's
+// entry) takes dL/ds times it, one product per hit where blend_exponent_grad_n and
+// normalized_depth_backward took three (the CPU keeps their rounding).
+template <typename T>
+PULSAR_HD T blend_exponent_depth_slope(const BlendParams<T>& p, T opacity) {
+  return -(opacity * p.inv_gamma) * p.inv_range;
 }
 // Both: accumulates dL/do and dL/dn.
 template <typename T>

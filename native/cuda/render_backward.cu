@@ -438,6 +438,9 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
       // round to round, which the compiler keeps in a register (it rebuilt warp_ray_grad + q
       // from the thread index and the shared window per pair, 10 instructions).
       T* ray_sums_at_q = warp_ray_grad + q;
+      // ds/dz of the entry's sphere: dL/dz of a pair is dL/ds times it (plus the moments'
+      // part through n), one product per pair where the chain through n took three.
+      const T depth_slope = blend_exponent_depth_slope(bp, se.opacity);
       // The rounds in two copies for whole warps: where the box's width divides 32
       // (step_x = 0: whole tiles, as W1's and W2's large spheres mostly give), a lane keeps
       // its column and never wraps, and its rounds skip the wrap test (6 of about 143
@@ -473,8 +476,10 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
               // Weight per unit closeness and opacity: exp(s - ln(total weight)), the argument at
               // most 0, with the forward's own exponential.
               const T unit = softmax_exp(s - stage.log_total[q]);
-              weight = h.kappa * opacity * unit;
-              T gw = -stage.grad_dot_image[q], grad_n = 0;  // gw = dL/dw * total weight
+              const T opacity_unit = opacity * unit;  // dw/dkappa, shared with the weight
+              weight = h.kappa * opacity_unit;
+              // gw = dL/dw * total weight; grad_n: dL/dn through the depth moments.
+              T gw = -stage.grad_dot_image[q], grad_n = 0;
               if (kStatic) {
                 // dL/dfeatures here, where dL/dimage is loaded for gw (after the geometry the
                 // compiler loaded it again).
@@ -501,10 +506,14 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
                   grad_opacity_sum += h.kappa * unit * gw;
                   grad_opacity_sum += blend_exponent_grad_opacity(bp, n_depth, grad_s);
                 }
-                grad_n += blend_exponent_grad_n(bp, opacity, grad_s);
-                const T grad_depth = normalized_depth_backward(bp, h.depth, grad_n, range_sums);
+                // dL/dz through s, and in the kernels that may carry moments through their n
+                // (grad_n, 0 without them: added unconditionally, where a test of
+                // with_moments cost those kernels 2 to 3 instructions per round).
+                T grad_depth = grad_s * depth_slope;
+                if (!ALL_GRADS) grad_depth += normalized_depth_grad(bp, grad_n);
+                range_sums.add(grad_depth, h.depth);
                 if (flags.geometry) {
-                  const T grad_kappa = opacity * unit * gw;
+                  const T grad_kappa = opacity_unit * gw;
                   if (ORTHO) {
                     const Vec3<T> sensor_rel = cam.sensor_offset(T(x), T(y));
                     T ga = 0, gb = 0, gcz = 0;
