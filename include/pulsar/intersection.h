@@ -84,20 +84,34 @@ struct RadiusGradSums {
   PULSAR_HD T resolve(T r, T inv_r) const { return closeness * inv_r * inv_r + half_chord * r; }
 };
 
+// finish_hit's dependence on delta, r and l^2, shared by both twins: kappa = 1 - delta / r,
+// or 1 by the tiny-sphere rule (no dependence then), and z = o1 - h with h = sqrt(r^2 - l^2)
+// (no dependence where h = 0). Adds dL/dr's parts to grad_r; returns the closeness
+// gradient that counts and dL/dz / h. Selects instead of branches (the GPU zeroed the
+// outputs ahead of each branch).
+template <typename T>
+struct FinishHitGrads {
+  T closeness;    // dL/dkappa, 0 by the tiny-sphere rule
+  T depth_per_h;  // dL/dz / h, 0 where h = 0
+};
+template <typename T>
+PULSAR_HD FinishHitGrads<T> finish_hit_grads(const PairHit<T>& h, T grad_kappa, T grad_depth,
+                                             RadiusGradSums<T>& grad_r) {
+  const T closeness = h.tiny ? T(0) : grad_kappa;
+  grad_r.closeness += closeness * h.delta;
+  const T depth_per_h = h.half_chord > T(0) ? div_length(grad_depth, h.half_chord) : T(0);
+  grad_r.half_chord -= depth_per_h;  // dL/dh = -dL/dz
+  return {closeness, depth_per_h};
+}
+
 // Twin of finish_hit: dL/dkappa, dL/dz -> dL/ddelta, dL/do1, dL/d(l^2), dL/dr (as its parts).
 template <typename T>
 PULSAR_HD void finish_hit_backward(const PairHit<T>& h, T inv_r, T grad_kappa, T grad_depth, T& grad_delta,
                                    T& grad_o1, T& grad_perp_sq, RadiusGradSums<T>& grad_r) {
-  // Selects instead of branches (the GPU zeroed the outputs ahead of each branch).
-  // kappa = 1 - delta / r, or 1 by the tiny-sphere rule (no dependence then).
-  const T grad_closeness = h.tiny ? T(0) : grad_kappa;
-  grad_delta = -grad_closeness * inv_r;
-  grad_r.closeness += grad_closeness * h.delta;
-  grad_o1 = grad_depth;  // z = o1 - h
-  // h = sqrt(r^2 - l^2): dh/dr = r/h, dh/d(l^2) = -1/(2h); no dependence where h = 0.
-  const T grad_h_per_h = h.half_chord > T(0) ? div_length(-grad_depth, h.half_chord) : T(0);
-  grad_r.half_chord += grad_h_per_h;
-  grad_perp_sq = T(-0.5) * grad_h_per_h;
+  const FinishHitGrads<T> f = finish_hit_grads(h, grad_kappa, grad_depth, grad_r);
+  grad_delta = -f.closeness * inv_r;
+  grad_o1 = grad_depth;                   // z = o1 - h
+  grad_perp_sq = T(0.5) * f.depth_per_h;    // dz/d(l^2) = -dh/d(l^2) = 1 / (2h)
 }
 
 // Perspective. c = centre - eye, t = |c| (> 0), r the radius, k its PairTerms, d the
@@ -149,12 +163,7 @@ template <typename T>
 PULSAR_HD void intersect_perspective_backward(const PairHit<T>& h, T t, const PairTerms<T>& k, T grad_kappa,
                                               T grad_depth, CentreGradSums<T>& grad_c,
                                               RadiusGradSums<T>& grad_r, Vec3<T>& grad_d) {
-  // finish_hit's part, as finish_hit_backward: kappa = 1 - delta / r (no dependence by the
-  // tiny-sphere rule), z = o1 - h, h = sqrt(r^2 - l^2) (no dependence where h = 0).
-  const T grad_closeness = h.tiny ? T(0) : grad_kappa;
-  grad_r.closeness += grad_closeness * h.delta;
-  const T grad_depth_per_h = h.half_chord > T(0) ? div_length(grad_depth, h.half_chord) : T(0);  // g / h
-  grad_r.half_chord -= grad_depth_per_h;
+  const FinishHitGrads<T> f = finish_hit_grads(h, grad_kappa, grad_depth, grad_r);
   // With g = dL/dz and q = delta / (2t): o1 = t - delta^2 / (2t) (do1/dt = 1 + 2 q^2,
   // do1/ddelta = -2q), l^2 = delta^2 - delta^4 / (4 t^2) (dl^2/ddelta = 2 delta (1 - 2 q^2),
   // dl^2/dt = 4 q^3 delta) and dz/dl^2 = 1 / (2h). delta = |u| with u = c - t d adds, through
@@ -164,8 +173,8 @@ PULSAR_HD void intersect_perspective_backward(const PairHit<T>& h, T t, const Pa
   // (the q^2 terms of dL/dt cancel exactly; summed term by term they took 11 instructions
   // more in the CUDA backward's round, and in float rounded where this does not).
   const T q = h.delta * k.inv_two_dist;
-  const T depth_part = grad_depth_per_h * h.delta;  // (g / h) delta
-  const T p = depth_part - grad_closeness * k.inv_radius;
+  const T depth_part = f.depth_per_h * h.delta;  // (g / h) delta
+  const T p = depth_part - f.closeness * k.inv_radius;
   const T grad_delta = p - T(2) * q * (grad_depth + q * depth_part);
   const T grad_t = grad_depth + q * p;
   // dL/du = (dL/ddelta / delta) u, the zero subgradient at delta = 0 (a ray through the

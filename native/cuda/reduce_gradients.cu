@@ -7,6 +7,8 @@
 //   cameras: one block per camera sums its tiles' partials, then folds the frame
 //     derivative (frame_backward);
 //   background: one block sums all tiles.
+#include <type_traits>
+
 #include "cuda_scratch.h"
 
 namespace pulsar {
@@ -16,6 +18,10 @@ namespace {
 constexpr int kThreads = 256;
 
 
+// The widest word that divides a row of BYTES bytes: 16 or 8 bytes, else one value T.
+template <int BYTES, typename T>
+using RowWord = std::conditional_t<BYTES % 16 == 0, int4, std::conditional_t<BYTES % 8 == 0, int2, T>>;
+
 // Loads row[0..N) into v in the widest aligned loads the row allows: the rows are
 // scattered (each thread's own), so a warp's load touches 32 lines, and the L1 takes
 // about one line per cycle: 16-byte loads take a quarter of the cycles of 4-byte ones
@@ -23,41 +29,21 @@ constexpr int kThreads = 256;
 // multiples of N * sizeof(T) from a 256-byte aligned base (InstanceArena).
 template <typename T, int N>
 __device__ void load_row(const T* row, T (&v)[N]) {
-  constexpr int kBytes = N * int(sizeof(T));
-  if constexpr (kBytes % 16 == 0) {
-    int4 words[kBytes / 16];
+  using Word = RowWord<N * int(sizeof(T)), T>;
+  Word words[sizeof(v) / sizeof(Word)];
 #pragma unroll
-    for (int k = 0; k < kBytes / 16; ++k) words[k] = reinterpret_cast<const int4*>(row)[k];
-    memcpy(v, words, kBytes);  // register moves
-  } else if constexpr (kBytes % 8 == 0) {
-    int2 words[kBytes / 8];
-#pragma unroll
-    for (int k = 0; k < kBytes / 8; ++k) words[k] = reinterpret_cast<const int2*>(row)[k];
-    memcpy(v, words, kBytes);
-  } else {
-#pragma unroll
-    for (int k = 0; k < N; ++k) v[k] = row[k];
-  }
+  for (int k = 0; k < int(sizeof(v) / sizeof(Word)); ++k) words[k] = reinterpret_cast<const Word*>(row)[k];
+  memcpy(v, words, sizeof(v));  // register moves
 }
 
 // Stores v to row[0..N), the widest aligned stores the row allows (as load_row).
 template <typename T, int N>
 __device__ void store_row(T* row, const T (&v)[N]) {
-  constexpr int kBytes = N * int(sizeof(T));
-  if constexpr (kBytes % 16 == 0) {
-    int4 words[kBytes / 16];
-    memcpy(words, v, kBytes);
+  using Word = RowWord<N * int(sizeof(T)), T>;
+  Word words[sizeof(v) / sizeof(Word)];
+  memcpy(words, v, sizeof(v));
 #pragma unroll
-    for (int k = 0; k < kBytes / 16; ++k) reinterpret_cast<int4*>(row)[k] = words[k];
-  } else if constexpr (kBytes % 8 == 0) {
-    int2 words[kBytes / 8];
-    memcpy(words, v, kBytes);
-#pragma unroll
-    for (int k = 0; k < kBytes / 8; ++k) reinterpret_cast<int2*>(row)[k] = words[k];
-  } else {
-#pragma unroll
-    for (int k = 0; k < N; ++k) row[k] = v[k];
-  }
+  for (int k = 0; k < int(sizeof(v) / sizeof(Word)); ++k) reinterpret_cast<Word*>(row)[k] = words[k];
 }
 
 // First pass (static channel count, items of 3 rows or more on average): one thread per
