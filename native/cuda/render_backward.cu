@@ -205,6 +205,72 @@ __device__ StagedEntry<T, C_STATIC> stage_entry(const GpuSphere<T>& g, std::int3
   return se;
 }
 
+// A pixel's staged terms as a pair reads them: from the stage where the pair uses them
+// (StagedPixel: a miss reads only the ray), or loaded once for the two pairs of a
+// whole-tile pair (LoadedPixel: the kernels of the common call, perspective with a static
+// channel count and no depth moments).
+template <typename T, int C_STATIC, bool ORTHO>
+struct StagedPixel {
+  const PixelStage<T, C_STATIC>& stage;
+  int q;  // tile pixel
+  const CameraFrame<T>& cam;
+  int x, y;  // image pixel
+  __device__ PixelRay<T> ray() const {
+    PixelRay<T> r;
+    if (ORTHO) r = pixel_ray(cam, x, y);
+    else r.dir = make_vec3(stage.ray[0][q], stage.ray[1][q], stage.ray[2][q]);
+    return r;
+  }
+  __device__ T log_total() const { return stage.log_total[q]; }
+  __device__ T grad_dot_image() const { return stage.grad_dot_image[q]; }
+  __device__ T grad_image(int ch) const { return stage.grad_image[ch][q]; }
+  __device__ const T* moments() const { return stage.mom[q]; }
+  __device__ const T* grad_moments() const { return stage.grad_mom[q]; }
+};
+
+template <typename T, int C_STATIC>
+struct LoadedPixel {
+  PixelRay<T> r;
+  T total, dot, g[C_STATIC > 0 ? C_STATIC : 1];
+  __device__ LoadedPixel(const PixelStage<T, C_STATIC>& stage, int q) {
+    r.dir = make_vec3(stage.ray[0][q], stage.ray[1][q], stage.ray[2][q]);
+    total = stage.log_total[q];
+    dot = stage.grad_dot_image[q];
+    for (int ch = 0; ch < C_STATIC; ++ch) g[ch] = stage.grad_image[ch][q];
+  }
+  __device__ PixelRay<T> ray() const { return r; }
+  __device__ T log_total() const { return total; }
+  __device__ T grad_dot_image() const { return dot; }
+  __device__ T grad_image(int ch) const { return g[ch]; }
+  __device__ const T* moments() const { return nullptr; }  // never read: no depth moments
+  __device__ const T* grad_moments() const { return nullptr; }
+};
+
+// One entry's registers over its rounds: the constants its pairs read (kept across the
+// rounds, where reading them from the staged entry spilled: 40 bytes in the W4 kernel)
+// and the sums of its pairs, reduced over the warp or group at the entry's end.
+template <typename T, int C_STATIC>
+struct EntryAccum {
+  T depth_slope;                        // ds/dz of the sphere (blend_exponent_depth_slope)
+  T col[C_STATIC > 0 ? C_STATIC : 1];  // its features (static channel count)
+  const T* col_global;                  // its features in global memory (the generic channel path)
+  Vec3<T> c_world{0, 0, 0};             // orthographic: centre - eye
+  struct Sums {
+    Vec3<T> pos{0, 0, 0};      // orthographic: dL/dc
+    CentreGradSums<T> centre;  // perspective: dL/dc in its two parts
+    RadiusGradSums<T> radius;
+    T opacity = 0;
+    T features[C_STATIC > 0 ? C_STATIC : 1] = {};
+  } sums;
+};
+
+// Whether a kernel takes whole-tile entries two at a time (run_whole_tile_pair in the
+// kernel): the common call's kernels (GradSet other than by flags: float, perspective, a
+// static channel count) with whole warps and the per-pixel ray sums.
+constexpr bool takes_whole_tile_pairs(int grads, int group, bool ray_sums) {
+  return grads != 0 && group == 32 && ray_sums;
+}
+
 // Orders a batch's entries by a small key, stably: order[rank] = entry. Every thread of
 // the block calls it; thread t < count holds entry t's key (0 .. KEYS - 1). Ballots per
 // key in the first BATCH / 32 warps, then each entry's rank from the per-warp counts.
@@ -262,9 +328,12 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
   __shared__ StagedEntry<T, C_STATIC> staged[kBatch];
   // With lane groups, a warp's entries take as many rounds as the largest of them: the
   // groups take the batch's entries in the order of their rounds (up to kRoundKeys).
-  constexpr int kRoundKeys = 8;
-  __shared__ std::uint8_t batch_order[GROUP < 32 ? kBatch : 1];
-  __shared__ int round_counts[GROUP < 32 ? kBatch / 32 : 1][kRoundKeys];
+  // Whole-tile pairs: the batch's whole-tile entries first (key 0), the others after.
+  constexpr bool kPairs = takes_whole_tile_pairs(GRADS, GROUP, RAY_SUMS);
+  constexpr int kRoundKeys = kPairs ? 2 : 8;
+  constexpr bool kOrdered = GROUP < 32 || kPairs;
+  __shared__ std::uint8_t batch_order[kOrdered ? kBatch : 1];
+  __shared__ int round_counts[kOrdered ? kBatch / 32 : 1][kRoundKeys];
   __shared__ int max_end;
   extern __shared__ unsigned char smem_raw[];
   T* feature_acc = reinterpret_cast<T*>(smem_raw);  // [kWarps][C], also block-reduction scratch
@@ -374,10 +443,160 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
   if (window.first && tile_ends && split == 0 && threadIdx.x == 0) tile_ends[item] = max_end;
   const int e_end = min(w_end, max_end);
   if (split == 0) zero_unreached_rows(slots, max(max_end, w_begin), w_end, rows, window.lo, stride);
+
+  // One entry's registers: the constants its pairs read (kept across the rounds where
+  // reading them from the staged entry spilled: 40 bytes in the W4 kernel) and its sums.
+  auto begin_entry = [&](const StagedEntry<T, C_STATIC>& se) {
+    EntryAccum<T, C_STATIC> acc;
+    // ds/dz of the entry's sphere: dL/dz of a pair is dL/ds times it (plus the moments'
+    // part through n), one product per pair where the chain through n took three.
+    acc.depth_slope = blend_exponent_depth_slope(bp, se.opacity);
+    for (int ch = 0; ch < (kStatic ? C_STATIC : 1); ++ch) acc.col[ch] = kStatic ? se.features[ch] : T(0);
+    acc.col_global = sv.features + std::int64_t(se.sphere) * channels;  // the generic channel path
+    if (ORTHO && flags.geometry) acc.c_world = load_vec3(sv.positions + 3 * std::int64_t(se.sphere)) - cam.eye;
+    return acc;
+  };
+
+  // Adds the terms of the pair (entry se, the pixel px at image (x, y)) to the entry's
+  // sums and the lane's camera sums; returns the pair's weight (0 for a miss). The ray sums
+  // (RAY_SUMS) go to ray_acc, or with shared_ray_sums straight into the warp's copy at
+  // ray_at (loaded and stored around a hit's terms). g_img: the pixel's dL/dimage (the
+  // generic channel path).
+  auto add_pair = [&](const StagedEntry<T, C_STATIC>& se, EntryAccum<T, C_STATIC>& acc, const auto& px, int x, int y,
+                      const T* g_img, Vec3<T>& ray_acc, T* ray_at, auto shared_ray_sums) -> T {
+    const Vec3<T> c = make_vec3(se.cx, se.cy, se.cz);
+    const T radius = se.radius, opacity = se.opacity;
+    const PixelRay<T> ray = px.ray();
+    const PairHit<T> h = evaluate_pair(cam, c, se.dist, radius, se.terms, ray);
+    if (!h.hit) return T(0);
+    const T n_depth = normalized_depth(bp, h.depth);
+    const T s = blend_exponent(bp, opacity, n_depth);
+    // Weight per unit closeness and opacity: exp(s - ln(total weight)), the argument at
+    // most 0, with the forward's own exponential.
+    const T unit = softmax_exp(s - px.log_total());
+    const T opacity_unit = opacity * unit;  // dw/dkappa, shared with the weight
+    const T weight = h.kappa * opacity_unit;
+    // gw = dL/dw * total weight; grad_n: dL/dn through the depth moments.
+    T gw = -px.grad_dot_image(), grad_n = 0;
+    if (kStatic) {
+      // dL/dfeatures here, where dL/dimage is loaded for gw (after the geometry the
+      // compiler loaded it again).
+      for (int ch = 0; ch < C_STATIC; ++ch) {
+        const T g = px.grad_image(ch);
+        gw += g * acc.col[ch];
+        if (flags.features) acc.sums.features[ch] += weight * g;
+      }
+    } else {
+      for (int ch = 0; ch < channels; ++ch) gw += g_img[ch] * acc.col_global[ch];
+    }
+    if (with_moments) {
+      const T* mom = px.moments();
+      const T* g_mom = px.grad_moments();
+      gw += g_mom[0] * (T(1) - mom[0]) + g_mom[1] * (n_depth - mom[1]) + g_mom[2] * (n_depth * n_depth - mom[2]);
+      grad_n += weight * (g_mom[1] + T(2) * g_mom[2] * n_depth);
+    }
+    if (!flags.blend) return weight;
+    // The entry's sums are the accumulators of the backward twins (blend.h,
+    // intersection.h), so no per-pair zeroes are added to them.
+    const T grad_s = weight * gw;  // dL/ds
+    if (flags.opacity) {  // w = kappa o exp(s): o as a factor and through s
+      acc.sums.opacity += h.kappa * unit * gw;
+      acc.sums.opacity += blend_exponent_grad_opacity(bp, n_depth, grad_s);
+    }
+    // dL/dz through s, and in the kernels that may carry moments through their n
+    // (grad_n, 0 without them: added unconditionally, where a test of with_moments cost
+    // those kernels 2 to 3 instructions per round).
+    T grad_depth = grad_s * acc.depth_slope;
+    if (!ALL_GRADS) grad_depth += normalized_depth_grad(bp, grad_n);
+    range_sums.add(grad_depth, h.depth);
+    if (!flags.geometry) return weight;
+    const T grad_kappa = opacity_unit * gw;
+    if (ORTHO) {
+      const Vec3<T> sensor_rel = cam.sensor_offset(T(x), T(y));
+      T ga = 0, gb = 0, gcz = 0;
+      intersect_orthographic_backward(h, c.x - ray.sx, c.y - ray.sy, c.z, se.terms, grad_kappa, grad_depth, ga, gb,
+                                      gcz, acc.sums.radius);
+      acc.sums.pos += ga * cam.x_unit + gb * cam.y_unit + gcz * cam.z_axis;
+      cg.x_unit += ga * (acc.c_world - sensor_rel);
+      cg.y_unit += gb * (acc.c_world - sensor_rel);
+      cg.z_axis += gcz * acc.c_world;
+      cg.add_sensor_offset(-(ga * cam.x_unit + gb * cam.y_unit), T(x), T(y));
+    } else if (!RAY_SUMS) {
+      Vec3<T> grad_ray{0, 0, 0};
+      intersect_perspective_backward(h, se.dist, se.terms, grad_kappa, grad_depth, acc.sums.centre,
+                                     acc.sums.radius, grad_ray);
+      cg.add_sensor_offset(normalize_backward(cam.sensor_offset(T(x), T(y)), grad_ray), T(x), T(y));
+    } else if (decltype(shared_ray_sums)::value) {
+      // The lanes hold distinct pixels (one group per warp): add to the pixel's sums.
+      Vec3<T> ray_sums = make_vec3(ray_at[0], ray_at[kThreads], ray_at[2 * kThreads]);
+      intersect_perspective_backward(h, se.dist, se.terms, grad_kappa, grad_depth, acc.sums.centre,
+                                     acc.sums.radius, ray_sums);
+      ray_at[0] = ray_sums.x;
+      ray_at[kThreads] = ray_sums.y;
+      ray_at[2 * kThreads] = ray_sums.z;
+    } else {
+      intersect_perspective_backward(h, se.dist, se.terms, grad_kappa, grad_depth, acc.sums.centre,
+                                     acc.sums.radius, ray_acc);
+    }
+    return weight;
+  };
+
+  // The entry's row: position 3, radius, opacity, then the features when they are summed
+  // in registers (static channel count); one reduce-scatter for all of them.
+  auto finish_entry = [&](const StagedEntry<T, C_STATIC>& se, EntryAccum<T, C_STATIC>& acc, bool has_entry) {
+    T* out = rows + (se.slot - window.lo) * stride;
+    T values[kRowValues];
+    for (int f = 0; f < kRowValues; ++f) values[f] = T(0);
+    const Vec3<T> grad_pos = ORTHO ? acc.sums.pos : acc.sums.centre.resolve(make_vec3(se.cx, se.cy, se.cz), se.terms);
+    values[kGpuInstPos + 0] = grad_pos.x;
+    values[kGpuInstPos + 1] = grad_pos.y;
+    values[kGpuInstPos + 2] = grad_pos.z;
+    values[kGpuInstRadius] = acc.sums.radius.resolve(se.radius, se.terms.inv_radius);
+    values[kGpuInstOpacity] = acc.sums.opacity;
+    for (int ch = 0; ch < (kStatic ? C_STATIC : 0); ++ch) values[kGpuInstFeatures + ch] = acc.sums.features[ch];
+    const T sum = group_sum_scatter<GROUP>(values, lane);
+    const int row_values = flags.features && kStatic ? kGpuInstFeatures + channels : kGpuInstFeatures;
+    if (has_entry && row_writer && my_value < row_values) out[my_value] = sum;
+    if (has_entry && row_writer && my_value < 3) eye_part -= sum;
+    if (!kStatic && flags.features && lane == 0)
+      for (int ch = 0; ch < channels; ++ch) out[kGpuInstFeatures + ch] = feature_acc[warp * channels + ch];
+    __syncwarp();
+  };
+
+  // Two entries whose boxes are both the whole tile (W1's and W2's large spheres: most of
+  // their pairs), each lane on the same pixel for both, so that a round's walk, the
+  // pixel's terms and its ray sums are paid once for two pairs: 8 rounds, lane pixel
+  // q = 32 round + lane. ta, tb: staged indices.
+  auto run_whole_tile_pair = [&](int base, int ta, int tb) {
+    if constexpr (kPairs) {
+      const StagedEntry<T, C_STATIC>& sa = staged[ta];
+      const StagedEntry<T, C_STATIC>& sb = staged[tb];
+      const int ea = base + ta * splits + split, eb = base + tb * splits + split;  // list positions
+      EntryAccum<T, C_STATIC> acc_a = begin_entry(sa), acc_b = begin_entry(sb);
+      T* ray_at = warp_ray_grad + lane;
+      for (int q = lane; q < kThreads; q += 32, ray_at += 32) {
+        const int end = stage.end[q];
+        const bool in_a = ea < end, in_b = eb < end;
+        if (in_a || in_b) {
+          const int x = tile_x0 + q % kTileSize, y = tile_y0 + q / kTileSize;
+          const LoadedPixel<T, C_STATIC> px(stage, q);
+          Vec3<T> ray_sums = make_vec3(ray_at[0], ray_at[kThreads], ray_at[2 * kThreads]);
+          if (in_a) add_pair(sa, acc_a, px, x, y, nullptr, ray_sums, ray_at, std::false_type{});
+          if (in_b) add_pair(sb, acc_b, px, x, y, nullptr, ray_sums, ray_at, std::false_type{});
+          ray_at[0] = ray_sums.x;
+          ray_at[kThreads] = ray_sums.y;
+          ray_at[2 * kThreads] = ray_sums.z;
+        }
+      }
+      finish_entry(sa, acc_a, true);
+      finish_entry(sb, acc_b, true);
+    }
+  };
+
   // Batches of kBatch * splits entries, of which block `split` of the tile stages every
   // splits-th (staged entry t: list position base + t * splits + split); warp w takes
   // the staged entries w * kGroups + group, stepping kWarps * kGroups (with groups, in
-  // the order of their rounds).
+  // the order of their rounds; with whole-tile pairs, the pairs first, one per take).
   for (int base = e_begin; base < e_end; base += kBatch * splits) {
     const int batch_count = max(0, min(kBatch, (e_end - base - split + splits - 1) / splits));
     __syncthreads();  // every warp is done with the previous batch
@@ -389,37 +608,34 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
       const StagedEntry<T, C_STATIC> se = stage_entry<T, C_STATIC>(
           g, id, entry_slot[p], sv.features + std::int64_t(id) * C_STATIC, tile_x0, tile_y0);
       staged[threadIdx.x] = se;
-      round_key = min((se.box_w * se.box_h + GROUP - 1) / GROUP, kRoundKeys) - 1;
+      round_key = kPairs ? (se.box_w == kTileSize && se.box_h == kTileSize ? 0 : 1)
+                         : min((se.box_w * se.box_h + GROUP - 1) / GROUP, kRoundKeys) - 1;
     }
     __syncthreads();
-    if (GROUP < 32) order_by_key<kBatch>(round_key, batch_count, batch_order, round_counts);
-    for (int local = warp * kGroups; local < batch_count; local += kWarps * kGroups) {
-      const bool has_entry = local + group < batch_count;
-      const int taken = has_entry ? local + group : local;
-      const int t = GROUP < 32 ? batch_order[taken] : taken;  // staged index
+    if (kOrdered) order_by_key<kBatch>(round_key, batch_count, batch_order, round_counts);
+    // Whole-tile pairs: the first 2 * pairs entries of batch_order (the whole-tile ones first).
+    int pairs = 0;
+    if (kPairs) {
+      for (int w = 0; w < kBatch / 32; ++w) pairs += round_counts[w][0];
+      pairs /= 2;
+    }
+    const int takes = batch_count - pairs;  // a pair is one take
+    for (int local = warp * kGroups; local < takes; local += kWarps * kGroups) {
+      if (kPairs && local < pairs) {
+        run_whole_tile_pair(base, batch_order[2 * local], batch_order[2 * local + 1]);
+        continue;
+      }
+      const bool has_entry = local + group < takes;
+      const int taken = (has_entry ? local + group : local) + pairs;
+      const int t = kOrdered ? batch_order[taken] : taken;  // staged index
       const StagedEntry<T, C_STATIC>& se = staged[t];
       const int e = base + t * splits + split;  // position in the tile's list
-      // The sphere's values are read from the staged entry where they are used (kept in
-      // registers across the rounds they spilled: 40 bytes in the W4 kernel).
-      const std::int32_t id = se.sphere;
       const int lx0 = se.lx0, ly0 = se.ly0, box_w = se.box_w;
       const int lx1 = lx0 + box_w - 1;
       const int box_pixels = has_entry ? box_w * se.box_h : 0;
       int rounds = (box_pixels + GROUP - 1) / GROUP;  // the most over the warp's groups
       for (int offset = GROUP; offset < 32; offset *= 2) rounds = max(rounds, __shfl_xor_sync(kFullMask, rounds, offset));
-      const T* col = sv.features + std::int64_t(id) * channels;  // the generic channel path
-      T col_reg[kStatic ? C_STATIC : 1];
-      for (int ch = 0; ch < (kStatic ? C_STATIC : 1); ++ch) col_reg[ch] = kStatic ? se.features[ch] : T(0);
-      Vec3<T> c_world{0, 0, 0};
-      if (ORTHO && flags.geometry) c_world = load_vec3(sv.positions + 3 * std::int64_t(id)) - cam.eye;
-      // The entry's sums: position (dL/dc; perspective, its two parts until the entry's
-      // end), radius (its two parts), opacity.
-      Vec3<T> grad_pos{0, 0, 0};
-      CentreGradSums<T> centre_sums;
-      RadiusGradSums<T> radius_sums;
-      T grad_opacity_sum = 0;
-      T feature_sum[kStatic ? C_STATIC : 1];
-      for (int k = 0; k < (kStatic ? C_STATIC : 1); ++k) feature_sum[k] = T(0);
+      EntryAccum<T, C_STATIC> acc = begin_entry(se);
       if (!kStatic && flags.features && lane == 0)
         for (int k = 0; k < channels; ++k) feature_acc[warp * channels + k] = T(0);
       // Lane pixel k = round * GROUP + lane_in_group of the box, row-major:
@@ -438,9 +654,7 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
       // round to round, which the compiler keeps in a register (it rebuilt warp_ray_grad + q
       // from the thread index and the shared window per pair, 10 instructions).
       T* ray_sums_at_q = warp_ray_grad + q;
-      // ds/dz of the entry's sphere: dL/dz of a pair is dL/ds times it (plus the moments'
-      // part through n), one product per pair where the chain through n took three.
-      const T depth_slope = blend_exponent_depth_slope(bp, se.opacity);
+      Vec3<T> unused_ray_acc{0, 0, 0};
       // The rounds in two copies for whole warps: where the box's width divides 32
       // (step_x = 0: whole tiles, as W1's and W2's large spheres mostly give), a lane keeps
       // its column and never wraps, and its rounds skip the wrap test (6 of about 143
@@ -458,90 +672,13 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
           }
           // In the box: k < box_pixels, or for fixed columns (whole rows of the box's width
           // per round) q < q_limit, one test where k took one instruction more.
-          bool active = (kFixed ? q < q_limit : round * GROUP + lane_in_group < box_pixels) && e < stage.end[q];
+          const bool active = (kFixed ? q < q_limit : round * GROUP + lane_in_group < box_pixels) && e < stage.end[q];
           const int x = tile_x0 + lx, y = tile_y0 + q / kTileSize;
-          T weight = 0;
           const T* g_img = grad_image + (image_base + std::int64_t(y) * config.width + x) * channels;
-          if (active) {
-            PixelRay<T> ray;
-            if (ORTHO) ray = pixel_ray(cam, x, y);
-            else ray.dir = make_vec3(stage.ray[0][q], stage.ray[1][q], stage.ray[2][q]);
-            const Vec3<T> c = make_vec3(se.cx, se.cy, se.cz);
-            const T radius = se.radius, opacity = se.opacity;
-            const PairHit<T> h = evaluate_pair(cam, c, se.dist, radius, se.terms, ray);
-            active = h.hit;
-            if (active) {
-              const T n_depth = normalized_depth(bp, h.depth);
-              const T s = blend_exponent(bp, opacity, n_depth);
-              // Weight per unit closeness and opacity: exp(s - ln(total weight)), the argument at
-              // most 0, with the forward's own exponential.
-              const T unit = softmax_exp(s - stage.log_total[q]);
-              const T opacity_unit = opacity * unit;  // dw/dkappa, shared with the weight
-              weight = h.kappa * opacity_unit;
-              // gw = dL/dw * total weight; grad_n: dL/dn through the depth moments.
-              T gw = -stage.grad_dot_image[q], grad_n = 0;
-              if (kStatic) {
-                // dL/dfeatures here, where dL/dimage is loaded for gw (after the geometry the
-                // compiler loaded it again).
-                for (int ch = 0; ch < C_STATIC; ++ch) {
-                  const T g = stage.grad_image[ch][q];
-                  gw += g * col_reg[ch];
-                  if (flags.features) feature_sum[ch] += weight * g;
-                }
-              } else {
-                for (int ch = 0; ch < channels; ++ch) gw += g_img[ch] * col[ch];
-              }
-              if (with_moments) {
-                const T* mom = stage.mom[q];
-                const T* g_mom = stage.grad_mom[q];
-                gw += g_mom[0] * (T(1) - mom[0]) + g_mom[1] * (n_depth - mom[1]) +
-                      g_mom[2] * (n_depth * n_depth - mom[2]);
-                grad_n += weight * (g_mom[1] + T(2) * g_mom[2] * n_depth);
-              }
-              if (flags.blend) {
-                // The entry's sums are the accumulators of the backward twins (blend.h,
-                // intersection.h), so no per-pair zeroes are added to them.
-                const T grad_s = weight * gw;  // dL/ds
-                if (flags.opacity) {  // w = kappa o exp(s): o as a factor and through s
-                  grad_opacity_sum += h.kappa * unit * gw;
-                  grad_opacity_sum += blend_exponent_grad_opacity(bp, n_depth, grad_s);
-                }
-                // dL/dz through s, and in the kernels that may carry moments through their n
-                // (grad_n, 0 without them: added unconditionally, where a test of
-                // with_moments cost those kernels 2 to 3 instructions per round).
-                T grad_depth = grad_s * depth_slope;
-                if (!ALL_GRADS) grad_depth += normalized_depth_grad(bp, grad_n);
-                range_sums.add(grad_depth, h.depth);
-                if (flags.geometry) {
-                  const T grad_kappa = opacity_unit * gw;
-                  if (ORTHO) {
-                    const Vec3<T> sensor_rel = cam.sensor_offset(T(x), T(y));
-                    T ga = 0, gb = 0, gcz = 0;
-                    intersect_orthographic_backward(h, c.x - ray.sx, c.y - ray.sy, c.z, se.terms, grad_kappa,
-                                                    grad_depth, ga, gb, gcz, radius_sums);
-                    grad_pos += ga * cam.x_unit + gb * cam.y_unit + gcz * cam.z_axis;
-                    cg.x_unit += ga * (c_world - sensor_rel);
-                    cg.y_unit += gb * (c_world - sensor_rel);
-                    cg.z_axis += gcz * c_world;
-                    cg.add_sensor_offset(-(ga * cam.x_unit + gb * cam.y_unit), T(x), T(y));
-                  } else if (!RAY_SUMS) {
-                    Vec3<T> grad_ray{0, 0, 0};
-                    intersect_perspective_backward(h, se.dist, se.terms, grad_kappa, grad_depth, centre_sums,
-                                                   radius_sums, grad_ray);
-                    cg.add_sensor_offset(normalize_backward(cam.sensor_offset(T(x), T(y)), grad_ray), T(x), T(y));
-                  } else {  // the lanes hold distinct pixels (one group per warp): add to the pixel's sums
-                    T* mine = ray_sums_at_q;
-                    Vec3<T> ray_sums = make_vec3(mine[0], mine[kThreads], mine[2 * kThreads]);
-                    intersect_perspective_backward(h, se.dist, se.terms, grad_kappa, grad_depth, centre_sums,
-                                                   radius_sums, ray_sums);
-                    mine[0] = ray_sums.x;
-                    mine[kThreads] = ray_sums.y;
-                    mine[2 * kThreads] = ray_sums.z;
-                  }
-                }
-              }
-            }
-          }
+          T weight = 0;
+          if (active)
+            weight = add_pair(se, acc, StagedPixel<T, C_STATIC, ORTHO>{stage, q, cam, x, y}, x, y, g_img, unused_ray_acc,
+                              ray_sums_at_q, std::true_type{});
           if (!kStatic && flags.features) {  // GROUP == 32 (static_assert above)
             for (int ch = 0; ch < channels; ++ch) {
               const T v = warp_sum(active ? weight * g_img[ch] : T(0));
@@ -554,25 +691,7 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
         run_rounds(std::true_type{});
       else
         run_rounds(std::false_type{});
-      // The entry's row: position 3, radius, opacity, then the features when they are summed
-      // in registers (static channel count); one reduce-scatter for all of them.
-      T* out = rows + (se.slot - window.lo) * stride;
-      T values[kRowValues];
-      for (int f = 0; f < kRowValues; ++f) values[f] = T(0);
-      if (!ORTHO) grad_pos = centre_sums.resolve(make_vec3(se.cx, se.cy, se.cz), se.terms);
-      values[kGpuInstPos + 0] = grad_pos.x;
-      values[kGpuInstPos + 1] = grad_pos.y;
-      values[kGpuInstPos + 2] = grad_pos.z;
-      values[kGpuInstRadius] = radius_sums.resolve(se.radius, se.terms.inv_radius);
-      values[kGpuInstOpacity] = grad_opacity_sum;
-      for (int ch = 0; ch < (kStatic ? C_STATIC : 0); ++ch) values[kGpuInstFeatures + ch] = feature_sum[ch];
-      const T sum = group_sum_scatter<GROUP>(values, lane);
-      const int row_values = flags.features && kStatic ? kGpuInstFeatures + channels : kGpuInstFeatures;
-      if (has_entry && row_writer && my_value < row_values) out[my_value] = sum;
-      if (has_entry && row_writer && my_value < 3) eye_part -= sum;
-      if (!kStatic && flags.features && lane == 0)
-        for (int ch = 0; ch < channels; ++ch) out[kGpuInstFeatures + ch] = feature_acc[warp * channels + ch];
-      __syncwarp();
+      finish_entry(se, acc, has_entry);
     }
   }
   range_sums.finish(bp, cg.min_depth, cg.max_depth);
