@@ -97,12 +97,14 @@ struct InstanceArena {
 // The per-camera words of CudaScratch::camera_words, zeroed per binning, which the setup
 // kernel and the tile depth bound fill (uint32; zc > 0, so its float bits order like it).
 struct CameraWords {
-  static constexpr int kCount = 4;             // words per camera
+  static constexpr int kCount = 5;             // words per camera
   static constexpr int kLowZc = 0;             // ~bits of the smallest visible zc (max of the complement)
   static constexpr int kHighZc = 1;            // bits of the largest visible zc
   static constexpr int kCoverCandidates = 2;   // nonzero: a visible sphere may cover a tile (may_cover_tiles)
   static constexpr int kUnsettled = 3;         // nonzero: a tile's depth bound may fall with deeper spheres
                                                // (tile_depth_bound.cu)
+  static constexpr int kMaxBound = 4;          // bits of the largest final tile depth bound (the
+                                               // bounds are positive floats or +inf)
 };
 
 struct CudaScratch {

@@ -172,24 +172,31 @@ __device__ void deal_pairs(const RendererConfig& config, const GpuSphere<T>& g, 
 
 // Tiles stored per item, in depth rank order (rank r holds item order[r]), in a plain
 // loop per sphere: counting is too light per tile for WarpDeal's shuffles to pay (H100:
-// W2 0.11 ms against 0.19 dealt). Also adds to
+// W2 0.11 ms against 0.19 dealt). A rank whose zc (rank_keys: its float bits) lies beyond
+// its camera's largest tile bound stores nothing and reads no record (W1: nine items in
+// ten; the ranks ascend in zc, so whole warps leave). Also adds to
 // *small_box_instances the instances whose box within their tile holds at most
 // kSmallBoxPixels pixels (one atomic per block, integers: exact), which picks the
 // backward's lane grouping (render_backward.cu).
 template <typename T>
 __global__ void count_kernel(RendererConfig config, SceneArgs scene, const GpuSphere<T>* spheres,
-                             const float* bound, const std::int32_t* order, std::int64_t* tile_counts,
+                             const float* bound, const std::int32_t* order, const std::uint32_t* rank_keys,
+                             const std::uint32_t* camera_words, std::int64_t* tile_counts,
                              unsigned long long* small_box_instances) {
   const std::int64_t n = scene.n_spheres;
   const std::int64_t rank = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const bool valid = rank < n * scene.batch_size;
   std::int64_t count = 0, small = 0;
-  if (valid) {
+  const std::int32_t item = valid ? order[rank] : 0;
+  const int camera = split_item(item, n).camera;
+  // zc > every tile's bound of the camera (invisible items' keys are all ones: beyond too).
+  const bool beyond = bound != nullptr && valid &&
+                      rank_keys[rank] > camera_words[camera * CameraWords::kCount + CameraWords::kMaxBound];
+  if (valid && !beyond) {
     const Tiling tiling = Tiling::of(config.width, config.height);
-    const std::int32_t item = order[rank];
     const GpuSphere<T> g = load_sphere(spheres + item);
     const TileBox box = tile_box(g);
-    const float* camera_bound = bound ? bound + std::int64_t(split_item(item, n).camera) * tiling.n_tiles() : nullptr;
+    const float* camera_bound = bound ? bound + std::int64_t(camera) * tiling.n_tiles() : nullptr;
     const float zc = float(g.closest_depth);
     for (int ty = box.ty0; ty < box.ty0 + box.count / box.w; ++ty) {
       const int rows = min(int(g.y1), ty * kTileSize + kTileSize - 1) - max(int(g.y0), ty * kTileSize) + 1;
@@ -201,8 +208,8 @@ __global__ void count_kernel(RendererConfig config, SceneArgs scene, const GpuSp
         small += rows * columns <= kSmallBoxPixels ? 1 : 0;
       }
     }
-    tile_counts[rank] = count;
   }
+  if (valid) tile_counts[rank] = count;
   // One atomic per block: per warp they serialised on the one address (W4 count kernel
   // 20 -> 36 us).
   __shared__ std::int64_t warp_small[32];
@@ -348,8 +355,8 @@ void cuda_begin_binning(const RendererConfig& config, const SceneArgs& scene, co
   const std::int32_t* order = depth_items.Current();
 
   const float* bound = cuda_tile_depth_bound<T>(config, scene, options, stream, scratch, order, depth_keys.Current());
-  count_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(config, scene, spheres, bound, order, counts,
-                                                                            small_box_instances);
+  count_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
+      config, scene, spheres, bound, order, depth_keys.Current(), words, counts, small_box_instances);
   PULSAR_CUDA_LAUNCH_CHECK("count_kernel");
 
   // Inclusive scan into slots_of[1..]: slots_of[r] = instances of the ranks before r.

@@ -264,12 +264,19 @@ __global__ void tile_bound_kernel(RendererConfig config, SceneArgs scene, Render
     best += 1e-4 * double(bp.depth_range()) + 1e-5 * fabs(best);
   }
   if (lane != 0) return;
-  bound[item] = float(best) < best ? nextafterf(float(best), INFINITY) : float(best);
+  const float final_bound = float(best) < best ? nextafterf(float(best), INFINITY) : float(best);
+  bound[item] = final_bound;
+  std::uint32_t* words = camera_words + b * CameraWords::kCount;
+  // The camera's largest bound, from each tile's last one: the first pass's where no
+  // second pass follows for the tile (settled, or no sphere may cover a tile), else the
+  // second's. Positive floats and +inf order like their bits.
+  const bool last = second || is_settled || !cover_pass_needed(camera_words, b, false);
+  if (last) atomicMax(words + CameraWords::kMaxBound, __float_as_uint(final_bound));
   if (second) return;
   settled[item] = is_settled ? 1 : 0;
   // Many tiles raise the same flag: reading it first keeps most from storing; a camera
   // without spheres that may cover a tile (W4: every tile unsettled) has no second pass.
-  std::uint32_t* unsettled = camera_words + b * CameraWords::kCount + CameraWords::kUnsettled;
+  std::uint32_t* unsettled = words + CameraWords::kUnsettled;
   if (!is_settled && cover_pass_needed(camera_words, b, false) &&
       *reinterpret_cast<volatile std::uint32_t*>(unsettled) == 0u)
     *unsettled = 1u;
