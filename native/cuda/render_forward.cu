@@ -135,6 +135,176 @@ struct FeatureAccum<T, 0> {
   }
 };
 
+// What every pixel's visits read: the camera, the blend's constants, the features in
+// global memory (the generic channel path) and the hit cap.
+template <typename T>
+struct VisitContext {
+  CameraFrame<T> cam;
+  BlendParams<T> bp;
+  const T* features;  // [N, C] of the block's camera
+  int channels;
+  int cap;  // hits per pixel at most (max_n_hits; int max: none)
+};
+
+// The blend of one pixel over its tile's list: its accumulators, its termination test and
+// the record of its traversal. A thread holds one (render_forward_kernel) or two
+// (render_forward_two_kernel).
+template <typename T, int C_STATIC, bool WITH_INFO, bool MOMENTS>
+struct PixelBlend {
+  PixelRay<T> ray;
+  std::int64_t pix;  // index of the pixel in the batch of images
+  T* img;            // its output features (the generic channel path accumulates there)
+  FeatureAccum<T, C_STATIC> accum;
+  OnlineSoftmax<T> blend;
+  TerminationTest<T> termination;
+  T max_closest;
+  T mom[3];
+  int hits;
+  int end;             // one past the last processed entry, relative to the tile's first
+  unsigned last_hit;   // this batch's last hit (shared-memory address), kNoHit: none yet
+  // Forward info: the closest hits (TrackedHits over these, made where used: a pointer
+  // into the struct kept in it would put every pixel's state in local memory).
+  T track_depth[WITH_INFO ? kMaxTrack : 1];
+  std::int32_t track_id[WITH_INFO ? kMaxTrack : 1];
+  int n_track, tracked;  // K, and how many are held
+
+  // Returns whether the pixel lies in the image (the kernels keep that, and whether the
+  // pixel is done, as their own flags: kept in the struct, they were packed into bytes
+  // and moved around every visit).
+  __device__ bool start(const VisitContext<T>& ctx, const RendererConfig& config, const T* background, int b, int x,
+                        int y, T* image) {
+    ray = pixel_ray(ctx.cam, x, y);
+    pix = std::int64_t(b) * config.width * config.height + std::int64_t(y) * config.width + x;
+    img = image + pix * ctx.channels;
+    const bool inside = x < config.width && y < config.height;
+    if (inside) accum.init(background, img, ctx.channels);
+    blend = OnlineSoftmax<T>::start(ctx.bp);
+    termination = TerminationTest<T>::start(ctx.bp);
+    max_closest = T(-1);
+    for (int k = 0; k < 3; ++k) mom[k] = T(0);
+    hits = 0;
+    end = 0;
+    last_hit = kNoHit;
+    n_track = config.n_track;
+    tracked = 0;
+    return inside;
+  }
+
+  // Whether the pixel stops before the first entry of a batch, whose closest depth is zc.
+  __device__ bool stops_before(T zc, const VisitContext<T>& ctx) {
+    return hits >= ctx.cap || termination.stops(zc, ctx.bp, blend);
+  }
+
+  // Visits an entry whose box covers the pixel: the stop test, then the pair. g: its
+  // sphere record, col its features, id its sphere index, address its shared-memory
+  // address (the batch's traversal end follows from the last hit's). Returns whether the
+  // pixel goes on (false: it stops here; the caller records that).
+  __device__ bool visit(const GpuSphere<T>& g, const T* col, std::int32_t id, unsigned address,
+                        const VisitContext<T>& ctx) {
+    // The cap lowers the cheap bound (below), so that one test per entry covers both.
+    if (termination.beyond_bound(g.closest_depth) &&
+        (hits >= ctx.cap || termination.stops_beyond_bound(g.closest_depth, ctx.bp, blend)))
+      return false;
+    const PairHit<T> h = evaluate_pair(ctx.cam, make_vec3(g.cx, g.cy, g.cz), g.dist, g.radius, g.terms, ray);
+    if (!h.hit) return true;
+    const T n_depth = normalized_depth(ctx.bp, h.depth);
+    const T s = blend_exponent(ctx.bp, g.opacity, n_depth);
+    // A new largest exponent shrinks what was accumulated, in a branch of its own: most
+    // hits lie below the maximum, and with the rescale folded into every hit (its factor
+    // 1 there) the common path carried two exponentials and a product per value.
+    if (blend.raises(s)) {
+      const T rescale = blend.raise(s);
+      accum.scale(rescale, img, ctx.channels);
+      if (MOMENTS)
+        for (int k = 0; k < 3; ++k) mom[k] *= rescale;
+    }
+    const T w = blend.add_at_most_max(s, h.kappa * g.opacity);
+    accum.add(w, col, img, ctx.channels);
+    if (MOMENTS) {
+      mom[0] += w;
+      mom[1] += w * n_depth;
+      mom[2] += w * n_depth * n_depth;
+    }
+    ++hits;
+    last_hit = address;
+    if (ctx.bp.early_stop) termination.after_hit(blend);
+    if (hits >= ctx.cap) termination.low = -std::numeric_limits<T>::infinity();
+    if (WITH_INFO) {
+      max_closest = g.closest_depth;
+      TrackedHits<T> closest{track_depth, track_id, n_track, tracked};
+      closest.insert(h.depth, id);
+      tracked = closest.size;
+    }
+    return true;
+  }
+
+  // The traversal end after a batch whose entries start at list position first (relative
+  // to the tile's) and at shared address batch_address; resets the batch's last hit.
+  template <typename Entry>
+  __device__ void end_batch(int first, unsigned batch_address) {
+    if (last_hit != kNoHit) end = first + 1 + int((last_hit - batch_address) / sizeof(Entry));
+    last_hit = kNoHit;
+  }
+
+  // Writes the pixel's outputs (one inside the image).
+  __device__ void finish(const ForwardOutputs& out, const RendererConfig& config, int channels) {
+    accum.finish(T(1) / blend.D, img, channels);
+    T* state = static_cast<T*>(out.blend_state) + 2 * pix;
+    state[0] = blend.m;
+    state[1] = blend.D;
+    out.hit_count[pix] = std::int32_t(hits);
+    out.traversal_end[pix] = end;
+    T* moments = static_cast<T*>(out.depth_moments);
+    if (MOMENTS && moments)
+      for (int k = 0; k < 3; ++k) moments[3 * pix + k] = mom[k] / blend.D;
+    if (WITH_INFO)
+      write_forward_info(static_cast<T*>(out.forward_info) + pix * (3 + 2 * config.n_track), blend.m, blend.D,
+                         max_closest, TrackedHits<T>{track_depth, track_id, n_track, tracked});
+  }
+};
+
+template <typename T>
+__device__ VisitContext<T> visit_context(const RendererConfig& config, const SceneArgs& scene,
+                                         const RenderOptions& options, int b, bool ortho) {
+  VisitContext<T> ctx;
+  ctx.cam = camera_of<T>(scene, b, ortho);
+  ctx.channels = config.n_channels;
+  ctx.features = SceneView<T>::of(scene, b, ctx.channels).features;
+  ctx.bp = blend_params_of(ctx.cam, config, options);
+  // A pixel's hits never exceed its tile's list length (an int), so a cap is compared in 32 bits.
+  ctx.cap = options.max_n_hits < 0 || options.max_n_hits > std::numeric_limits<int>::max()
+                ? std::numeric_limits<int>::max()
+                : int(options.max_n_hits);
+  return ctx;
+}
+
+// Stages list positions [start, start + kThreads) of the tile (those before list_end) in
+// batch, and each entry's coverage of the 8 warp blocks (8x4 pixels each; coverage[w][e]:
+// the lanes of block w whose pixel entry e's box covers), the block's `threads` threads
+// taking kThreads / threads entries each. Ends with the block synchronised.
+template <typename T, int C_STATIC>
+__device__ void stage_batch(int start, int list_end, int threads, const GpuSphere<T>* spheres,
+                            const std::int32_t* entry_sphere, const T* features, int tile_x0, int tile_y0,
+                            BatchEntry<T, C_STATIC>* batch, unsigned (*coverage)[kThreads]) {
+  for (int k = int(threadIdx.x); k < kThreads; k += threads) {
+    const int p = start + k;
+    int lx0 = 0, lx1 = -1, ly0 = 0, ly1 = -1;  // the entry's box in the tile (empty past the list)
+    if (p < list_end) {
+      const std::int32_t id = entry_sphere[p];
+      const GpuSphere<T> g = load_sphere(spheres + id);
+      BatchFields<T, C_STATIC>& e = batch[k].fields;
+      e.sphere = g;
+      e.id = id;
+      lx0 = max(int(g.x0) - tile_x0, 0), lx1 = min(int(g.x1) - tile_x0, kTileSize - 1);
+      ly0 = max(int(g.y0) - tile_y0, 0), ly1 = min(int(g.y1) - tile_y0, kTileSize - 1);
+      for (int c = 0; c < C_STATIC; ++c) e.features[c] = features[std::int64_t(id) * C_STATIC + c];
+    }
+#pragma unroll
+    for (int w = 0; w < kThreads / 32; ++w) coverage[w][k] = lanes_covered(lx0, lx1, ly0, ly1, w);
+  }
+  __syncthreads();
+}
+
 // ORTHO: the camera model, a template parameter so that each kernel carries one.
 // MOMENTS: the depth moments are accumulated and stored (asked for by render(); 5
 // instructions per hit otherwise spent).
@@ -155,34 +325,13 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
   const int tile = int(item % (std::int64_t(tiles_x) * tiles_y));
   const int2 local = thread_pixel(int(threadIdx.x));
   const int tile_x0 = (tile % tiles_x) * kTileSize, tile_y0 = (tile / tiles_x) * kTileSize;
-  const int x = tile_x0 + local.x, y = tile_y0 + local.y;
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-  const bool inside = x < config.width && y < config.height;
-  const int channels = config.n_channels;
-  const CameraFrame<T> cam = camera_of<T>(scene, b, ORTHO);
-  const SceneView<T> sv = SceneView<T>::of(scene, b, channels);
-  const BlendParams<T> bp = blend_params_of(cam, config, options);
-  const PixelRay<T> ray = pixel_ray(cam, x, y);
-  const std::int64_t pix = std::int64_t(b) * config.width * config.height + std::int64_t(y) * config.width + x;
-  T* img = static_cast<T*>(out.image) + pix * channels;
-  T* moments = static_cast<T*>(out.depth_moments);
-  // A pixel's hits never exceed its tile's list length (an int), so a cap is compared in 32 bits.
-  const int cap = options.max_n_hits < 0 || options.max_n_hits > std::numeric_limits<int>::max()
-                      ? std::numeric_limits<int>::max()
-                      : int(options.max_n_hits);
-
-  FeatureAccum<T, C_STATIC> accum;
-  if (inside) accum.init(sv.background, img, channels);
-  OnlineSoftmax<T> blend = OnlineSoftmax<T>::start(bp);
-  TerminationTest<T> termination = TerminationTest<T>::start(bp);
-  T max_closest = T(-1);
-  T mom[3] = {0, 0, 0};
-  int hits = 0;
-  int end = 0;  // one past the last processed entry, relative to the tile's first
-  T track_depth[WITH_INFO ? kMaxTrack : 1];
-  std::int32_t track_id[WITH_INFO ? kMaxTrack : 1];
-  TrackedHits<T> tracked{track_depth, track_id, config.n_track, 0};
+  const VisitContext<T> ctx = visit_context<T>(config, scene, options, b, ORTHO);
+  PixelBlend<T, C_STATIC, WITH_INFO, MOMENTS> px;
+  const bool inside = px.start(ctx, config, SceneView<T>::of(scene, b, ctx.channels).background, b,
+                               tile_x0 + local.x, tile_y0 + local.y, static_cast<T*>(out.image));
   bool done = !inside;
+  const GpuSphere<T>* camera_spheres = spheres + std::int64_t(b) * scene.n_spheres;
 
   // A lane visits only the entries whose box covers its pixel. Skipping the others
   // changes nothing: an entry a pixel's box test rejects adds no hit, and the stop test
@@ -199,26 +348,14 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
   //   W4: 0.98 and 0.67).
   // The warp walks lane by lane when that takes at most 3/4 of lockstep's rounds.
   const int2 range = tile_ranges[item];
+  const unsigned batch_address = unsigned(__cvta_generic_to_shared(batch));
   for (int start = range.x; start < range.y; start += kThreads) {
     if (__syncthreads_and(done)) break;
-    const int p = start + int(threadIdx.x);
-    int lx0 = 0, lx1 = -1, ly0 = 0, ly1 = -1;  // the entry's box in the tile (empty past the list)
-    if (p < range.y) {
-      const std::int32_t id = entry_sphere[p];
-      const GpuSphere<T> g = load_sphere(spheres + std::int64_t(b) * scene.n_spheres + id);
-      BatchFields<T, C_STATIC>& e = batch[threadIdx.x].fields;
-      e.sphere = g;
-      e.id = id;
-      lx0 = max(int(g.x0) - tile_x0, 0), lx1 = min(int(g.x1) - tile_x0, kTileSize - 1);
-      ly0 = max(int(g.y0) - tile_y0, 0), ly1 = min(int(g.y1) - tile_y0, kTileSize - 1);
-      for (int c = 0; c < C_STATIC; ++c) e.features[c] = sv.features[std::int64_t(id) * C_STATIC + c];
-    }
-#pragma unroll
-    for (int w = 0; w < kThreads / 32; ++w) coverage[w][threadIdx.x] = lanes_covered(lx0, lx1, ly0, ly1, w);
-    __syncthreads();
+    stage_batch<T, C_STATIC>(start, range.y, kThreads, camera_spheres, entry_sphere, ctx.features, tile_x0, tile_y0,
+                             batch, coverage);
     const int batch_size = min(kThreads, range.y - start);
     const int chunks = (batch_size + 31) / 32;
-    if (!done && (hits >= cap || termination.stops(batch[0].fields.sphere.closest_depth, bp, blend))) done = true;
+    if (!done && px.stops_before(batch[0].fields.sphere.closest_depth, ctx)) done = true;
     if (__all_sync(kFullMask, done)) continue;
 
     // The warp's entry sets, and the rounds of either walk.
@@ -233,49 +370,14 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
     }
     const bool by_lane = 4 * warp_max(unsigned(own_entries)) <= 3 * unsigned(lockstep_rounds);
 
-    // The lane's last hit in this batch (kNoHit: none yet): the traversal end follows from
-    // it once per batch (from an index per hit, the lockstep walk rebuilt the index from
-    // the bit it had consumed: 5 instructions, then 2).
-    unsigned last_hit = kNoHit;  // shared-memory address (__cvta_generic_to_shared)
-    // Visits a batch entry that covers this lane's pixel: the stop test, then the pair.
-    // Returns whether the lane goes on (false: it is done; the caller records that).
+    // Visits a batch entry that covers this lane's pixel, read where the visit uses its
+    // fields. (The lane's last hit in this batch is kept as a shared-memory address: from
+    // an index per hit, the lockstep walk rebuilt the index from the bit it had consumed,
+    // 5 instructions, then 2.)
     auto visit = [&](const BatchEntry<T, C_STATIC>& entry) -> bool {
       const BatchFields<T, C_STATIC>& e = entry.fields;
-      const GpuSphere<T>& g = e.sphere;
-      // The cap lowers the cheap bound (below), so that one test per entry covers both.
-      if (termination.beyond_bound(g.closest_depth) &&
-          (hits >= cap || termination.stops_beyond_bound(g.closest_depth, bp, blend)))
-        return false;
-      const PairHit<T> h = evaluate_pair(cam, make_vec3(g.cx, g.cy, g.cz), g.dist, g.radius, g.terms, ray);
-      if (!h.hit) return true;
-      const T n_depth = normalized_depth(bp, h.depth);
-      const T s = blend_exponent(bp, g.opacity, n_depth);
-      // A new largest exponent shrinks what was accumulated, in a branch of its own: most
-      // hits lie below the maximum, and with the rescale folded into every hit (its factor
-      // 1 there) the common path carried two exponentials and a product per value.
-      if (blend.raises(s)) {
-        const T rescale = blend.raise(s);
-        accum.scale(rescale, img, channels);
-        if (MOMENTS)
-          for (int k = 0; k < 3; ++k) mom[k] *= rescale;
-      }
-      const T w = blend.add_at_most_max(s, h.kappa * g.opacity);
-      const T* col = C_STATIC > 0 ? e.features : sv.features + std::int64_t(e.id) * channels;
-      accum.add(w, col, img, channels);
-      if (MOMENTS) {
-        mom[0] += w;
-        mom[1] += w * n_depth;
-        mom[2] += w * n_depth * n_depth;
-      }
-      ++hits;
-      last_hit = unsigned(__cvta_generic_to_shared(&entry));
-      if (bp.early_stop) termination.after_hit(blend);
-      if (hits >= cap) termination.low = -std::numeric_limits<T>::infinity();
-      if (WITH_INFO) {
-        max_closest = g.closest_depth;
-        tracked.insert(h.depth, e.id);
-      }
-      return true;
+      const T* col = C_STATIC > 0 ? e.features : ctx.features + std::int64_t(e.id) * ctx.channels;
+      return px.visit(e.sphere, col, e.id, unsigned(__cvta_generic_to_shared(&entry)), ctx);
     };
 
     if (by_lane) {
@@ -319,21 +421,94 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
         if (any != 0u) done = true;
       }
     }
-    if (last_hit != kNoHit)
-      end = start - range.x + 1 + int((last_hit - unsigned(__cvta_generic_to_shared(batch))) / sizeof(batch[0]));
+    px.template end_batch<BatchEntry<T, C_STATIC>>(start - range.x, batch_address);
   }
-  if (!inside) return;
-  accum.finish(T(1) / blend.D, img, channels);
-  T* state = static_cast<T*>(out.blend_state) + 2 * pix;
-  state[0] = blend.m;
-  state[1] = blend.D;
-  out.hit_count[pix] = std::int32_t(hits);
-  out.traversal_end[pix] = end;
-  if (MOMENTS && moments)
-    for (int k = 0; k < 3; ++k) moments[3 * pix + k] = mom[k] / blend.D;
-  if (WITH_INFO)
-    write_forward_info(static_cast<T*>(out.forward_info) + pix * (3 + 2 * config.n_track), blend.m,
-                       blend.D, max_closest, tracked);
+  if (inside) px.finish(out, config, ctx.channels);
+}
+
+// The common call's forward where a tile's spheres are mostly large (W1, W2: most boxes
+// cover a warp's pixels whole): two pixels per thread, (x, y) and (x, y + 4) of the same
+// 8x8 block per warp, in lockstep only, so that a visited entry's walk and its record's
+// loads serve both pixels (W1: 18 of about 100 instructions per visit). Without forward
+// info or depth moments (render_forward_kernel has those); each pixel's arithmetic is
+// PixelBlend's, as there, so the image is the same bit for bit.
+template <typename T, int C_STATIC, bool ORTHO>
+__global__ void __launch_bounds__(kThreads / 2)
+render_forward_two_kernel(RendererConfig config, SceneArgs scene, RenderOptions options, ForwardOutputs out,
+                          const GpuSphere<T>* spheres, const std::int32_t* entry_sphere, const int2* tile_ranges) {
+  constexpr int kBlock = kThreads / 2;
+  __shared__ BatchEntry<T, C_STATIC> batch[kThreads];
+  __shared__ unsigned coverage[kThreads / 32][kThreads];  // as render_forward_kernel's, per 8x4 block
+  const int tiles_x = (config.width + kTileSize - 1) / kTileSize;
+  const int tiles_y = (config.height + kTileSize - 1) / kTileSize;
+  const std::int64_t item = blockIdx.x;
+  const int b = int(item / (std::int64_t(tiles_x) * tiles_y));
+  const int tile = int(item % (std::int64_t(tiles_x) * tiles_y));
+  const int tile_x0 = (tile % tiles_x) * kTileSize, tile_y0 = (tile / tiles_x) * kTileSize;
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const VisitContext<T> ctx = visit_context<T>(config, scene, options, b, ORTHO);
+  const T* background = SceneView<T>::of(scene, b, ctx.channels).background;
+  // Pixel i of the lane: that of 8x4 block (`virtual warp`) blocks[i] of the one-pixel layout.
+  int blocks[2];
+  PixelBlend<T, C_STATIC, false, false> px[2];
+  bool inside[2], done[2];
+  for (int i = 0; i < 2; ++i) {
+    blocks[i] = warp % 2 + 2 * (2 * (warp / 2) + i);
+    const int2 local = thread_pixel(blocks[i] * 32 + lane);
+    inside[i] = px[i].start(ctx, config, background, b, tile_x0 + local.x, tile_y0 + local.y,
+                            static_cast<T*>(out.image));
+    done[i] = !inside[i];
+  }
+  const GpuSphere<T>* camera_spheres = spheres + std::int64_t(b) * scene.n_spheres;
+  const int2 range = tile_ranges[item];
+  const unsigned batch_address = unsigned(__cvta_generic_to_shared(batch));
+  for (int start = range.x; start < range.y; start += kThreads) {
+    if (__syncthreads_and(done[0] && done[1])) break;
+    stage_batch<T, C_STATIC>(start, range.y, kBlock, camera_spheres, entry_sphere, ctx.features, tile_x0, tile_y0,
+                             batch, coverage);
+    const int chunks = (min(kThreads, range.y - start) + 31) / 32;
+    for (int i = 0; i < 2; ++i)
+      if (!done[i] && px[i].stops_before(batch[0].fields.sphere.closest_depth, ctx)) done[i] = true;
+    if (__all_sync(kFullMask, done[0] && done[1])) continue;
+    for (int i = 0; i < 2; ++i)
+      for (int chunk = 0; chunk < chunks; ++chunk) {
+        unsigned* set = &coverage[blocks[i]][chunk * 32 + lane];
+        *set = transpose_bits(*set, lane);
+      }
+    // Lockstep as render_forward_kernel's: bit-reversed sets, the next entry the highest
+    // set bit of either pixel's; the entry's record is read once for both pixels.
+    const BatchEntry<T, C_STATIC>* chunk_last = batch + 31;
+    for (int chunk = 0; chunk < chunks; ++chunk, chunk_last += 32) {
+      if (__all_sync(kFullMask, done[0] && done[1])) break;
+      unsigned live[2];
+      for (int i = 0; i < 2; ++i) live[i] = done[i] ? 0u : __brev(coverage[blocks[i]][chunk * 32 + lane]);
+      unsigned any = warp_or(live[0] | live[1]);
+      unsigned stopped = 0u;
+      while (any != 0u) {
+        const int top = 31 - __clz(int(any));
+        const unsigned bit = 1u << top;
+        if ((live[0] | live[1]) & bit) {
+          const BatchEntry<T, C_STATIC>& entry = chunk_last[-top];
+          const GpuSphere<T> g = entry.fields.sphere;
+          T col[C_STATIC > 0 ? C_STATIC : 1];
+          for (int c = 0; c < C_STATIC; ++c) col[c] = entry.fields.features[c];
+          const unsigned address = unsigned(__cvta_generic_to_shared(&entry));
+          for (int i = 0; i < 2; ++i)
+            if ((live[i] & bit) && !px[i].visit(g, col, entry.fields.id, address, ctx)) {
+              live[i] = 0u;  // it stops: no more visits
+              stopped |= 1u << i;
+            }
+        }
+        any ^= bit;
+      }
+      // The stops as bits of one word, done after the chunk (set at the stop, the flags were
+      // kept as bytes and moved around every visit).
+      for (int i = 0; i < 2; ++i) done[i] = done[i] || ((stopped >> i) & 1u);
+    }
+    for (int i = 0; i < 2; ++i) px[i].template end_batch<BatchEntry<T, C_STATIC>>(start - range.x, batch_address);
+  }
+  for (int i = 0; i < 2; ++i)
+    if (inside[i]) px[i].finish(out, config, ctx.channels);
 }
 
 template <typename T, int C_STATIC, bool ORTHO>
@@ -346,10 +521,16 @@ void launch(const RendererConfig& config, const SceneArgs& scene, const RenderOp
   // the image's arithmetic is the same in both kernels (blend_exponent rounds 1 - n on its
   // own, where n's one use in the kernel without moments let the compiler fuse it). The
   // forward_info kernel (rare) accumulates the moments too.
+  // Two pixels per thread where most instances' boxes within their tile are large (the
+  // measure the backward picks its lane groups by): lockstep is then the walk, and its
+  // visits serve both pixels.
+  const bool large_boxes = s.small_box_instances * 2 < s.n_instances;
   if (out.forward_info)
     render_forward_kernel<T, C_STATIC, ORTHO, true, true><<<blocks, kThreads, 0, stream>>>(config, scene, options, out, spheres, entries, ranges);
   else if (out.depth_moments)
     render_forward_kernel<T, C_STATIC, ORTHO, false, true><<<blocks, kThreads, 0, stream>>>(config, scene, options, out, spheres, entries, ranges);
+  else if (C_STATIC > 0 && large_boxes)
+    render_forward_two_kernel<T, (C_STATIC > 0 ? C_STATIC : 1), ORTHO><<<blocks, kThreads / 2, 0, stream>>>(config, scene, options, out, spheres, entries, ranges);
   else
     render_forward_kernel<T, C_STATIC, ORTHO, false, false><<<blocks, kThreads, 0, stream>>>(config, scene, options, out, spheres, entries, ranges);
   PULSAR_CUDA_LAUNCH_CHECK("render_forward_kernel");
