@@ -126,6 +126,36 @@ def test_cuda_matches_cpu_without_opacity(channels, dtype):
     _assert_grads_match(["pos", "col", "rad", "bg", "cam"], results["cuda"][1], results["cpu"][1], dtype)
 
 
+@pytest.mark.parametrize("channels", [3, 5])
+def test_cuda_nan_image_gradient_reaches_only_the_pixels_hits(channels):
+    """A NaN in dL/dimage at one pixel (value checks off) reaches the gradients of the
+    spheres that pixel hit, as on the CPU, and no others: a sphere whose box covers the
+    pixel but misses it adds nothing there (3 channels: features summed in registers; 5:
+    the generic path, summed per warp). In float64: in float32 the two backends may
+    round a silhouette pair of the chosen pixel to a hit and a miss."""
+    dtype = torch.float64
+    pos, col, rad, opa, bg, cam = _scene(8, 60, channels, 0, False, dtype)
+    renderer_kw = dict(width=37, height=29, n_channels=channels)
+    call_kw = dict(gamma=0.1, max_depth=30.0)
+    hits = Renderer(**renderer_kw)(pos, col, rad, cam, bg_col=bg, opacity=opa, mode=1, **call_kw)[..., 0]
+    y, x = divmod(int(torch.argmax(hits.flatten())), hits.shape[1])  # a pixel with hits
+    grad_image = torch.linspace(-1, 1, 29 * 37 * channels, dtype=dtype).reshape(29, 37, channels)
+    grad_image[y, x, 0] = float("nan")
+    results = {}
+    for device in ("cpu", "cuda"):
+        leaves = [t.to(device).clone().requires_grad_() for t in (pos, col, rad, opa)]
+        renderer = Renderer(**renderer_kw).to(device)
+        renderer.check_values = False
+        image = renderer(leaves[0], leaves[1], leaves[2], cam.to(device), bg_col=bg.to(device), opacity=leaves[3],
+                         **call_kw)
+        results[device] = [g.cpu() for g in torch.autograd.grad(image, leaves, grad_image.to(device))]
+    for name, g_gpu, g_cpu in zip(["pos", "col", "rad", "opa"], results["cuda"], results["cpu"]):
+        nan_cpu = torch.isnan(g_cpu).reshape(g_cpu.shape[0], -1).any(1)
+        assert 0 < int(nan_cpu.sum()) < g_cpu.shape[0], f"{name}: the NaN should reach some spheres, not all"
+        assert torch.equal(torch.isnan(g_gpu).reshape(g_gpu.shape[0], -1).any(1), nan_cpu), name
+        _assert_grads_match([name], [g_gpu[~nan_cpu]], [g_cpu[~nan_cpu]], dtype)
+
+
 def _large_opaque_scene(dtype):
     """About 1300 spheres of 14 to 48 px radius over each pixel, nearly opaque: early
     termination stops pixels after about a quarter of their hits (performance.md's W1,

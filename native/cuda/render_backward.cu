@@ -444,8 +444,7 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
   const int e_end = min(w_end, max_end);
   if (split == 0) zero_unreached_rows(slots, max(max_end, w_begin), w_end, rows, window.lo, stride);
 
-  // One entry's registers: the constants its pairs read (kept across the rounds where
-  // reading them from the staged entry spilled: 40 bytes in the W4 kernel) and its sums.
+  // An entry's EntryAccum, its sums zero.
   auto begin_entry = [&](const StagedEntry<T, C_STATIC>& se) {
     EntryAccum<T, C_STATIC> acc;
     // ds/dz of the entry's sphere: dL/dz of a pair is dL/ds times it (plus the moments'
@@ -458,16 +457,17 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
   };
 
   // Adds the terms of the pair (entry se, the pixel px at image (x, y)) to the entry's
-  // sums and the lane's camera sums; returns the pair's weight (0 for a miss). The ray sums
-  // (RAY_SUMS) go to ray_acc, or with shared_ray_sums straight into the warp's copy at
-  // ray_at (loaded and stored around a hit's terms). g_img: the pixel's dL/dimage (the
-  // generic channel path).
+  // sums and the lane's camera sums; returns the pair's weight and sets hit (a miss adds
+  // nothing: weight 0, hit false). The ray sums (RAY_SUMS) go to ray_acc, or with
+  // shared_ray_sums straight into the warp's copy at ray_at (loaded and stored around a
+  // hit's terms). g_img: the pixel's dL/dimage (the generic channel path).
   auto add_pair = [&](const StagedEntry<T, C_STATIC>& se, EntryAccum<T, C_STATIC>& acc, const auto& px, int x, int y,
-                      const T* g_img, Vec3<T>& ray_acc, T* ray_at, auto shared_ray_sums) -> T {
+                      const T* g_img, Vec3<T>& ray_acc, T* ray_at, auto shared_ray_sums, bool& hit) -> T {
     const Vec3<T> c = make_vec3(se.cx, se.cy, se.cz);
     const T radius = se.radius, opacity = se.opacity;
     const PixelRay<T> ray = px.ray();
     const PairHit<T> h = evaluate_pair(cam, c, se.dist, radius, se.terms, ray);
+    hit = h.hit;
     if (!h.hit) return T(0);
     const T n_depth = normalized_depth(bp, h.depth);
     const T s = blend_exponent(bp, opacity, n_depth);
@@ -581,8 +581,9 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
           const int x = tile_x0 + q % kTileSize, y = tile_y0 + q / kTileSize;
           const LoadedPixel<T, C_STATIC> px(stage, q);
           Vec3<T> ray_sums = make_vec3(ray_at[0], ray_at[kThreads], ray_at[2 * kThreads]);
-          if (in_a) add_pair(sa, acc_a, px, x, y, nullptr, ray_sums, ray_at, std::false_type{});
-          if (in_b) add_pair(sb, acc_b, px, x, y, nullptr, ray_sums, ray_at, std::false_type{});
+          bool hit;  // not needed: the pair kernels sum features in registers
+          if (in_a) add_pair(sa, acc_a, px, x, y, nullptr, ray_sums, ray_at, std::false_type{}, hit);
+          if (in_b) add_pair(sb, acc_b, px, x, y, nullptr, ray_sums, ray_at, std::false_type{}, hit);
           ray_at[0] = ray_sums.x;
           ray_at[kThreads] = ray_sums.y;
           ray_at[2 * kThreads] = ray_sums.z;
@@ -676,12 +677,14 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
           const int x = tile_x0 + lx, y = tile_y0 + q / kTileSize;
           const T* g_img = grad_image + (image_base + std::int64_t(y) * config.width + x) * channels;
           T weight = 0;
+          bool hit = false;
           if (active)
             weight = add_pair(se, acc, StagedPixel<T, C_STATIC, ORTHO>{stage, q, cam, x, y}, x, y, g_img, unused_ray_acc,
-                              ray_sums_at_q, std::true_type{});
+                              ray_sums_at_q, std::true_type{}, hit);
           if (!kStatic && flags.features) {  // GROUP == 32 (static_assert above)
             for (int ch = 0; ch < channels; ++ch) {
-              const T v = warp_sum(active ? weight * g_img[ch] : T(0));
+              // Hits only: a miss's dL/dimage (inf or NaN where value checks are off) adds nothing.
+              const T v = warp_sum(hit ? weight * g_img[ch] : T(0));
               if (lane == 0) feature_acc[warp * channels + ch] += v;
             }
           }
