@@ -103,8 +103,10 @@ struct CameraWords {
   static constexpr int kCoverCandidates = 2;   // nonzero: a visible sphere may cover a tile (may_cover_tiles)
   static constexpr int kUnsettled = 3;         // nonzero: a tile's depth bound may fall with deeper spheres
                                                // (tile_depth_bound.cu)
-  static constexpr int kMaxBound = 4;          // bits of the largest final tile depth bound (the
-                                               // bounds are positive floats or +inf)
+  static constexpr int kMaxBound = 4;          // bits of the largest final tile depth bound (as
+                                               // for zc, bits order like values >= 0; a bound below
+                                               // 0 or NaN, whose bits exceed every visible zc's,
+                                               // only turns count_kernel's skip off)
 };
 
 struct CudaScratch {

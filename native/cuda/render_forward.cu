@@ -1,7 +1,8 @@
-// Stage 2 on CUDA: one block of 16x16 threads per (camera, tile), one thread per pixel.
-// The block walks its tile's depth-ordered list in batches that it loads cooperatively
-// into shared memory; each thread stops at its own early-termination point, and the
-// block stops when every thread has.
+// Stage 2 on CUDA: one block per (camera, tile), one thread per pixel (16x16 threads) or,
+// where most boxes are large, two (8x16 threads: render_forward_two_kernel). The block
+// walks its tile's depth-ordered list in batches that it loads cooperatively into shared
+// memory; each pixel stops at its own early-termination point (PixelBlend,
+// pixel_blend.cuh), and the block stops when every pixel has.
 #include <limits>
 
 #include "cuda_scratch.h"

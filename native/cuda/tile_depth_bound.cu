@@ -269,7 +269,7 @@ __global__ void tile_bound_kernel(RendererConfig config, SceneArgs scene, Render
   std::uint32_t* words = camera_words + b * CameraWords::kCount;
   // The camera's largest bound, from each tile's last one: the first pass's where no
   // second pass follows for the tile (settled, or no sphere may cover a tile), else the
-  // second's. Positive floats and +inf order like their bits.
+  // second's (CameraWords::kMaxBound: floats >= 0 order like their bits).
   const bool last = second || is_settled || !cover_pass_needed(camera_words, b, false);
   if (last) atomicMax(words + CameraWords::kMaxBound, __float_as_uint(final_bound));
   if (second) return;
