@@ -58,10 +58,9 @@ struct TileWork {
 
   static TileWork of(std::int64_t item, const RendererConfig& config, const SceneArgs& s,
                      const RenderOptions& options, const CpuScratch& scratch) {
-    const Tiling tiling = Tiling::of(config.width, config.height);
-    const std::int64_t tile = item % tiling.n_tiles();
+    const Tiling::Item at = Tiling::of(config.width, config.height).locate(item);
     TileWork w;
-    w.b = int(item / tiling.n_tiles());
+    w.b = at.camera;
     w.cam = camera_of<T>(s, w.b, config.orthographic);
     w.scene = SceneView<T>::of(s, w.b, config.n_channels);
     w.blend = blend_params_of(w.cam, config, options);
@@ -69,8 +68,8 @@ struct TileWork {
     const auto* offsets = scratch.tile_offsets.as<std::int64_t>();
     w.first = offsets[item];
     w.last = offsets[item + 1];
-    w.x_begin = int(tile % tiling.tiles_x) * kTileSize;
-    w.y_begin = int(tile / tiling.tiles_x) * kTileSize;
+    w.x_begin = at.x0;
+    w.y_begin = at.y0;
     w.x_end = w.x_begin + kTileSize < config.width ? w.x_begin + kTileSize : config.width;
     w.y_end = w.y_begin + kTileSize < config.height ? w.y_begin + kTileSize : config.height;
     return w;

@@ -55,13 +55,14 @@ struct FeatureAccum<T, 0> {
   }
 };
 
-// What every pixel's visits read: the camera, the blend's constants, the features in
-// global memory (the generic channel path) and the hit cap.
+// What every pixel's blend reads: the camera, the blend's constants, the features in
+// global memory (the generic channel path), the background and the hit cap.
 template <typename T>
 struct VisitContext {
   CameraFrame<T> cam;
   BlendParams<T> bp;
-  const T* features;  // [N, C] of the block's camera
+  const T* features;    // [N, C] of the block's camera
+  const T* background;  // [C]
   int channels;
   int cap;  // hits per pixel at most (max_n_hits; int max: none)
 };
@@ -91,13 +92,12 @@ struct PixelBlend {
   // Returns whether the pixel lies in the image (the kernels keep that, and whether the
   // pixel is done, as their own flags: kept in the struct, they were packed into bytes
   // and moved around every visit).
-  __device__ bool start(const VisitContext<T>& ctx, const RendererConfig& config, const T* background, int b, int x,
-                        int y, T* image) {
+  __device__ bool start(const VisitContext<T>& ctx, const RendererConfig& config, int b, int x, int y, T* image) {
     ray = pixel_ray(ctx.cam, x, y);
     pix = std::int64_t(b) * config.width * config.height + std::int64_t(y) * config.width + x;
     img = image + pix * ctx.channels;
     const bool inside = x < config.width && y < config.height;
-    if (inside) accum.init(background, img, ctx.channels);
+    if (inside) accum.init(ctx.background, img, ctx.channels);
     blend = OnlineSoftmax<T>::start(ctx.bp);
     termination = TerminationTest<T>::start(ctx.bp);
     max_closest = T(-1);
@@ -189,7 +189,9 @@ __device__ VisitContext<T> visit_context(const RendererConfig& config, const Sce
   VisitContext<T> ctx;
   ctx.cam = camera_of<T>(scene, b, ortho);
   ctx.channels = config.n_channels;
-  ctx.features = SceneView<T>::of(scene, b, ctx.channels).features;
+  const SceneView<T> sv = SceneView<T>::of(scene, b, ctx.channels);
+  ctx.features = sv.features;
+  ctx.background = sv.background;
   ctx.bp = blend_params_of(ctx.cam, config, options);
   // A pixel's hits never exceed its tile's list length (an int), so a cap is compared in 32 bits.
   ctx.cap = options.max_n_hits < 0 || options.max_n_hits > std::numeric_limits<int>::max()

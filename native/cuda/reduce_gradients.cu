@@ -131,22 +131,22 @@ void launch_reduce_sphere_rows(std::int64_t items, const SceneArgs& scene, int c
   // Two passes where items hold several rows on average: CUPTI (one H100), the reduction
   // W2 (14.1 rows per item) 0.594 -> 0.388 ms, W1 (3.7) 0.176 -> 0.112; but W4 (1.9)
   // 0.052 -> 0.075 and W5 (1.3) 0.191 -> 0.250, whose rows the first pass barely combines.
-  bool summed = false;
+  const std::int64_t ranks = scene.n_spheres * scene.batch_size;  // (camera, sphere) items, by depth rank
+  auto reduce = [&](auto summed) {
+    reduce_sphere_rows_kernel<T, C_STATIC, decltype(summed)::value><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
+        scene, channels, grads, scratch.item_slots(), rows, lo, hi, first);
+    PULSAR_CUDA_LAUNCH_CHECK("reduce_sphere_rows_kernel");
+  };
   if constexpr (C_STATIC > 0) {
-    const std::int64_t ranks = scene.n_spheres * scene.batch_size;  // (camera, sphere) items, by depth rank
     if (scratch.n_instances >= 3 * ranks) {
       sum_rank_rows_kernel<T, C_STATIC><<<blocks_for(ranks, kThreads), kThreads, 0, stream>>>(
           ranks, scratch.sphere_slots.as<std::int64_t>(), rows, lo, hi);
       PULSAR_CUDA_LAUNCH_CHECK("sum_rank_rows_kernel");
-      reduce_sphere_rows_kernel<T, C_STATIC, true><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
-          scene, channels, grads, scratch.item_slots(), rows, lo, hi, first);
-      summed = true;
+      reduce(std::true_type{});
+      return;
     }
   }
-  if (!summed)
-    reduce_sphere_rows_kernel<T, C_STATIC, false><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
-        scene, channels, grads, scratch.item_slots(), rows, lo, hi, first);
-  PULSAR_CUDA_LAUNCH_CHECK("reduce_sphere_rows_kernel");
+  reduce(std::false_type{});
 }
 
 // Fixed-order block sum: thread t sums rows t, t + 256, ...; then a shared-memory tree.

@@ -268,7 +268,7 @@ struct EntryAccum {
 // kernel): the common call's kernels (GradSet other than by flags: float, perspective, a
 // static channel count) with whole warps and the per-pixel ray sums.
 constexpr bool takes_whole_tile_pairs(int grads, int group, bool ray_sums) {
-  return grads != 0 && group == 32 && ray_sums;
+  return grads != kGradsByFlags && group == 32 && ray_sums;
 }
 
 // Orders a batch's entries by a small key, stably: order[rank] = entry. Every thread of
@@ -343,13 +343,10 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
 
   const int channels = kStatic ? C_STATIC : config.n_channels;
   const int stride = kGpuInstFeatures + channels;
-  const int tiles_x = (config.width + kTileSize - 1) / kTileSize;
-  const int tiles_y = (config.height + kTileSize - 1) / kTileSize;
   const std::int64_t item = blockIdx.x / splits;  // (camera, tile)
   const int split = int(blockIdx.x % splits);
-  const int b = int(item / (std::int64_t(tiles_x) * tiles_y));
-  const int tile = int(item % (std::int64_t(tiles_x) * tiles_y));
-  const int tile_x0 = (tile % tiles_x) * kTileSize, tile_y0 = (tile / tiles_x) * kTileSize;
+  const Tiling::Item at = Tiling::of(config.width, config.height).locate(item);
+  const int b = at.camera, tile_x0 = at.x0, tile_y0 = at.y0;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const CameraFrame<T> cam = camera_of<T>(scene, b, ORTHO);
   const SceneView<T> sv = SceneView<T>::of(scene, b, channels);

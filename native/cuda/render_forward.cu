@@ -134,18 +134,14 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
   // coverage[w][32 * chunk + lane]: the entries of the chunk (bit j: entry 32 * chunk + j)
   // whose box covers the lane's pixel.
   __shared__ unsigned coverage[kThreads / 32][kThreads];
-  const int tiles_x = (config.width + kTileSize - 1) / kTileSize;
-  const int tiles_y = (config.height + kTileSize - 1) / kTileSize;
-  const std::int64_t item = blockIdx.x;
-  const int b = int(item / (std::int64_t(tiles_x) * tiles_y));
-  const int tile = int(item % (std::int64_t(tiles_x) * tiles_y));
+  const std::int64_t item = blockIdx.x;  // (camera, tile)
+  const Tiling::Item at = Tiling::of(config.width, config.height).locate(item);
+  const int b = at.camera, tile_x0 = at.x0, tile_y0 = at.y0;
   const int2 local = thread_pixel(int(threadIdx.x));
-  const int tile_x0 = (tile % tiles_x) * kTileSize, tile_y0 = (tile / tiles_x) * kTileSize;
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const VisitContext<T> ctx = visit_context<T>(config, scene, options, b, ORTHO);
   PixelBlend<T, C_STATIC, WITH_INFO, MOMENTS> px;
-  const bool inside = px.start(ctx, config, SceneView<T>::of(scene, b, ctx.channels).background, b,
-                               tile_x0 + local.x, tile_y0 + local.y, static_cast<T*>(out.image));
+  const bool inside = px.start(ctx, config, b, tile_x0 + local.x, tile_y0 + local.y, static_cast<T*>(out.image));
   bool done = !inside;
   const GpuSphere<T>* camera_spheres = spheres + std::int64_t(b) * scene.n_spheres;
 
@@ -257,15 +253,11 @@ render_forward_two_kernel(RendererConfig config, SceneArgs scene, RenderOptions 
   constexpr int kBlock = kThreads / 2;
   __shared__ BatchEntry<T, C_STATIC> batch[kThreads];
   __shared__ unsigned coverage[kThreads / 32][kThreads];  // as render_forward_kernel's, per 8x4 block
-  const int tiles_x = (config.width + kTileSize - 1) / kTileSize;
-  const int tiles_y = (config.height + kTileSize - 1) / kTileSize;
-  const std::int64_t item = blockIdx.x;
-  const int b = int(item / (std::int64_t(tiles_x) * tiles_y));
-  const int tile = int(item % (std::int64_t(tiles_x) * tiles_y));
-  const int tile_x0 = (tile % tiles_x) * kTileSize, tile_y0 = (tile / tiles_x) * kTileSize;
+  const std::int64_t item = blockIdx.x;  // (camera, tile)
+  const Tiling::Item at = Tiling::of(config.width, config.height).locate(item);
+  const int b = at.camera, tile_x0 = at.x0, tile_y0 = at.y0;
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const VisitContext<T> ctx = visit_context<T>(config, scene, options, b, ORTHO);
-  const T* background = SceneView<T>::of(scene, b, ctx.channels).background;
   // Pixel i of the lane: that of 8x4 block (`virtual warp`) blocks[i] of the one-pixel layout.
   int blocks[2];
   PixelBlend<T, C_STATIC, false, false> px[2];
@@ -273,8 +265,7 @@ render_forward_two_kernel(RendererConfig config, SceneArgs scene, RenderOptions 
   for (int i = 0; i < 2; ++i) {
     blocks[i] = warp % 2 + 2 * (2 * (warp / 2) + i);
     const int2 local = thread_pixel(blocks[i] * 32 + lane);
-    inside[i] = px[i].start(ctx, config, background, b, tile_x0 + local.x, tile_y0 + local.y,
-                            static_cast<T*>(out.image));
+    inside[i] = px[i].start(ctx, config, b, tile_x0 + local.x, tile_y0 + local.y, static_cast<T*>(out.image));
     done[i] = !inside[i];
   }
   const GpuSphere<T>* camera_spheres = spheres + std::int64_t(b) * scene.n_spheres;
