@@ -3,7 +3,7 @@ two or more copies of the package, run alternately on one lent machine (the host
 speed moves W3 and W4 by 30 % between machines; within one machine, runs agree to a few
 per cent). Each DIR holds a pulsar_py folder with its built _native module.
 
-Usage: python3 benchmarks/ab_bench.py A_DIR B_DIR [C_DIR ...] -- W3 W4 [--rounds 2] [--repeats 40]
+Usage: python3 benchmarks/ab_bench.py [--python-only] A_DIR B_DIR [C_DIR ...] -- W3 W4 [--rounds 2] [--repeats 40]
 Prints, per workload and build, the median over rounds of the driver's medians.
 """
 import json

@@ -30,10 +30,24 @@ def require_distinct_builds(package_dirs: List[str]) -> None:
         seen[digest] = folder
 
 
+def require_one_module(package_dirs: List[str]) -> None:
+    """Exits unless every folder carries the same _native module (an A/B of Python only)."""
+    digests = {module_digest(folder) for folder in package_dirs}
+    if len(digests) != 1:
+        raise SystemExit(f"--python-only: expected one _native module in {', '.join(package_dirs)}, "
+                         f"found {len(digests)} different ones")
+
+
 def builds_and_rest(args: List[str]) -> Tuple[List[str], List[str], List[str]]:
-    """Splits `A_DIR B_DIR ... -- REST` into the build folders (checked with
-    require_distinct_builds), their labels A, B, ... and the rest."""
+    """Splits `[--python-only] A_DIR B_DIR ... -- REST` into the build folders, their
+    labels A, B, ... and the rest. The folders must carry distinct _native modules
+    (require_distinct_builds), or with --python-only one and the same (the A/B of a change
+    to the Python package alone)."""
     split = args.index("--") if "--" in args else len(args)
     packages, rest = args[:split], args[split + 1:]
-    require_distinct_builds(packages)
+    if "--python-only" in packages:
+        packages = [p for p in packages if p != "--python-only"]
+        require_one_module(packages)
+    else:
+        require_distinct_builds(packages)
     return packages, [chr(ord("A") + i) for i in range(len(packages))], rest

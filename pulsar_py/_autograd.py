@@ -14,8 +14,9 @@ backward (benchmarks/host_path.py), time the GPU spends idle on small scenes.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 from torch.autograd.function import once_differentiable
@@ -60,59 +61,76 @@ class CallSettings:
     batch_dim: bool = True
 
     def options(self, device: torch.device) -> "_native.RenderOptions":
-        opt = _native.RenderOptions()
-        opt.gamma = self.gamma
-        opt.percent_allowed_difference = self.percent_allowed_difference
-        opt.max_n_hits = self.max_n_hits
-        opt.stream = stream_handle(device)
-        return opt
+        """The native options on torch's current stream of ``device`` (one object per
+        settings and stream, made once: the native core only reads it)."""
+        return _render_options(self, stream_handle(device))
+
+
+@functools.lru_cache(maxsize=64)
+def _render_options(settings: CallSettings, stream: int) -> "_native.RenderOptions":
+    opt = _native.RenderOptions()
+    opt.gamma = settings.gamma
+    opt.percent_allowed_difference = settings.percent_allowed_difference
+    opt.max_n_hits = settings.max_n_hits
+    opt.stream = stream
+    return opt
 
 
 def _scene_args(pos, col, rad, opacity, bg, cameras, right_handed) -> "_native.SceneArgs":
-    scene = _native.SceneArgs()
-    scene.dtype = _native.DType.float64 if pos.dtype == torch.float64 else _native.DType.float32
-    scene.batch_size = cameras.shape[0]
-    scene.n_spheres = pos.shape[-2]
-    scene.shared_spheres = pos.dim() == 2
-    scene.positions = _ptr(pos)
-    scene.features = _ptr(col)
-    scene.radii = _ptr(rad)
-    scene.opacities = _ptr(opacity)
-    scene.background = _ptr(bg)
-    scene.cameras = _ptr(cameras)
-    scene.right_handed = right_handed
-    return scene
+    dtype = _native.DType.float64 if pos.dtype == torch.float64 else _native.DType.float32
+    return _native.SceneArgs(dtype, cameras.shape[0], pos.shape[-2], pos.dim() == 2, pos.data_ptr(),
+                             col.data_ptr(), rad.data_ptr(), _ptr(opacity), bg.data_ptr(), cameras.data_ptr(),
+                             right_handed)
+
+
+class BegunForward(NamedTuple):
+    """A forward whose native binning was started (``begin_forward``) before
+    RenderFunction.apply: the scene and options it was started with."""
+
+    scene: "_native.SceneArgs"
+    options: "_native.RenderOptions"
+
+
+def begin_forward(native, settings: CallSettings, pos, col, rad, opacity, bg, cameras) -> BegunForward:
+    """Starts the native binning of a forward; RenderFunction.apply(..., begun=...) then
+    completes it. The device bins while the host builds the autograd node and allocates
+    the outputs (on the lent H100's host about 60 us that came before the first binning
+    kernel when the binning started inside the node)."""
+    scene = _scene_args(pos, col, rad, opacity, bg, cameras, settings.right_handed)
+    options = settings.options(pos.device)
+    try:
+        native.begin_forward(scene, options)
+    except RuntimeError as error:
+        _reraise_with_snapshot(error, "forward", native, settings, pos.device, dict(
+            vert_pos=pos, vert_col=col, vert_rad=rad, opacity=opacity, bg_col=bg, cameras=cameras))
+    return BegunForward(scene, options)
 
 
 class RenderFunction(torch.autograd.Function):
     """image, hit_count, forward_info, depth_moments = RenderFunction.apply(native,
-    settings, pos, col, rad, opacity, bg, cameras[, cam_params, camera_args]).
+    settings, pos, col, rad, opacity, bg, cameras[, cam_params, camera_args, begun]).
 
     pos [B?, N, 3], col [B?, N, C], rad [B?, N], opacity [B?, N] or None, bg [C],
     cameras [B, 15] (packed native cameras, camera.h). cam_params: None, or the camera
     vectors [B?, L] (L in {8, 10, 11, 13}) that ``cameras`` was converted from outside
     the graph with ``camera_args`` (``convert_camera_vectors``); the camera gradient then
     reaches cam_params through the conversion's exact derivative, one node instead of
-    two. Outputs (without B when ``settings.batch_dim`` is False): image [B, H, W, C];
+    two. begun: None, or the ``begin_forward`` of these very inputs, called just before
+    (the hot path starts the binning before building the node). Outputs (without B when
+    ``settings.batch_dim`` is False): image [B, H, W, C];
     hit_count [B, H, W] int32; forward_info [B, H, W, 3 + 2K] or None; depth_moments
     [B, H, W, 3] (differentiable) or None.
     """
 
     @staticmethod
     def forward(ctx, native, settings: CallSettings, pos, col, rad, opacity, bg, cameras, cam_params=None,
-                camera_args=None):
-        def failed(error: RuntimeError) -> None:
-            _reraise_with_snapshot(error, "forward", native, settings, pos.device, dict(
-                vert_pos=pos, vert_col=col, vert_rad=rad, opacity=opacity, bg_col=bg, cameras=cameras))
-
-        scene = _scene_args(pos, col, rad, opacity, bg, cameras, settings.right_handed)
-        options = settings.options(pos.device)
-        # The binning starts first; the outputs are allocated while the device works on it
-        # (W4 on the lent H100: about 40 us of the host's time no longer before the GPU's).
-        try:
-            native.begin_forward(scene, options)
-        except RuntimeError as error:
-            failed(error)
+                camera_args=None, begun: Optional[BegunForward] = None):
+        # The binning starts first (here, or before the node: ``begun``); the outputs are
+        # allocated while the device works on it (W4 on the lent H100: about 40 us of the
+        # host's time no longer before the GPU's).
+        if begun is None:
+            begun = begin_forward(native, settings, pos, col, rad, opacity, bg, cameras)
+        scene, options = begun.scene, begun.options
         cfg = native.config
         b, c = cameras.shape[0], cfg.n_channels
         lead = (b, cfg.height, cfg.width) if settings.batch_dim else (cfg.height, cfg.width)
@@ -128,7 +146,8 @@ class RenderFunction(torch.autograd.Function):
         try:
             token = native.finish_forward(scene, options, out)
         except RuntimeError as error:
-            failed(error)
+            _reraise_with_snapshot(error, "forward", native, settings, pos.device, dict(
+                vert_pos=pos, vert_col=col, vert_rad=rad, opacity=opacity, bg_col=bg, cameras=cameras))
         ctx.native, ctx.settings, ctx.token, ctx.camera_args = native, settings, token, camera_args
         ctx.save_for_backward(pos, col, rad, opacity, bg, cameras, cam_params, image, state, ends, moments)
         ctx.mark_non_differentiable(*(t for t in (hits, info) if t is not None))
@@ -141,7 +160,7 @@ class RenderFunction(torch.autograd.Function):
     def backward(ctx, grad_image, _grad_hits, _grad_info, grad_moments):
         # grad_image, grad_moments: None when the output got no gradient (not materialised).
         if grad_image is None and (grad_moments is None or not ctx.settings.want_depth_moments):
-            return (None,) * 10
+            return (None,) * 11
         pos, col, rad, opacity, bg, cameras, cam_params, image, state, ends, moments = ctx.saved_tensors
         if grad_image is None:
             grad_image = torch.zeros_like(image)
@@ -175,14 +194,16 @@ class RenderFunction(torch.autograd.Function):
                     grad_image=grad_image,
                     grad_depth_moments=grad_moments if want_moments else None))
         g_params = camera_vectors_backward(ctx.camera_args, cam_params, g_cam) if want_params else None
-        return None, None, g_pos, g_col, g_rad, g_opa, g_bg, (g_cam if need[7] else None), g_params, None
+        return None, None, g_pos, g_col, g_rad, g_opa, g_bg, (g_cam if need[7] else None), g_params, None, None
 
 
 def convert_camera_vectors(cams: torch.Tensor, args: "_native.CameraParamsArgs") -> torch.Tensor:
-    """Packed cameras [B, 15] of contiguous camera vectors cams [B, L], outside the graph
-    (RenderFunction differentiates the conversion when given the vectors). ``args``
-    describes the conversion; its pointer and stream are set here."""
-    packed = torch.empty((cams.shape[0], _native.CAMERA_PARAMS), dtype=cams.dtype, device=cams.device)
+    """Packed cameras [B, 15] of contiguous camera vectors cams [B, L] (or [L]: B = 1),
+    outside the graph (RenderFunction differentiates the conversion when given the
+    vectors; only their values are read here). ``args`` describes the conversion; its
+    pointer and stream are set here."""
+    batch = cams.numel() // cams.shape[-1]
+    packed = torch.empty((batch, _native.CAMERA_PARAMS), dtype=cams.dtype, device=cams.device)
     args.params = cams.data_ptr()
     args.stream = stream_handle(cams.device)
     _native.camera_params_to_packed(args, packed.data_ptr())

@@ -24,6 +24,8 @@ from typing import Callable, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from .camera_params import VALID_PARAM_LENGTHS
+
 FLOAT_DTYPES = (torch.float32, torch.float64)
 MAX_IMAGE_SIDE = 16384  # pixels per side (include/pulsar/renderer.h kMaxImageSide)
 MAX_TRACK = 128  # n_track (kMaxTrack)
@@ -258,6 +260,9 @@ def check_scene(vert_pos: object, vert_col: object, vert_rad: object, opacity: o
     bg_col [C] or None (ones). Returns contiguous (pos, col, rad, opacity, bg, batched).
     Value checks are added to ``checks`` (None: skipped).
     """
+    if _plain_scene(vert_pos, vert_col, vert_rad, opacity, bg_col, n_channels, device, max_num_balls):
+        return _scene_tensors(vert_pos, vert_col, vert_rad, opacity,
+                              _default_background(n_channels, vert_pos.dtype, vert_pos.device), checks)
     pos = check_tensor("vert_pos", vert_pos, dims=(2, 3), last=3)
     dtype = pos.dtype
     check_tensor("vert_pos", pos, dims=(2, 3), device=device)
@@ -285,8 +290,41 @@ def check_scene(vert_pos: object, vert_col: object, vert_rad: object, opacity: o
         raise ValueError(f"vert_pos: expected at most max_num_balls={max_num_balls} spheres, got {n}")
     if n > MAX_SPHERES:
         raise ValueError(f"vert_pos: expected at most 2^31 - 1 spheres (ids are int32), got {n}")
+    return _scene_tensors(pos, col, rad, opacity, bg, checks)
+
+
+def _plain_scene(pos: object, col: object, rad: object, opacity: object, bg_col: object, n_channels: int,
+                 device: torch.device, max_num_balls: Optional[int]) -> bool:
+    """True when check_scene's checks certainly pass and bg_col is None: the common call
+    (float tensors of matching shapes on the renderer's device), tested in one function
+    with no messages built. On the lent GPU machine's host the checks' Python is time
+    the device waits for at the start of every frame; False takes the full checks, which
+    say what is wrong."""
+    if bg_col is not None or not (isinstance(pos, torch.Tensor) and isinstance(col, torch.Tensor)
+                                  and isinstance(rad, torch.Tensor)):
+        return False
+    dtype, shape = pos.dtype, pos.shape
+    if (dtype is not torch.float32 and dtype is not torch.float64) or col.dtype is not dtype or rad.dtype is not dtype:
+        return False
+    rank = len(shape)
+    if not (rank == 2 or (rank == 3 and shape[0] > 0)) or shape[-1] != 3:
+        return False
+    lead = shape[:-1]
+    if rad.shape != lead or col.dim() != rank or col.shape[-1] != n_channels or col.shape[:-1] != lead:
+        return False
+    if opacity is not None and not (isinstance(opacity, torch.Tensor) and opacity.dtype is dtype
+                                    and opacity.shape == lead and opacity.device == device):
+        return False
+    n = shape[-2]
+    return (pos.device == device and col.device == device and rad.device == device and n <= MAX_SPHERES
+            and (max_num_balls is None or n <= max_num_balls))
+
+
+def _scene_tensors(pos: torch.Tensor, col: torch.Tensor, rad: torch.Tensor, opacity: Optional[torch.Tensor],
+                   bg: torch.Tensor, checks: Optional["DeferredValueChecks"]):
+    """check_scene's result for checked tensors; their value checks added to ``checks``."""
     if checks is not None:
-        limit = magnitude_limit(dtype)
+        limit = magnitude_limit(pos.dtype)
         checks.bounded("vert_pos", pos, limit)
         checks.finite("vert_col", col)
         checks.bounded("vert_rad", rad, limit)
@@ -299,6 +337,22 @@ def check_scene(vert_pos: object, vert_col: object, vert_rad: object, opacity: o
             None if opacity is None else opacity.contiguous(), bg.contiguous(), pos.dim() == 3)
 
 
+def plain_camera_batch(cam_params: object, pos: torch.Tensor, device: torch.device) -> int:
+    """B of camera vectors that check_cam_params would accept as they are, with no value
+    checks wanted: [L] (B = 1) or [B, L] contiguous, of pos's dtype, on ``device``, L in
+    {8, 10, 11, 13}, B >= 1 and, with batched spheres, pos's batch. 0 otherwise (the
+    caller then runs check_cam_params, which says what is wrong). The hot path then reads
+    the vectors through their pointer, with no view or detached alias built per frame."""
+    if not isinstance(cam_params, torch.Tensor) or cam_params.dtype is not pos.dtype:
+        return 0
+    shape = cam_params.shape
+    rank = len(shape)
+    batch = 1 if rank == 1 else (shape[0] if rank == 2 else 0)
+    if batch < 1 or shape[-1] not in VALID_PARAM_LENGTHS or (pos.dim() == 3 and batch != pos.shape[0]):
+        return 0
+    return batch if cam_params.device == device and cam_params.is_contiguous() else 0
+
+
 def check_cam_params(cam_params: object, pos: torch.Tensor, *, device: torch.device, orthographic: bool,
                      checks: Optional["DeferredValueChecks"], name: str = "cam_params") -> torch.Tensor:
     """Pulsar camera vectors [B?, L], L in {8, 10, 11, 13} -> [B, L], expanded to the
@@ -307,8 +361,6 @@ def check_cam_params(cam_params: object, pos: torch.Tensor, *, device: torch.dev
     Layout: position (3), rotation (axis-angle 3 or 6D 6), focal length, sensor width,
     optionally principal-point offsets (2, pixels).
     """
-    from .camera_params import VALID_PARAM_LENGTHS
-
     cams = check_tensor(name, cam_params, dims=(1, 2), dtype=pos.dtype, device=device)
     length = cams.shape[-1]
     if length not in VALID_PARAM_LENGTHS:

@@ -8,8 +8,8 @@ from typing import NamedTuple, Optional, Tuple, Union
 import torch
 
 from . import _checks, _native
-from ._autograd import (CallSettings, CameraParamsFunction, RenderFunction, camera_conversion_args,
-                        convert_camera_vectors)
+from ._autograd import (CallSettings, CameraParamsFunction, RenderFunction, begin_forward,
+                        camera_conversion_args, convert_camera_vectors)
 from .camera import Camera
 from .camera_params import NativeCamera, VALID_PARAM_LENGTHS, camera_from_params
 from .outputs import RenderResult, depth_from_moments
@@ -239,24 +239,32 @@ class Renderer(torch.nn.Module):
         checks = _checks.DeferredValueChecks() if self.check_values else None
         pos, col, rad, opacity, bg, batched = self._check_scene(vert_pos, vert_col, vert_rad, opacity, bg_col, checks)
         first_R_then_T = _checks.check_bool("first_R_then_T", first_R_then_T)
-        # Checked and shaped [B, L] outside the graph; cam_params itself enters RenderFunction.
-        cams = self._check_cam_params(cam_params.detach(), pos, checks)
+        # cam_params itself enters RenderFunction; the conversion reads its values only.
+        batch = _checks.plain_camera_batch(cam_params, pos, self.device) if checks is None else 0
+        if batch:
+            cams = cam_params  # [L] or [B, L] as they are (their pointer is read)
+        else:
+            # Checked and shaped [B, L] outside the graph.
+            cams = self._check_cam_params(cam_params.detach(), pos, checks).contiguous()
+            batch = cams.shape[0]
         gamma, percent, hit_cap, mode, want_info = _checks.check_call_settings(
             gamma, percent_allowed_difference, max_n_hits, mode, return_forward_info)
-        batch = cams.shape[0]
         _checks.check_batch(batch, self.width, self.height)
         _checks.check_depth_numbers(max_depth, min_depth)
         args = self._camera_args(batch, cams.shape[-1], pos, first_R_then_T, depths)
-        packed = convert_camera_vectors(cams.contiguous(), args)
+        packed = convert_camera_vectors(cams, args)
         if checks is not None:
             _checks.run_camera_checks(checks, packed[:, 13], packed[:, 14], packed[:, 12], packed[:, :13],
                                       self.orthogonal_projection, max_depth, min_depth, "cam_params")
-        self._warn_if_sharp(gamma, pos, rad, cam_params)
         settings = self._call_settings(gamma, percent, hit_cap, self.right_handed_system, want_info,
                                        batch_dim=batched or cam_params.dim() == 2)
         native = self._native_for(pos.device)
+        # The binning starts before the autograd node is built: the device works while
+        # the host builds it and allocates the outputs.
+        begun = begin_forward(native, settings, pos, col, rad, opacity, bg, packed)
+        self._warn_if_sharp(gamma, pos, rad, cam_params)
         image, hits, info, _ = RenderFunction.apply(native, settings, pos, col, rad, opacity, bg, packed, cam_params,
-                                                    args)
+                                                    args, begun)
         result = image if mode == 0 else hits[..., None].to(pos.dtype)
         return (result, info) if want_info else result
 

@@ -264,6 +264,35 @@ def test_forward_rejects(case, device):
     assert bool(torch.isfinite(renderer(**good)).all())
 
 
+# Bad types, shapes and devices of the sphere tensors and camera vectors: rejected with
+# or without value checks.
+SHAPE_AND_TYPE_CASES = [
+    "pos_2_coords", "pos_4d", "pos_1d", "col_wrong_n", "col_n_channels_mismatch", "rad_wrong_n", "rad_2d",
+    "opacity_wrong_n", "col_batch_mismatch", "pos_list", "pos_int", "pos_half", "col_float32", "rad_float32",
+    "opacity_float32", "col_half", "rad_list", "opacity_list", "opacity_3d", "pos_other_device",
+    "col_other_device", "rad_other_device", "opacity_other_device", "pos_empty_batch",
+    "cam_3d", "cam_length_9", "cam_length_7", "cam_batch_mismatch", "cam_float32", "cam_int", "cam_list",
+    "cam_other_device", "cam_empty_batch"]
+
+
+@pytest.mark.parametrize("case,check_values",
+                         [(c, True) for c in sorted(FORWARD_CASES) if not c.startswith("bg_")]
+                         + [(c, False) for c in SHAPE_AND_TYPE_CASES])
+@pytest.mark.parametrize("device", DEVICES)
+def test_forward_rejects_with_the_default_background(case, check_values, device):
+    # Without bg_col, check_scene first tries its one-function test of the common call
+    # (_checks._plain_scene), and without value checks the camera vectors theirs
+    # (_checks.plain_camera_batch); each bad input must fail them and meet the full checks.
+    edit, name = FORWARD_CASES[case]
+    _, renderer, kwargs = _valid(device)
+    renderer.check_values = check_values
+    kwargs["mode"] = 0
+    edited = edit(kwargs)
+    edited.pop("bg_col")
+    with pytest.raises(BAD_INPUT, match=name):
+        renderer(**edited)
+
+
 def test_orthographic_rejects_nonzero_focal_length():
     _, renderer, kwargs = _valid(orthographic=True)
     kwargs["cam_params"] = kwargs["cam_params"].clone()
