@@ -2,12 +2,12 @@
 from an idle GPU, synchronised at its end), from the device's own timeline: CUPTI
 activities only (no host-side tracing, which slows the host that is being measured).
 
-Each run starts with a marker kernel (torch.cuda._sleep's spin kernel, a microsecond) enqueued where the benchmark
-records its start event; the run's idle time is then the time the device spends
-between the marker's end and the last activity's end with nothing running. It is split
-into the wait before the first activity (the Python of the call up to its first launch),
-and the gap before each later activity, summed by that activity's name over the runs
-and reported per run (median run shown in full).
+Each run starts with a marker kernel (torch.cuda._sleep's spin kernel, about a
+microsecond) enqueued where the benchmark records its start event. A run's idle time is
+the time between the marker's end and the last activity's end with nothing running on
+the device: the wait before the first activity (the Python of the call up to its first
+launch), and the gap before each later activity, summed by that activity's name. The
+run of median span is printed in full, with the medians over runs of its totals.
 
 Usage: python3 benchmarks/gpu_idle.py W1 [W2B ...] (profile_kernels.py's workloads)
 """
