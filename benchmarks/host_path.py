@@ -26,13 +26,21 @@ def per_call_us(fn, n: int = 2000) -> float:
     return (time.perf_counter() - start) / n * 1e6
 
 
-def main() -> None:
-    device = torch.device(sys.argv[1] if len(sys.argv) > 1 else ("cuda" if torch.cuda.is_available() else "cpu"))
+def tiny_scene(device) -> tuple:
+    """(renderer, scene): a 16x16 renderer (value checks off) and one sphere's inputs
+    [positions, colours, radii, opacity, camera vectors] on ``device``, for host costs."""
     r = Renderer(16, 16).to(device)
     r.check_values = False
     like = dict(device=device)
     scene = [torch.tensor([[0.0, 0.0, 30.0]], **like), torch.rand(1, 3, **like), torch.ones(1, **like),
              torch.full((1,), 0.5, **like), torch.tensor([0.0, 0, 0, 0, 0, 0, 5, 2], **like)]
+    return r, scene
+
+
+def main() -> None:
+    device = torch.device(sys.argv[1] if len(sys.argv) > 1 else ("cuda" if torch.cuda.is_available() else "cpu"))
+    r, scene = tiny_scene(device)
+    like = dict(device=device)
     leaves = [t.clone().requires_grad_() for t in scene]
     kw = dict(gamma=0.1, max_depth=45.0, percent_allowed_difference=0.01)
 

@@ -16,7 +16,7 @@ import torch
 import pulsar_py._autograd as autograd_mod
 import pulsar_py._checks as checks_mod
 import pulsar_py.renderer as renderer_mod
-from pulsar_py import Renderer
+from host_path import tiny_scene
 from profile_kernels import workload_step
 
 RUNS = 50
@@ -61,11 +61,7 @@ class NativeProxy:
 
 
 def tiny_step():
-    r = Renderer(16, 16).to(DEVICE)
-    r.check_values = False
-    like = dict(device=DEVICE)
-    scene = [torch.tensor([[0.0, 0.0, 30.0]], **like), torch.rand(1, 3, **like), torch.ones(1, **like),
-             torch.full((1,), 0.5, **like), torch.tensor([0.0, 0, 0, 0, 0, 0, 5, 2], **like)]
+    r, scene = tiny_scene(DEVICE)
     leaves = [t.clone().requires_grad_() for t in scene]
 
     def step():

@@ -259,7 +259,7 @@ def test_cuda_gradients_of_spheres_over_many_tiles(batch, dtype):
     call_kw = dict(gamma=0.2, max_depth=40.0, percent_allowed_difference=0.0)
     renderer = Renderer(**renderer_kw).cuda()
     p, c, r, o, b, k = (t.cuda() for t in tensors)
-    renderer(p, c, r, k, gamma=0.2, max_depth=40.0, bg_col=b, opacity=o, percent_allowed_difference=0.0)
+    renderer(p, c, r, k, bg_col=b, opacity=o, **call_kw)
     instances = binned_instances(renderer, torch.device("cuda"))
     assert instances >= 3 * n * max(batch, 1), f"{instances} instances: the one-pass reduction would run"
     cpu = _render_and_grad("cpu", tensors, renderer_kw, call_kw)
