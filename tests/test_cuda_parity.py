@@ -227,6 +227,47 @@ def test_cuda_depth_cut_from_deep_covering_spheres(dtype):
     assert 0 < stored[0.01] < 0.75 * stored[0.0], stored
 
 
+def _wide_band_scene():
+    """W1's spheres (x in [-5, 5], depth 25 to 35, no opacity) in a thin band seen by a
+    wide image, 1104 x 48 px (69 x 3 tiles: two words per row of tile bits), with two
+    cameras: the spheres thin out towards the image's left and right borders, whose tiles
+    the first cover pass leaves unsettled while the middle's settle."""
+    g = torch.Generator().manual_seed(31)
+    n = 16000
+    pos = torch.rand(n, 3, generator=g, dtype=torch.float64) * torch.tensor([10.0, 0.7, 10.0], dtype=torch.float64) \
+        + torch.tensor([-5.0, -0.35, 25.0], dtype=torch.float64)
+    col = torch.rand(n, 3, generator=g, dtype=torch.float64)
+    rad = 0.1 + 0.5 * torch.rand(n, generator=g, dtype=torch.float64)
+    cams = torch.tensor([[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 5.0, 2.0],
+                         [0.4, 0.02, 0.0, 0.0, 0.01, 0.0, 5.0, 2.0]], dtype=torch.float64)
+    return [t.float() for t in (pos, col, rad, cams)]
+
+
+def test_cuda_depth_cut_per_camera_on_a_wide_image():
+    """The second cover pass takes only spheres over tiles the first left unsettled, which
+    it finds per camera and tile row (tile_depth_bound.cu): on a wide image with two
+    cameras the image is the CPU's, and a batch of both cameras stores exactly what the
+    two cameras store alone."""
+    pos, col, rad, cams = _wide_band_scene()
+    kw = dict(gamma=0.1, max_depth=45.0, percent_allowed_difference=0.01)
+    renderer = Renderer(1104, 48, n_channels=3).cuda()
+    image = renderer(pos.cuda(), col.cuda(), rad.cuda(), cams.cuda(), **kw).cpu()
+    both = binned_instances(renderer, torch.device("cuda"))
+    alone = 0
+    for cam in cams:
+        renderer(pos.cuda(), col.cuda(), rad.cuda(), cam.cuda(), **kw)
+        alone += binned_instances(renderer, torch.device("cuda"))
+    assert both == alone, (both, alone)
+    renderer(pos.cuda(), col.cuda(), rad.cuda(), cams.cuda(), **dict(kw, percent_allowed_difference=0.0))
+    uncut = binned_instances(renderer, torch.device("cuda"))
+    assert both < 0.75 * uncut, f"the depth cut should store less: {both} of {uncut}"
+    expected = Renderer(1104, 48, n_channels=3)(pos, col, rad, cams, **kw)
+    # Pixels whose termination flips with rounding (a sphere at the stop depth) differ by
+    # up to the share p of one hit: 0.1 % of them may.
+    close = ((image - expected).abs() <= 1e-5).all(-1).float().mean().item()
+    assert close >= 0.999, f"{close:.5f} of the pixels within 1e-5 of the CPU's"
+
+
 def test_cuda_backward_is_deterministic():
     tensors = _scene(7, 200, 3, 2, False, torch.float32)
     kw = dict(width=64, height=48, n_channels=3)

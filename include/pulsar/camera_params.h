@@ -176,23 +176,32 @@ PULSAR_HD void packed_camera_from_params(const T* params, const CameraParamsSpec
 // are carried per run (ceil(L / Chunk) runs, each seeded with the next Chunk columns of
 // the identity): the default, one run with all 13, suits the CPU; a GPU thread picks a
 // smaller Chunk so that the duals fit in registers.
+// One run of packed_camera_from_params_backward: the columns [first, first + Chunk) of
+// dL/dparams (those below spec.length). Runs are independent (a GPU gives each its own
+// thread), and each column's value is the same whatever the chunk: dual arithmetic is
+// component-wise.
+template <typename T, int Chunk>
+PULSAR_HD void packed_camera_from_params_backward_run(const T* params, const CameraParamsSpec& spec,
+                                                      const T* grad_packed, T* grad_params, int first) {
+  using D = Dual<T, Chunk>;
+  const int count = spec.length - first < Chunk ? spec.length - first : Chunk;
+  D in[kMaxCameraParams];
+  for (int j = 0; j < spec.length; ++j) in[j] = D(params[j]);
+  for (int c = 0; c < count; ++c) in[first + c].d[c] = T(1);
+  D out[CAMERA_PARAMS];
+  camera_from_params_generic<D>(in, spec, out);
+  for (int c = 0; c < count; ++c) {
+    T sum = T(0);
+    for (int k = 0; k < CAMERA_PARAMS; ++k) sum += grad_packed[k] * out[k].d[c];
+    grad_params[first + c] = sum;
+  }
+}
+
 template <typename T, int Chunk = kMaxCameraParams>
 PULSAR_HD void packed_camera_from_params_backward(const T* params, const CameraParamsSpec& spec,
                                                   const T* grad_packed, T* grad_params) {
-  using D = Dual<T, Chunk>;
-  for (int first = 0; first < spec.length; first += Chunk) {
-    const int count = spec.length - first < Chunk ? spec.length - first : Chunk;
-    D in[kMaxCameraParams];
-    for (int j = 0; j < spec.length; ++j) in[j] = D(params[j]);
-    for (int c = 0; c < count; ++c) in[first + c].d[c] = T(1);
-    D out[CAMERA_PARAMS];
-    camera_from_params_generic<D>(in, spec, out);
-    for (int c = 0; c < count; ++c) {
-      T sum = T(0);
-      for (int k = 0; k < CAMERA_PARAMS; ++k) sum += grad_packed[k] * out[k].d[c];
-      grad_params[first + c] = sum;
-    }
-  }
+  for (int first = 0; first < spec.length; first += Chunk)
+    packed_camera_from_params_backward_run<T, Chunk>(params, spec, grad_packed, grad_params, first);
 }
 
 }  // namespace pulsar

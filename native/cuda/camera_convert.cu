@@ -13,9 +13,10 @@ namespace pulsar {
 namespace {
 
 constexpr int kThreads = 128;
-// Tangents per dual in the backward (camera_params.h): 13 at once needs ~5 kB of spills
-// per thread in double; 5 (three runs for L = 13) fits in registers (sm_90, ptxas -v).
-constexpr int kTangentChunk = 5;
+// Tangents per dual in the backward (camera_params.h), one thread per run of that many:
+// 13 at once needs ~5 kB of spills per thread in double; one thread running 5 after 5
+// took 9 us for L = 8 (H100), at the end of every backward.
+constexpr int kTangentChunk = 1;
 
 template <typename T>
 __global__ void camera_to_packed_kernel(CameraParamsSpec spec, int batch, const T* params, T* packed) {
@@ -24,14 +25,20 @@ __global__ void camera_to_packed_kernel(CameraParamsSpec spec, int batch, const 
   packed_camera_from_params<T>(params + std::size_t(b) * spec.length, spec, packed + std::size_t(b) * CAMERA_PARAMS);
 }
 
+// Runs of kTangentChunk columns per camera.
+__host__ __device__ inline int runs_per_camera(const CameraParamsSpec& spec) { return (spec.length + kTangentChunk - 1) / kTangentChunk; }
+
+// One thread per (camera, run of kTangentChunk columns of its dL/dparams).
 template <typename T>
 __global__ void camera_backward_kernel(CameraParamsSpec spec, int batch, const T* params, const T* grad_packed,
                                        T* grad_params) {
-  const int b = int(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (b >= batch) return;
+  const int runs = runs_per_camera(spec);
+  const int t = int(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= batch * runs) return;
+  const int b = t / runs;
   const std::size_t in = std::size_t(b) * spec.length;
-  packed_camera_from_params_backward<T, kTangentChunk>(params + in, spec, grad_packed + std::size_t(b) * CAMERA_PARAMS,
-                                        grad_params + in);
+  packed_camera_from_params_backward_run<T, kTangentChunk>(
+      params + in, spec, grad_packed + std::size_t(b) * CAMERA_PARAMS, grad_params + in, (t - b * runs) * kTangentChunk);
 }
 
 void check_device_index(int device_index) {
@@ -69,7 +76,7 @@ void cuda_camera_params_to_packed(const CameraParamsArgs& args, void* packed) {
 void cuda_camera_params_backward(const CameraParamsArgs& args, const void* grad_packed, void* grad_params) {
   on_device(args, [&](auto tag, const CameraParamsSpec& spec, cudaStream_t stream) {
     using T = decltype(tag);
-    camera_backward_kernel<T><<<blocks_for(args.batch_size), kThreads, 0, stream>>>(
+    camera_backward_kernel<T><<<blocks_for(args.batch_size * runs_per_camera(spec)), kThreads, 0, stream>>>(
         spec, args.batch_size, static_cast<const T*>(args.params), static_cast<const T*>(grad_packed),
         static_cast<T*>(grad_params));
     PULSAR_CUDA_LAUNCH_CHECK("camera_backward_kernel");

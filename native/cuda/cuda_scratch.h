@@ -114,7 +114,8 @@ struct CudaScratch {
   int sm_count = 1;
   DeviceBuffer spheres;         // GpuSphere<T> [B, N]
   DeviceBuffer camera_words;    // uint32 [B, CameraWords::kCount], zeroed per binning
-  DeviceBuffer cover_histogram; // uint64 [B * n_tiles, buckets] (tile_depth_bound.cu)
+  DeviceBuffer cover_histogram; // uint64 [B * n_tiles, buckets], then the unsettled tiles' bits
+                                // (UnsettledRows, tile_depth_bound.cu)
   DeviceBuffer tile_depth_bound;  // float [B * n_tiles]: no pixel processes a sphere with larger zc
   DeviceBuffer tile_settled;    // uint8 [B * n_tiles]: the bound was final after the first cover pass
   // The depth sort of the B * N items (DepthOrder): its double-buffered keys and values,

@@ -7,6 +7,7 @@
 
 #include "cuda_scratch.h"
 #include "pixel_blend.cuh"
+#include "warp_reduce.cuh"
 #include "pulsar/pixel_ray.h"
 
 namespace pulsar {
@@ -34,25 +35,6 @@ __device__ unsigned lanes_covered(int lx0, int lx1, int ly0, int ly1, int w) {
   const unsigned columns = (0xffu >> (7 - cx1)) & (0xffu << cx0);
   const unsigned rows = (0xffffffffu >> (8 * (3 - ry1))) & (0xffffffffu << (8 * ry0));
   return (columns * 0x01010101u) & rows;
-}
-
-// Warp-wide maximum and bitwise or: the reductions of sm_80 and later, shuffle trees on
-// sm_75.
-__device__ inline unsigned warp_max(unsigned v) {
-#if __CUDA_ARCH__ >= 800
-  return __reduce_max_sync(kFullMask, v);
-#else
-  for (int offset = 16; offset > 0; offset /= 2) v = max(v, __shfl_xor_sync(kFullMask, v, offset));
-  return v;
-#endif
-}
-__device__ inline unsigned warp_or(unsigned v) {
-#if __CUDA_ARCH__ >= 800
-  return __reduce_or_sync(kFullMask, v);
-#else
-  for (int offset = 16; offset > 0; offset /= 2) v |= __shfl_xor_sync(kFullMask, v, offset);
-  return v;
-#endif
 }
 
 // Transpose of the 32x32 bit matrix whose row i is lane i's word: lane L gets the word

@@ -67,6 +67,36 @@ __device__ int bucket_of(float zc, const DepthRange& range, int buckets) {
   return k < 0 ? 0 : (k >= buckets ? buckets - 1 : k);
 }
 
+// Per camera and tile row, one bit per tile whose bound the first pass left unsettled
+// (uint64 words [B, tiles_y, words_per_row], behind the histogram, zeroed with it). The
+// second pass skips a sphere whose core tiles are all settled before its weight bound (a
+// double exp) or any pair: W1's unsettled tiles are the image's border, where the
+// spheres thin out, and its second pass took 0.1 ms for the other 0.7 M spheres.
+struct UnsettledRows {
+  unsigned long long* words;
+  int tiles_x, tiles_y;
+
+  __host__ __device__ int words_per_row() const { return (tiles_x + 63) / 64; }
+  __host__ __device__ std::int64_t count(int cameras) const {
+    return std::int64_t(cameras) * tiles_y * words_per_row();
+  }
+  __device__ unsigned long long* row(int b, int ty) const {
+    return words + (std::int64_t(b) * tiles_y + ty) * words_per_row();
+  }
+  __device__ void mark(int b, int tx, int ty) const { atomicOr(row(b, ty) + tx / 64, 1ull << (tx % 64)); }
+  // Whether any tile of [tx0, tx1] x [ty0, ty1] (non-empty) of camera b is marked.
+  __device__ bool any(int b, int tx0, int tx1, int ty0, int ty1) const {
+    for (int ty = ty0; ty <= ty1; ++ty) {
+      const unsigned long long* r = row(b, ty);
+      for (int w = tx0 / 64; w <= tx1 / 64; ++w) {
+        const int lo = max(tx0 - 64 * w, 0), hi = min(tx1 - 64 * w, 63);
+        if (r[w] & (~0ull >> (63 - hi)) & (~0ull << lo)) return true;
+      }
+    }
+    return false;
+  }
+};
+
 // What one sphere adds to its tiles' histograms: the tiles whose pixels (clipped to the
 // image) all lie in its core, tx0 + [0, tiles_w) x ty0 + [0, count / tiles_w), its weight
 // bound relative to exp(s_ref) and its depth bucket (the one its pass chose it by).
@@ -77,10 +107,14 @@ struct CoverJob {
   int bucket = 0;
 };
 
-// cam: the frame of the sphere's camera.
+// cam: the frame of the sphere's camera b. In the second pass (second_pass) a sphere whose
+// core tiles the first left all settled (`unsettled`) gets none. (`unsettled` by value: a
+// pointer to the kernel's parameter put the parameters on every thread's stack, which
+// cost W5's two passes, that leave at once, 0.030 -> 0.057 ms.)
 template <typename T>
 __device__ CoverJob cover_job(const RendererConfig& config, const RenderOptions& options, const GpuSphere<T>& g,
-                              const CameraFrame<T>& cam, const DepthRange& range, int bucket) {
+                              const CameraFrame<T>& cam, int b, const DepthRange& range, int bucket,
+                              UnsettledRows unsettled, bool second_pass) {
   CoverJob job;
   if (g.x0 > g.x1 || g.y0 > g.y1) return job;
   if (!may_cover_tiles(cam, g.radius, g.dist, g.opacity)) return job;
@@ -99,6 +133,7 @@ __device__ CoverJob cover_job(const RendererConfig& config, const RenderOptions&
   const int tx1 = core.x1 == config.width - 1 ? tiles_x - 1 : (core.x1 + 1) / kTileSize - 1;
   const int ty1 = core.y1 == config.height - 1 ? tiles_y - 1 : (core.y1 + 1) / kTileSize - 1;
   if (tx1 < tx0 || ty1 < ty0) return job;
+  if (second_pass && !unsettled.any(b, tx0, tx1, ty0, ty1)) return job;
   const BlendParams<T> bp = blend_params_of(cam, config, options);
   // Exponent bound: depth of any hit <= o1 <= t (perspective) or |cz| (orthographic).
   const double far_depth = cam.orthographic ? fabs(double(g.cz)) : double(g.dist);
@@ -117,6 +152,7 @@ __device__ CoverJob cover_job(const RendererConfig& config, const RenderOptions&
 // second at the first pass's end (settle >= 1).
 struct CoverPass {
   int lo, hi;
+  UnsettledRows unsettled;  // written by the first pass's tile_bound_kernel, read by the second pass
   __device__ bool second() const { return lo > 0; }
 };
 
@@ -170,7 +206,7 @@ __global__ void cover_kernel(RendererConfig config, SceneArgs scene, RenderOptio
   CameraFrame<T> cam = camera_of<T>(scene, frame_camera, config.orthographic);
   if (in_pass) {
     g = load_sphere(spheres + item);
-    job = cover_job(config, options, g, cam, range, bucket);
+    job = cover_job(config, options, g, cam, camera, range, bucket, pass.unsettled, pass.second());
   }
   if (!__any_sync(kFullMask, job.count > 0)) return;
   const WarpDeal deal = WarpDeal::of(job.count);
@@ -213,12 +249,13 @@ __global__ void cover_kernel(RendererConfig config, SceneArgs scene, RenderOptio
 // First pass: every tile's bound from the first `settle` buckets' spheres; settled when
 // it lies within them (at most the end of bucket settle - 1), final then; otherwise the
 // camera is flagged for the second cover pass. Second pass: the tiles not settled again,
-// when the camera has spheres that may cover a tile.
+// when the camera has spheres that may cover a tile. The first pass marks the tiles a
+// second pass will take in `unsettled`.
 template <typename T>
 __global__ void tile_bound_kernel(RendererConfig config, SceneArgs scene, RenderOptions options,
                                   std::uint32_t* camera_words, const unsigned long long* histogram,
                                   int buckets, std::int64_t n_tiles, int settle, bool second, float* bound,
-                                  std::uint8_t* settled) {
+                                  std::uint8_t* settled, UnsettledRows unsettled) {
   constexpr unsigned kFullMask = 0xffffffffu;
   const std::int64_t item = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = int(threadIdx.x % 32);
@@ -267,19 +304,20 @@ __global__ void tile_bound_kernel(RendererConfig config, SceneArgs scene, Render
   const float final_bound = float(best) < best ? nextafterf(float(best), INFINITY) : float(best);
   bound[item] = final_bound;
   std::uint32_t* words = camera_words + b * CameraWords::kCount;
-  // The camera's largest bound, from each tile's last one: the first pass's where no
-  // second pass follows for the tile (settled, or no sphere may cover a tile), else the
-  // second's (CameraWords::kMaxBound: floats >= 0 order like their bits).
-  const bool last = second || is_settled || !cover_pass_needed(camera_words, b, false);
-  if (last) atomicMax(words + CameraWords::kMaxBound, __float_as_uint(final_bound));
+  // Whether a second pass follows for this tile: not settled, and the camera has spheres
+  // that may cover a tile (W4 has none: every tile unsettled, and no second pass).
+  const bool second_follows = !second && !is_settled && cover_pass_needed(camera_words, b, false);
+  // The camera's largest bound, from each tile's last one (CameraWords::kMaxBound: floats
+  // >= 0 order like their bits).
+  if (!second_follows) atomicMax(words + CameraWords::kMaxBound, __float_as_uint(final_bound));
   if (second) return;
   settled[item] = is_settled ? 1 : 0;
-  // Many tiles raise the same flag: reading it first keeps most from storing; a camera
-  // without spheres that may cover a tile (W4: every tile unsettled) has no second pass.
-  std::uint32_t* unsettled = words + CameraWords::kUnsettled;
-  if (!is_settled && cover_pass_needed(camera_words, b, false) &&
-      *reinterpret_cast<volatile std::uint32_t*>(unsettled) == 0u)
-    *unsettled = 1u;
+  if (!second_follows) return;
+  const std::int64_t tile = item - std::int64_t(b) * n_tiles;
+  unsettled.mark(b, int(tile % unsettled.tiles_x), int(tile / unsettled.tiles_x));
+  // Many tiles raise the same flag: reading it first keeps most from storing.
+  std::uint32_t* flag = words + CameraWords::kUnsettled;
+  if (*reinterpret_cast<volatile std::uint32_t*>(flag) == 0u) *flag = 1u;
 }
 
 }  // namespace
@@ -289,36 +327,41 @@ const float* cuda_tile_depth_bound(const RendererConfig& config, const SceneArgs
                                    const RenderOptions& options, cudaStream_t stream, CudaScratch& scratch,
                                    const std::int32_t* order, const std::uint32_t* rank_keys) {
   if (!(options.percent_allowed_difference > 0) || scene.n_spheres == 0) return nullptr;
-  const std::int64_t n_tiles = Tiling::of(config.width, config.height).n_tiles();
+  const Tiling tiling = Tiling::of(config.width, config.height);
+  const std::int64_t n_tiles = tiling.n_tiles();
   const std::int64_t total_tiles = n_tiles * scene.batch_size;
   const int buckets = int(std::min<std::int64_t>(kMaxBuckets, kMaxHistogramCells / total_tiles));
   if (buckets < kMinBuckets) return nullptr;  // too many tiles for the histogram: no cut
   const int settle = buckets / 4;  // the first pass's buckets
-  auto* histogram = scratch.cover_histogram.reserve<unsigned long long>(
-      std::size_t(total_tiles) * buckets, "tile cover histogram");
+  UnsettledRows unsettled{nullptr, tiling.tiles_x, tiling.tiles_y};
+  // The histogram's cells, then the unsettled tiles' words: zeroed by one memset.
+  const std::size_t cells = std::size_t(total_tiles) * buckets;
+  const std::size_t words_zeroed = cells + std::size_t(unsettled.count(scene.batch_size));
+  auto* histogram = scratch.cover_histogram.reserve<unsigned long long>(words_zeroed, "tile cover histogram");
+  unsettled.words = histogram + cells;
   auto* bound = scratch.tile_depth_bound.reserve<float>(std::size_t(total_tiles), "tile depth bounds");
   auto* settled = scratch.tile_settled.reserve<std::uint8_t>(std::size_t(total_tiles), "tile settled flags");
   auto* words = scratch.camera_words.as<std::uint32_t>();  // filled by the setup kernel
-  PULSAR_CUDA_CHECK(cudaMemsetAsync(histogram, 0, sizeof(unsigned long long) * std::size_t(total_tiles) * buckets, stream));
+  PULSAR_CUDA_CHECK(cudaMemsetAsync(histogram, 0, sizeof(unsigned long long) * words_zeroed, stream));
   constexpr int kThreads = 256;
   const std::int64_t items = scene.n_spheres * scene.batch_size;
   const auto* spheres = scratch.spheres.as<GpuSphere<T>>();
   const unsigned tile_blocks = blocks_for(total_tiles * 32, kThreads);
   cover_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
       config, scene, options, spheres, order, rank_keys, words, settled, histogram, buckets,
-      CoverPass{0, settle});
+      CoverPass{0, settle, unsettled});
   PULSAR_CUDA_LAUNCH_CHECK("cover_kernel (first pass)");
   tile_bound_kernel<T><<<tile_blocks, kThreads, 0, stream>>>(config, scene, options, words, histogram, buckets,
-                                                             n_tiles, settle, false, bound, settled);
+                                                             n_tiles, settle, false, bound, settled, unsettled);
   PULSAR_CUDA_LAUNCH_CHECK("tile_bound_kernel (first pass)");
   // A grid-stride second pass on a few blocks cost W2, whose second pass does most of the
   // work, 0.13 ms; with a whole grid an idle second pass costs W4 about 4 us.
   cover_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
       config, scene, options, spheres, order, rank_keys, words, settled, histogram, buckets,
-      CoverPass{settle, buckets});
+      CoverPass{settle, buckets, unsettled});
   PULSAR_CUDA_LAUNCH_CHECK("cover_kernel (second pass)");
   tile_bound_kernel<T><<<tile_blocks, kThreads, 0, stream>>>(config, scene, options, words, histogram, buckets,
-                                                             n_tiles, settle, true, bound, settled);
+                                                             n_tiles, settle, true, bound, settled, unsettled);
   PULSAR_CUDA_LAUNCH_CHECK("tile_bound_kernel (second pass)");
   return bound;
 }
