@@ -75,9 +75,19 @@ __global__ void sum_rank_rows_kernel(std::int64_t ranks, const std::int64_t* ran
     u1 = min(rank_slots[rank + 1], hi);
   }
   T carry[kRow] = {};  // the sum, over earlier 32s, of the rank whose rows run into this 32
+  // Each 32's rows are loaded during the previous 32's scan: a warp's 32s follow one
+  // another, and its load would otherwise wait out a memory latency per 32. (A sum is
+  // stored over its rank's first row, in this 32 or an earlier one: never the next.)
+  T next[kRow] = {};
+  if (begin + lane < end) load_row(rows + (begin + lane - lo) * kRow, next);
   for (std::int64_t c = begin; c < end; c += 32) {
-    T v[kRow] = {};
-    if (c + lane < end) load_row(rows + (c + lane - lo) * kRow, v);
+    T v[kRow];
+#pragma unroll
+    for (int f = 0; f < kRow; ++f) {
+      v[f] = next[f];
+      next[f] = T(0);
+    }
+    if (c + 32 + lane < end) load_row(rows + (c + 32 + lane - lo) * kRow, next);
     // Bit k: row c + k is a rank's first.
     const unsigned heads = warp_or(u1 > u0 && u0 >= c && u0 < c + 32 ? 1u << unsigned(u0 - c) : 0u);
     // Segmented inclusive scan: v becomes the sum of its rank's rows from the later of its
