@@ -230,8 +230,9 @@ def test_cuda_depth_cut_from_deep_covering_spheres(dtype):
 def _wide_band_scene():
     """W1's spheres (x in [-5, 5], depth 25 to 35, no opacity) in a thin band seen by a
     wide image, 1104 x 48 px (69 x 3 tiles: two words per row of tile bits), with two
-    cameras: the spheres thin out towards the image's left and right borders, whose tiles
-    the first cover pass leaves unsettled while the middle's settle."""
+    cameras: the spheres thin out towards the image's left and right borders, where
+    pixels process every hit (the middle's stop after about a quarter of theirs), so the
+    tiles' depth bounds differ across the image."""
     g = torch.Generator().manual_seed(31)
     n = 16000
     pos = torch.rand(n, 3, generator=g, dtype=torch.float64) * torch.tensor([10.0, 0.7, 10.0], dtype=torch.float64) \
