@@ -170,12 +170,6 @@ PULSAR_HD void packed_camera_from_params(const T* params, const CameraParamsSpec
   camera_from_params_generic<T>(params, spec, packed);
 }
 
-// Backward for one camera: grad_params[j] = sum_k grad_packed[k] d packed[k] / d params[j],
-// j < spec.length. The Jacobian (15 x L) is the exact forward-mode derivative of the
-// forward above: the same template run on duals seeded with the identity. Chunk tangents
-// are carried per run (ceil(L / Chunk) runs, each seeded with the next Chunk columns of
-// the identity): the default, one run with all 13, suits the CPU; a GPU thread picks a
-// smaller Chunk so that the duals fit in registers.
 // One run of packed_camera_from_params_backward: the columns [first, first + Chunk) of
 // dL/dparams (those below spec.length). Runs are independent (a GPU gives each its own
 // thread), and each column's value is the same whatever the chunk: dual arithmetic is
@@ -197,6 +191,12 @@ PULSAR_HD void packed_camera_from_params_backward_run(const T* params, const Cam
   }
 }
 
+// Backward for one camera: grad_params[j] = sum_k grad_packed[k] d packed[k] / d params[j],
+// j < spec.length. The Jacobian (15 x L) is the exact forward-mode derivative of the
+// forward above: the same template run on duals seeded with the identity. Chunk tangents
+// are carried per run (ceil(L / Chunk) runs, each seeded with the next Chunk columns of
+// the identity): the default, one run with all 13, suits the CPU; a GPU thread picks a
+// smaller Chunk so that the duals fit in registers.
 template <typename T, int Chunk = kMaxCameraParams>
 PULSAR_HD void packed_camera_from_params_backward(const T* params, const CameraParamsSpec& spec,
                                                   const T* grad_packed, T* grad_params) {

@@ -26,7 +26,9 @@ __global__ void camera_to_packed_kernel(CameraParamsSpec spec, int batch, const 
 }
 
 // Runs of kTangentChunk columns per camera.
-__host__ __device__ inline int runs_per_camera(const CameraParamsSpec& spec) { return (spec.length + kTangentChunk - 1) / kTangentChunk; }
+__host__ __device__ inline int runs_per_camera(const CameraParamsSpec& spec) {
+  return (spec.length + kTangentChunk - 1) / kTangentChunk;
+}
 
 // One thread per (camera, run of kTangentChunk columns of its dL/dparams).
 template <typename T>
