@@ -156,16 +156,24 @@ def test_cuda_nan_image_gradient_reaches_only_the_pixels_hits(channels):
         _assert_grads_match([name], [g_gpu[~nan_cpu]], [g_cpu[~nan_cpu]], dtype)
 
 
+def _box_spheres(seed, n, low, extent, radius):
+    """n spheres (float64) with centres uniform in the box low + [0, extent) (3 values
+    each), colours uniform in [0, 1]^3 and radii radius[0] + radius[1] * U(0, 1), drawn in
+    that order, and the generator for further draws."""
+    g = torch.Generator().manual_seed(seed)
+    pos = torch.rand(n, 3, generator=g, dtype=torch.float64) * torch.tensor(extent, dtype=torch.float64) \
+        + torch.tensor(low, dtype=torch.float64)
+    col = torch.rand(n, 3, generator=g, dtype=torch.float64)
+    rad = radius[0] + radius[1] * torch.rand(n, generator=g, dtype=torch.float64)
+    return pos, col, rad, g
+
+
 def _large_opaque_scene(dtype):
     """About 1300 spheres of 14 to 48 px radius over each pixel, nearly opaque: early
     termination stops pixels after about a quarter of their hits (performance.md's W1,
     scaled down)."""
-    g = torch.Generator().manual_seed(11)
-    n = 6000
-    pos = torch.rand(n, 3, generator=g, dtype=torch.float64) * torch.tensor([8.0, 6.0, 20.0], dtype=torch.float64) \
-        + torch.tensor([-4.0, -3.0, 15.0], dtype=torch.float64)
-    col = torch.rand(n, 3, generator=g, dtype=torch.float64)
-    rad = 2.0 + 1.0 * torch.rand(n, generator=g, dtype=torch.float64)
+    pos, col, rad, g = _box_spheres(11, 6000, [-4.0, -3.0, 15.0], [8.0, 6.0, 20.0], (2.0, 1.0))
+    n = pos.shape[0]
     opa = 0.8 + 0.2 * torch.rand(n, generator=g, dtype=torch.float64)
     bg = torch.rand(3, generator=g, dtype=torch.float64)
     cam = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 5.0, 2.0], dtype=torch.float64)
@@ -233,12 +241,7 @@ def _wide_band_scene():
     cameras: the spheres thin out towards the image's left and right borders, where
     pixels process every hit (the middle's stop after about a quarter of theirs), so the
     tiles' depth bounds differ across the image."""
-    g = torch.Generator().manual_seed(31)
-    n = 16000
-    pos = torch.rand(n, 3, generator=g, dtype=torch.float64) * torch.tensor([10.0, 0.7, 10.0], dtype=torch.float64) \
-        + torch.tensor([-5.0, -0.35, 25.0], dtype=torch.float64)
-    col = torch.rand(n, 3, generator=g, dtype=torch.float64)
-    rad = 0.1 + 0.5 * torch.rand(n, generator=g, dtype=torch.float64)
+    pos, col, rad, _ = _box_spheres(31, 16000, [-5.0, -0.35, 25.0], [10.0, 0.7, 10.0], (0.1, 0.5))
     cams = torch.tensor([[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 5.0, 2.0],
                          [0.4, 0.02, 0.0, 0.0, 0.01, 0.0, 5.0, 2.0]], dtype=torch.float64)
     return [t.float() for t in (pos, col, rad, cams)]
