@@ -101,8 +101,7 @@ def begin_forward(native, settings: CallSettings, pos, col, rad, opacity, bg, ca
     try:
         native.begin_forward(scene, options)
     except RuntimeError as error:
-        _reraise_with_snapshot(error, "forward", native, settings, pos.device, dict(
-            vert_pos=pos, vert_col=col, vert_rad=rad, opacity=opacity, bg_col=bg, cameras=cameras))
+        _forward_failed(error, native, settings, pos, col, rad, opacity, bg, cameras)
     return BegunForward(scene, options)
 
 
@@ -146,8 +145,7 @@ class RenderFunction(torch.autograd.Function):
         try:
             token = native.finish_forward(scene, options, out)
         except RuntimeError as error:
-            _reraise_with_snapshot(error, "forward", native, settings, pos.device, dict(
-                vert_pos=pos, vert_col=col, vert_rad=rad, opacity=opacity, bg_col=bg, cameras=cameras))
+            _forward_failed(error, native, settings, pos, col, rad, opacity, bg, cameras)
         ctx.native, ctx.settings, ctx.token, ctx.camera_args = native, settings, token, camera_args
         ctx.save_for_backward(pos, col, rad, opacity, bg, cameras, cam_params, image, state, ends, moments)
         ctx.mark_non_differentiable(*(t for t in (hits, info) if t is not None))
@@ -292,6 +290,14 @@ def camera_conversion_args(batch: int, length: int, dtype: torch.dtype, device: 
     args.orthographic, args.right_handed, args.first_R_then_T = orthographic, right_handed, first_R_then_T
     args.min_depth, args.max_depth = float(min_depth), float(max_depth)
     return args
+
+
+def _forward_failed(error: RuntimeError, native, settings: CallSettings, pos, col, rad, opacity, bg,
+                    cameras) -> None:
+    """Re-raises a failure of either native forward call (begin_forward, finish_forward)
+    with the forward's inputs in the debug snapshot."""
+    _reraise_with_snapshot(error, "forward", native, settings, pos.device, dict(
+        vert_pos=pos, vert_col=col, vert_rad=rad, opacity=opacity, bg_col=bg, cameras=cameras))
 
 
 def _reraise_with_snapshot(error: RuntimeError, stage: str, native, settings: CallSettings,
