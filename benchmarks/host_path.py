@@ -77,12 +77,12 @@ def main() -> None:
         ("  check_scene", lambda: r._check_scene(scene[0], scene[1], scene[2], scene[3], None, None)),
         ("  check_cam_params", lambda: r._check_cam_params(scene[4], scene[0], None)),
         ("  check_call_settings", lambda: _checks.check_call_settings(0.1, 0.01, None, 0, False)),
-        ("  _scene_args", lambda: _scene_args(*scene[:4], bg, packed, False)),
+        ("  _scene_args", lambda: _scene_args(*scene[:4], bg, packed.shape[0], packed.data_ptr(), False)),
         ("  settings.options (stream)", lambda: settings.options(device)),
     ]
     if device.type == "cuda":
         rows.append(("  torch.cuda.current_stream", lambda: torch.cuda.current_stream(device)))
-    scene_args = _scene_args(*scene[:4], bg, packed, False)
+    scene_args = _scene_args(*scene[:4], bg, packed.shape[0], packed.data_ptr(), False)
     options = settings.options(device)
     image, state = torch.empty((1, 16, 16, 3), **like), torch.empty((1, 16, 16, 2), **like)
     hits, ends = (torch.empty((1, 16, 16), dtype=torch.int32, device=device) for _ in range(2))

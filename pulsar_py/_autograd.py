@@ -76,11 +76,22 @@ def _render_options(settings: CallSettings, stream: int) -> "_native.RenderOptio
     return opt
 
 
-def _scene_args(pos, col, rad, opacity, bg, cameras, right_handed) -> "_native.SceneArgs":
+def _scene_args(pos, col, rad, opacity, bg, batch: int, cameras: int, right_handed) -> "_native.SceneArgs":
+    """The native scene of a call; cameras: the packed cameras' pointer, 0 when the
+    renderer converts camera vectors itself (it then points the scene at its own)."""
     dtype = _native.DType.float64 if pos.dtype == torch.float64 else _native.DType.float32
-    return _native.SceneArgs(dtype, cameras.shape[0], pos.shape[-2], pos.dim() == 2, pos.data_ptr(),
-                             col.data_ptr(), rad.data_ptr(), _ptr(opacity), bg.data_ptr(), cameras.data_ptr(),
-                             right_handed)
+    return _native.SceneArgs(dtype, batch, pos.shape[-2], pos.dim() == 2, pos.data_ptr(), col.data_ptr(),
+                             rad.data_ptr(), _ptr(opacity), bg.data_ptr(), cameras, right_handed)
+
+
+def _packed_cameras(cameras: Optional[torch.Tensor], cam_params: Optional[torch.Tensor],
+                    camera_args) -> torch.Tensor:
+    """The call's packed cameras [B, 15] as a tensor: ``cameras`` itself, or a conversion
+    of ``cam_params`` when the renderer converted them into its own buffer (for debug
+    snapshots, off the hot path)."""
+    if cameras is not None:
+        return cameras
+    return convert_camera_vectors(cam_params.detach().reshape(-1, cam_params.shape[-1]), camera_args)
 
 
 class BegunForward(NamedTuple):
@@ -91,17 +102,28 @@ class BegunForward(NamedTuple):
     options: "_native.RenderOptions"
 
 
-def begin_forward(native, settings: CallSettings, pos, col, rad, opacity, bg, cameras) -> BegunForward:
+def begin_forward(native, settings: CallSettings, pos, col, rad, opacity, bg, cameras, cam_params=None,
+                  camera_args=None) -> BegunForward:
     """Starts the native binning of a forward; RenderFunction.apply(..., begun=...) then
     completes it. The device bins while the host builds the autograd node and allocates
     the outputs (on the lent H100's host about 60 us that came before the first binning
-    kernel when the binning started inside the node)."""
-    scene = _scene_args(pos, col, rad, opacity, bg, cameras, settings.right_handed)
+    kernel when the binning started inside the node).
+
+    cameras: packed [B, 15]; or None, with contiguous camera vectors cam_params [B?, L]
+    and their ``camera_args``: the renderer converts them into its own buffer in the
+    same native call (no allocation and no second call before the first kernel)."""
     options = settings.options(pos.device)
     try:
-        native.begin_forward(scene, options)
+        if cameras is None:
+            scene = _scene_args(pos, col, rad, opacity, bg, camera_args.batch_size, 0, settings.right_handed)
+            native.begin_forward_from_vectors(scene, options, camera_args, cam_params.data_ptr())
+        else:
+            scene = _scene_args(pos, col, rad, opacity, bg, cameras.shape[0], cameras.data_ptr(),
+                                settings.right_handed)
+            native.begin_forward(scene, options)
     except RuntimeError as error:
-        _forward_failed(error, native, settings, pos, col, rad, opacity, bg, cameras)
+        _forward_failed(error, native, settings, pos, col, rad, opacity, bg,
+                        lambda: _packed_cameras(cameras, cam_params, camera_args))
     return BegunForward(scene, options)
 
 
@@ -114,7 +136,8 @@ class RenderFunction(torch.autograd.Function):
     vectors [B?, L] (L in {8, 10, 11, 13}) that ``cameras`` was converted from outside
     the graph with ``camera_args`` (``convert_camera_vectors``); the camera gradient then
     reaches cam_params through the conversion's exact derivative, one node instead of
-    two. begun: None, or the ``begin_forward`` of these very inputs, called just before
+    two. cameras None with contiguous cam_params: the renderer converts the vectors into
+    its own buffer (``begin_forward``), and the backward converts them again. begun: None, or the ``begin_forward`` of these very inputs, called just before
     (the hot path starts the binning before building the node). Outputs (without B when
     ``settings.batch_dim`` is False): image [B, H, W, C];
     hit_count [B, H, W] int32; forward_info [B, H, W, 3 + 2K] or None; depth_moments
@@ -128,10 +151,10 @@ class RenderFunction(torch.autograd.Function):
         # allocated while the device works on it (W4 on the lent H100: about 40 us of the
         # host's time no longer before the GPU's).
         if begun is None:
-            begun = begin_forward(native, settings, pos, col, rad, opacity, bg, cameras)
+            begun = begin_forward(native, settings, pos, col, rad, opacity, bg, cameras, cam_params, camera_args)
         scene, options = begun.scene, begun.options
         cfg = native.config
-        b, c = cameras.shape[0], cfg.n_channels
+        b, c = scene.batch_size, cfg.n_channels
         lead = (b, cfg.height, cfg.width) if settings.batch_dim else (cfg.height, cfg.width)
         like = dict(dtype=pos.dtype, device=pos.device)
         image = torch.empty(lead + (c,), **like)
@@ -145,8 +168,10 @@ class RenderFunction(torch.autograd.Function):
         try:
             token = native.finish_forward(scene, options, out)
         except RuntimeError as error:
-            _forward_failed(error, native, settings, pos, col, rad, opacity, bg, cameras)
+            _forward_failed(error, native, settings, pos, col, rad, opacity, bg,
+                            lambda: _packed_cameras(cameras, cam_params, camera_args))
         ctx.native, ctx.settings, ctx.token, ctx.camera_args = native, settings, token, camera_args
+        ctx.batch = b
         ctx.save_for_backward(pos, col, rad, opacity, bg, cameras, cam_params, image, state, ends, moments)
         ctx.mark_non_differentiable(*(t for t in (hits, info) if t is not None))
         # Outputs without a gradient reach backward as None, not as zero-filled tensors
@@ -172,7 +197,8 @@ class RenderFunction(torch.autograd.Function):
         g_rad = torch.empty_like(rad) if need[4] else None
         g_opa = torch.empty_like(opacity) if (need[5] and opacity is not None) else None
         g_bg = torch.empty_like(bg) if need[6] else None
-        g_cam = torch.empty_like(cameras) if (need[7] or want_params) else None
+        g_cam = (torch.empty((ctx.batch, _native.CAMERA_PARAMS), dtype=pos.dtype, device=pos.device)
+                 if (need[7] or want_params) else None)
         if any(g is not None for g in (g_pos, g_col, g_rad, g_opa, g_bg, g_cam)):
             grads.positions, grads.features, grads.radii = _ptr(g_pos), _ptr(g_col), _ptr(g_rad)
             grads.opacities, grads.background, grads.cameras = _ptr(g_opa), _ptr(g_bg), _ptr(g_cam)
@@ -183,12 +209,16 @@ class RenderFunction(torch.autograd.Function):
             if want_moments:
                 grad_moments = grad_moments.contiguous()
                 args.depth_moments, args.grad_depth_moments = _ptr(moments), _ptr(grad_moments)
-            scene = _scene_args(pos, col, rad, opacity, bg, cameras, ctx.settings.right_handed)
+            scene = _scene_args(pos, col, rad, opacity, bg, ctx.batch, _ptr(cameras), ctx.settings.right_handed)
+            options = ctx.settings.options(pos.device)
             try:
-                ctx.native.backward(scene, ctx.settings.options(pos.device), args, grads, ctx.token)
+                if cameras is None:  # the renderer's conversion may have been rewritten since
+                    ctx.native.use_camera_vectors(scene, options, ctx.camera_args, cam_params.data_ptr())
+                ctx.native.backward(scene, options, args, grads, ctx.token)
             except RuntimeError as error:
                 _reraise_with_snapshot(error, "backward", ctx.native, ctx.settings, pos.device, dict(
-                    vert_pos=pos, vert_col=col, vert_rad=rad, opacity=opacity, bg_col=bg, cameras=cameras,
+                    vert_pos=pos, vert_col=col, vert_rad=rad, opacity=opacity, bg_col=bg,
+                    cameras=lambda: _packed_cameras(cameras, cam_params, ctx.camera_args),
                     grad_image=grad_image,
                     grad_depth_moments=grad_moments if want_moments else None))
         g_params = camera_vectors_backward(ctx.camera_args, cam_params, g_cam) if want_params else None
@@ -295,17 +325,21 @@ def camera_conversion_args(batch: int, length: int, dtype: torch.dtype, device: 
 def _forward_failed(error: RuntimeError, native, settings: CallSettings, pos, col, rad, opacity, bg,
                     cameras) -> None:
     """Re-raises a failure of either native forward call (begin_forward, finish_forward)
-    with the forward's inputs in the debug snapshot."""
+    with the forward's inputs in the debug snapshot (cameras: a tensor, or a function
+    that makes it, called only for a snapshot)."""
     _reraise_with_snapshot(error, "forward", native, settings, pos.device, dict(
         vert_pos=pos, vert_col=col, vert_rad=rad, opacity=opacity, bg_col=bg, cameras=cameras))
 
 
 def _reraise_with_snapshot(error: RuntimeError, stage: str, native, settings: CallSettings,
                            device: torch.device, tensors: dict) -> None:
-    """Re-raises a native failure; in debug mode first saves the call's inputs."""
+    """Re-raises a native failure; in debug mode first saves the call's inputs (a value
+    of ``tensors`` may be a function that makes the tensor: called here, after the
+    failure, and its own failure reported with it)."""
     if not debug_enabled(settings.debug):
         raise error
     try:
+        tensors = {name: (value() if callable(value) else value) for name, value in tensors.items()}
         path = save_snapshot(stage, native, settings, device, tensors)
     except Exception as save_error:  # the original failure matters more than the snapshot
         raise RuntimeError(f"{error} (saving a debug snapshot failed too: {save_error})") from error

@@ -109,6 +109,14 @@ class Renderer:
     def forward(self, scene: SceneArgs, options: RenderOptions, outputs: ForwardOutputs) -> int: ...
     def begin_forward(self, scene: SceneArgs, options: RenderOptions) -> None:
         """Starts forward's binning (CUDA: enqueues it up to its one host sync)."""
+    def begin_forward_from_vectors(self, scene: SceneArgs, options: RenderOptions,
+                                   camera_vectors: CameraParamsArgs, params: int) -> None:
+        """use_camera_vectors, then begin_forward, in one call."""
+    def use_camera_vectors(self, scene: SceneArgs, options: RenderOptions, camera_vectors: CameraParamsArgs,
+                           params: int) -> None:
+        """Converts the camera vectors at ``params`` ([B, L], camera_vectors' layout) into
+        the renderer's own packed cameras [B, 15] on options.stream and points
+        scene.cameras at them (rewritten by the next conversion)."""
     def finish_forward(self, scene: SceneArgs, options: RenderOptions, outputs: ForwardOutputs) -> int:
         """Completes the binning begin_forward started and renders; returns forward's token."""
     def backward(self, scene: SceneArgs, options: RenderOptions, args: BackwardArgs,

@@ -117,6 +117,10 @@ class Renderer(torch.nn.Module):
         self._backward_row_budget = 0
         # Tracks the module's device through .to(), .cuda(), .cpu().
         self.register_buffer("_device_tracker", torch.empty(0), persistent=False)
+        # Its device as a plain attribute, refreshed by _apply (which .to(), .cuda() and
+        # .cpu() go through): a buffer's lookup takes nn.Module.__getattr__, about 0.8 us
+        # per call on the project's machine, twice or more per frame.
+        self._device = self._device_tracker.device
         self._natives: dict = {}
         self._warned_small_gamma = False
         # The last call's CallSettings and camera-conversion arguments with their keys:
@@ -127,7 +131,12 @@ class Renderer(torch.nn.Module):
 
     @property
     def device(self) -> torch.device:
-        return self._device_tracker.device
+        return self._device
+
+    def _apply(self, fn, *args, **kwargs):
+        module = super()._apply(fn, *args, **kwargs)
+        self._device = self._device_tracker.device
+        return module
 
     def to(self, *args, **kwargs) -> "Renderer":
         device = torch._C._nn._parse_to(*args, **kwargs)[0]
@@ -252,7 +261,10 @@ class Renderer(torch.nn.Module):
         _checks.check_batch(batch, self.width, self.height)
         _checks.check_depth_numbers(max_depth, min_depth)
         args = self._camera_args(batch, cams.shape[-1], pos, first_R_then_T, depths)
-        packed = convert_camera_vectors(cams, args)
+        # Vectors used as they are: the renderer converts them itself in begin_forward's
+        # native call (and the backward again from cam_params). Checked ones (their values
+        # are read below) or reshaped ones are converted here.
+        packed = None if cams is cam_params else convert_camera_vectors(cams, args)
         if checks is not None:
             _checks.run_camera_checks(checks, packed[:, 13], packed[:, 14], packed[:, 12], packed[:, :13],
                                       self.orthogonal_projection, max_depth, min_depth, "cam_params")
@@ -261,7 +273,7 @@ class Renderer(torch.nn.Module):
         native = self._native_for(pos.device)
         # The binning starts before the autograd node is built: the device works while
         # the host builds it and allocates the outputs.
-        begun = begin_forward(native, settings, pos, col, rad, opacity, bg, packed)
+        begun = begin_forward(native, settings, pos, col, rad, opacity, bg, packed, cams, args)
         self._warn_if_sharp(gamma, pos, rad, cam_params)
         image, hits, info, _ = RenderFunction.apply(native, settings, pos, col, rad, opacity, bg, packed, cam_params,
                                                     args, begun)

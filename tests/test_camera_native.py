@@ -232,11 +232,16 @@ def _cams(device, batch, length=10):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("min_depth", [0.0, 2.5])
-def test_renderer_hot_path_matches_torch_path(device, min_depth, monkeypatch):
+@pytest.mark.parametrize("check_values", [True, False])
+def test_renderer_hot_path_matches_torch_path(device, min_depth, check_values, monkeypatch):
     """Renderer.forward with number depths goes through the native conversion only, and
-    renders and differentiates exactly like the torch path (a 0-dim tensor max_depth)."""
+    renders and differentiates exactly like the torch path (a 0-dim tensor max_depth).
+    Without value checks the renderer converts the vectors itself (no conversion call
+    from Python, forward or backward)."""
     renderer = Renderer(WIDTH, HEIGHT, right_handed_system=True).to(device)
+    renderer.check_values = check_values
     pos, col, rad = _scene(device)
+    pos = pos * torch.tensor([1.0, 1.0, -1.0], dtype=F64, device=device)  # in front of a right-handed camera
     cams = _cams(device, 2)
 
     def run(max_depth):
@@ -254,9 +259,76 @@ def test_renderer_hot_path_matches_torch_path(device, min_depth, monkeypatch):
         raise AssertionError("camera_from_params called on the hot path")
 
     monkeypatch.setattr(renderer_module, "camera_from_params", forbidden)
+    if not check_values:
+        monkeypatch.setattr(renderer_module, "convert_camera_vectors", forbidden)
     native_path = run(30.0)
+    assert float(native_path[1].abs().max()) > 0  # the camera gradient is not trivially equal
     for got, want in zip(native_path, torch_path):
         torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_hot_path_backward_after_forwards_of_other_cameras(device):
+    """Without value checks the renderer converts camera vectors into a buffer of its own,
+    which its next call rewrites (and grows, for more cameras). Forwards of other cameras
+    between a forward and its backward leave that backward's gradients as they are when
+    it follows its forward directly: the backward converts its own vectors again."""
+    renderer = Renderer(WIDTH, HEIGHT).to(device)
+    renderer.check_values = False
+    pos, col, rad = _scene(device)
+    first = _cams(device, 1)[0]  # [L]: one camera
+    others = [_cams(device, 3) + torch.tensor([0.3, -0.2, 0.4] + [0.0] * 7, dtype=F64, device=device),
+              _cams(device, 2) * 1.1]
+
+    def run(between):
+        c = first.clone().requires_grad_(True)
+        p, r = pos.clone().requires_grad_(True), rad.clone().requires_grad_(True)
+        image = renderer(p, col, r, c, 0.1, 30.0)
+        with torch.no_grad():
+            for cams in between:
+                renderer(pos, col, rad, cams, 0.1, 30.0)
+        weights = torch.linspace(0.5, 1.5, image.numel(), dtype=F64, device=device).reshape(image.shape)
+        (image * weights).sum().backward()
+        return image.detach(), c.grad, p.grad, r.grad
+
+    alone = run([])
+    assert all(float(g.abs().max()) > 0 for g in alone[1:])
+    for got, want in zip(run(others), alone):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-14)
+
+
+def test_renderer_conversion_writes_the_scene_cameras_and_names_a_layout_mismatch():
+    """use_camera_vectors points the scene at packed cameras equal to the public
+    conversion's, and rejects vectors of another batch, dtype, image size or
+    handedness than the scene's and the renderer's, naming camera_vectors."""
+    import ctypes
+
+    from pulsar_py._autograd import CallSettings, _scene_args, camera_conversion_args, convert_camera_vectors
+
+    renderer = Renderer(WIDTH, HEIGHT)
+    native = renderer._native_for(torch.device("cpu"))
+    pos, col, rad = _scene("cpu")
+    bg = torch.ones(3, dtype=F64)
+    cams = _cams("cpu", 2)
+    options = CallSettings(0.1, 0.01, -1, False, False).options(torch.device("cpu"))
+
+    def layout(**changes):
+        kw = dict(batch=2, length=10, dtype=F64, device=torch.device("cpu"), width=WIDTH, height=HEIGHT,
+                  orthographic=False, right_handed=False, first_R_then_T=False, min_depth=0.0, max_depth=30.0)
+        kw.update(changes)
+        return camera_conversion_args(*kw.values())
+
+    scene = _scene_args(pos, col, rad, None, bg, 2, 0, False)
+    native.use_camera_vectors(scene, options, layout(), cams.data_ptr())
+    written = torch.tensor(list((ctypes.c_double * 30).from_address(scene.cameras)), dtype=F64).reshape(2, 15)
+    assert torch.equal(written, convert_camera_vectors(cams, layout()))
+    for changes, message in [(dict(batch=1), "the scene's 2 cameras, got 1"),
+                             (dict(dtype=torch.float32), "the scene's dtype"),
+                             (dict(width=WIDTH + 1), "the renderer.s image size 37x23, got 38x23"),
+                             (dict(right_handed=True), "the renderer.s projection .* handedness")]:
+        with pytest.raises(ValueError, match="^camera_vectors: expected " + message):
+            native.use_camera_vectors(_scene_args(pos, col, rad, None, bg, 2, 0, False), options,
+                                      layout(**changes), cams.data_ptr())
 
 
 @pytest.mark.parametrize("device", DEVICES)

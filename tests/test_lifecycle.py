@@ -269,17 +269,23 @@ class _FailingNative:
     def begin_forward(self, *args):
         pass
 
+    def begin_forward_from_vectors(self, *args):  # the hot path without value checks
+        pass
+
     def finish_forward(self, *args):  # the binning began; the render's launch fails
         raise RuntimeError("pulsar: CUDA call cudaLaunchKernel failed: simulated")
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("how", ["constructor", "attribute"])
-def test_debug_flag_saves_a_snapshot_that_replays(how, device, tmp_path, monkeypatch):
+@pytest.mark.parametrize("how,check_values", [("constructor", True), ("attribute", True), ("constructor", False)])
+def test_debug_flag_saves_a_snapshot_that_replays(how, check_values, device, tmp_path, monkeypatch):
+    """(check_values False: the snapshot's packed cameras are converted after the failure,
+    the renderer having converted the call's camera vectors itself.)"""
     monkeypatch.setenv("PULSAR_PY_DEBUG_DIR", str(tmp_path))
     monkeypatch.delenv("PULSAR_PY_DEBUG", raising=False)
     scene = random_scene(11, n_spheres=20)
     renderer = scene.renderer(device, debug=how == "constructor")
+    renderer.check_values = check_values
     if how == "attribute":
         renderer.debug = True
     kwargs = scene.call_kwargs(F64, device)
@@ -364,7 +370,7 @@ def test_forward_in_two_calls_is_forward_and_finish_needs_its_begin(device):
     settings = CallSettings(gamma=float(kwargs["gamma"]), percent_allowed_difference=0.01, max_n_hits=-1,
                             right_handed=False, want_forward_info=False)
     scene_args = _scene_args(kwargs["vert_pos"], kwargs["vert_col"], kwargs["vert_rad"], kwargs.get("opacity"), bg,
-                             packed, False)
+                             packed.shape[0], packed.data_ptr(), False)
     options = settings.options(dev)
 
     def outputs():

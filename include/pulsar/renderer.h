@@ -95,6 +95,7 @@ struct GradientOutputs {
 };
 
 class Backend;
+struct CameraParamsArgs;
 
 class Renderer {
  public:
@@ -116,6 +117,22 @@ class Renderer {
   void begin_forward(const SceneArgs& scene, const RenderOptions& options);
   std::uint64_t finish_forward(const SceneArgs& scene, const RenderOptions& options,
                                const ForwardOutputs& outputs);
+
+  // begin_forward with the cameras given as Pulsar camera vectors: use_camera_vectors,
+  // then begin_forward, in one call. The caller allocates nothing and makes one call
+  // before the binning's first kernel (on the lent H100's host the separate conversion's
+  // allocation and call cost 56 us of W1's call, docs/benchmarks.md). finish_forward
+  // then takes the same scene, whose cameras point at the renderer's conversion.
+  void begin_forward_from_vectors(SceneArgs& scene, const RenderOptions& options,
+                                  const CameraParamsArgs& camera_vectors);
+
+  // Converts camera_vectors (params: [B, L] on this renderer's device, B =
+  // scene.batch_size, of the scene's dtype, for this renderer's image size, projection
+  // and the scene's handedness) into packed cameras [B, 15] in a buffer the renderer
+  // owns, on options.stream (camera_vectors.stream is not read), and points
+  // scene.cameras at them. The next conversion rewrites the buffer: a backward of a
+  // begin_forward_from_vectors converts its vectors again (the same values).
+  void use_camera_vectors(SceneArgs& scene, const RenderOptions& options, const CameraParamsArgs& camera_vectors);
 
   // Exact gradients of the forward (model.md section 8) for the same scene and options.
   void backward(const SceneArgs& scene, const RenderOptions& options, const BackwardArgs& args,

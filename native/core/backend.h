@@ -38,6 +38,10 @@ class Backend {
                                const BackwardArgs& args, const GradientOutputs& grads) = 0;
   virtual void reduce_gradients(const SceneArgs& scene, const RenderOptions& options,
                                 const GradientOutputs& grads) = 0;
+  // Room for `bytes` of packed cameras [B, 15] that the Renderer converts from camera
+  // vectors itself (Renderer::use_camera_vectors), in the backend's memory; kept across
+  // calls and rewritten by the next conversion.
+  virtual void* packed_cameras(std::size_t bytes) = 0;
   virtual std::size_t scratch_bytes() const = 0;
   virtual std::int64_t binned_instances() const = 0;
 };

@@ -2,6 +2,7 @@
 #include "pulsar/renderer.h"
 
 #include "backend.h"
+#include "camera_convert.h"
 #include "errors.h"
 #include "tiling.h"
 
@@ -93,6 +94,38 @@ void Renderer::begin_forward(const SceneArgs& scene, const RenderOptions& option
   check_call(scene, options);
   start_binning(scene, options);
   forward_begun_ = true;
+}
+
+void Renderer::begin_forward_from_vectors(SceneArgs& scene, const RenderOptions& options,
+                                          const CameraParamsArgs& camera_vectors) {
+  use_camera_vectors(scene, options, camera_vectors);
+  begin_forward(scene, options);
+}
+
+void Renderer::use_camera_vectors(SceneArgs& scene, const RenderOptions& options,
+                                  const CameraParamsArgs& camera_vectors) {
+  const bool same_device = camera_vectors.device == config_.device &&
+                           (config_.device == DeviceKind::CPU || camera_vectors.device_index == config_.device_index);
+  PULSAR_REQUIRE(same_device, "camera_vectors: expected camera vectors on the renderer's device (kind ",
+                 static_cast<int>(config_.device), ", index ", config_.device_index, "), got kind ",
+                 static_cast<int>(camera_vectors.device), ", index ", camera_vectors.device_index);
+  PULSAR_REQUIRE(camera_vectors.dtype == scene.dtype, "camera_vectors: expected the scene's dtype (",
+                 static_cast<int>(scene.dtype), "), got ", static_cast<int>(camera_vectors.dtype));
+  PULSAR_REQUIRE(camera_vectors.batch_size == scene.batch_size, "camera_vectors: expected the scene's ",
+                 scene.batch_size, " cameras, got ", camera_vectors.batch_size);
+  PULSAR_REQUIRE(camera_vectors.width == config_.width && camera_vectors.height == config_.height,
+                 "camera_vectors: expected the renderer's image size ", config_.width, "x", config_.height,
+                 ", got ", camera_vectors.width, "x", camera_vectors.height);
+  PULSAR_REQUIRE(camera_vectors.orthographic == config_.orthographic && camera_vectors.right_handed == scene.right_handed,
+                 "camera_vectors: expected the renderer's projection (orthographic ", config_.orthographic,
+                 ") and the scene's handedness (right_handed ", scene.right_handed, "), got ",
+                 camera_vectors.orthographic, " and ", camera_vectors.right_handed);
+  const std::size_t element = scene.dtype == DType::Float64 ? sizeof(double) : sizeof(float);
+  void* packed = backend_->packed_cameras(std::size_t(scene.batch_size) * CAMERA_PARAMS * element);
+  CameraParamsArgs on_stream = camera_vectors;
+  on_stream.stream = options.stream;
+  camera_params_to_packed(on_stream, packed);
+  scene.cameras = packed;
 }
 
 std::uint64_t Renderer::finish_forward(const SceneArgs& scene, const RenderOptions& options,

@@ -40,6 +40,9 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void* packed_cameras(std::size_t bytes) override {
+    return scratch_.packed_cameras.reserve<unsigned char>(bytes, "packed cameras");
+  }
   std::size_t scratch_bytes() const override { return scratch_.bytes(); }
   std::int64_t binned_instances() const override { return scratch_.n_instances; }
 

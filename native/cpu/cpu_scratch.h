@@ -37,11 +37,12 @@ struct CpuScratch {
   HostBuffer tile_camera_grads;  // CameraGrad<T> [B * n_tiles]
   HostBuffer tile_background_grads;  // T [B * n_tiles, C]
   HostBuffer pixel_scratch;  // per worker: features and tracked hits
+  HostBuffer packed_cameras;  // T [B, 15]: cameras converted from camera vectors (Renderer)
 
   std::size_t bytes() const {
     return records.capacity() + order.capacity() + tile_offsets.capacity() + entries.capacity() +
            instance_grads.capacity() + tile_camera_grads.capacity() +
-           tile_background_grads.capacity() + pixel_scratch.capacity();
+           tile_background_grads.capacity() + pixel_scratch.capacity() + packed_cameras.capacity();
   }
 };
 

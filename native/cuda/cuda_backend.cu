@@ -20,8 +20,10 @@ class CudaBackend final : public Backend {
     scratch_.backward_row_budget = config.backward_row_budget;
     PULSAR_CUDA_CHECK(cudaDeviceGetAttribute(&scratch_.sm_count, cudaDevAttrMultiProcessorCount, config.device_index));
     PULSAR_CUDA_CHECK(cudaMallocHost(&scratch_.host_count, 2 * sizeof(std::int64_t)));
+    PULSAR_CUDA_CHECK(cudaEventCreateWithFlags(&scratch_.count_ready, cudaEventDisableTiming));
   }
   ~CudaBackend() override {
+    if (scratch_.count_ready) cudaEventDestroy(scratch_.count_ready);
     if (scratch_.host_count) cudaFreeHost(scratch_.host_count);
   }
 
@@ -62,6 +64,10 @@ class CudaBackend final : public Backend {
     });
   }
 
+  void* packed_cameras(std::size_t bytes) override {
+    DeviceGuard guard(config_.device_index);
+    return scratch_.packed_cameras.reserve<unsigned char>(bytes, "packed cameras");
+  }
   std::size_t scratch_bytes() const override { return scratch_.bytes(); }
   std::int64_t binned_instances() const override { return scratch_.n_instances; }
 

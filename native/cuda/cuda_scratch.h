@@ -131,13 +131,16 @@ struct CudaScratch {
   DeviceBuffer tile_ranges;     // int2 [B * n_tiles]: [begin, end) of each tile's sorted entries
   DeviceBuffer tile_ends;       // int [B * n_tiles]: entries any pixel of the tile processed (backward)
   DeviceBuffer cub_temp;        // CUB workspace
+  DeviceBuffer packed_cameras;  // T [B, 15]: cameras converted from camera vectors (Renderer)
   int backward_splits = 1;         // blocks per tile in the last backward (render_backward.cu)
   // Partials per backward block, written in the first backward window, added to in the others.
   DeviceBuffer tile_camera_grads;  // T [B * n_tiles * backward_splits, kCameraGradValues]
   DeviceBuffer tile_background_grads;  // T [B * n_tiles * backward_splits, C]
+  DeviceBuffer camera_chunk_sums;  // T [B, chunks, kCameraGradValues] (reduce_gradients.cu)
   // Pinned, read back once per binning: [0] the instance count, [1] how many of them
   // have a box within their tile of at most kSmallBoxPixels pixels.
   std::int64_t* host_count = nullptr;
+  cudaEvent_t count_ready = nullptr;  // recorded behind host_count's copy (setup_bin.cu)
   std::int64_t n_instances = 0;
   std::int64_t small_box_instances = 0;  // of n_instances, those with small boxes within their tile
   std::int64_t backward_row_budget = 0;  // RendererConfig::backward_row_budget
@@ -160,7 +163,8 @@ struct CudaScratch {
     return spheres.capacity() + camera_words.capacity() + cover_histogram.capacity() +
            tile_depth_bound.capacity() + tile_settled.capacity() + depth_order.capacity() + tile_counts.capacity() +
            sphere_slots.capacity() + instance_arena.capacity() + tile_ranges.capacity() + tile_ends.capacity() +
-           cub_temp.capacity() + tile_camera_grads.capacity() + tile_background_grads.capacity();
+           cub_temp.capacity() + packed_cameras.capacity() + tile_camera_grads.capacity() +
+           tile_background_grads.capacity() + camera_chunk_sums.capacity();
   }
 };
 

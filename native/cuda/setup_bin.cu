@@ -278,6 +278,22 @@ __global__ void ranges_kernel(std::int64_t count, const std::uint32_t* keys, int
   if (p == count - 1 || keys[p + 1] != tile) tile_ranges[tile].y = std::int32_t(p + 1);
 }
 
+// Zeroes what a binning adds into or leaves unwritten: the tile ranges (ranges_kernel
+// writes only tiles with entries) and the per-camera words, n of each, and the two
+// counters: the scan's leading 0 and the small-box count (null: no items). One launch
+// where four memsets took four API calls before the first kernel that matters (on the
+// lent H100's host about 9 us each, the device idle meanwhile).
+__global__ void zero_binning_kernel(int2* ranges, std::int64_t n_ranges, std::uint32_t* words, int n_words,
+                                    std::int64_t* slot_zero, unsigned long long* small_box_instances) {
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n_ranges) ranges[i] = make_int2(0, 0);
+  if (i < n_words) words[i] = 0u;
+  if (i == 0) {
+    *slot_zero = 0;
+    if (small_box_instances) *small_box_instances = 0ull;
+  }
+}
+
 // The maps the later stages read: sorted position -> sphere, sorted position -> slot.
 __global__ void maps_kernel(std::int64_t count, const std::int32_t* sorted_slots, const std::int32_t* slot_sphere,
                             std::int32_t* entry_sphere, std::int32_t* entry_slot) {
@@ -335,18 +351,17 @@ void cuda_begin_binning(const RendererConfig& config, const SceneArgs& scene, co
   auto* counts = scratch.tile_counts.reserve<std::int64_t>(std::size_t(items), "tile counts");
   auto* slots_of = scratch.sphere_slots.reserve<std::int64_t>(std::size_t(items) + 2, "sphere slots");
   auto* ranges = scratch.tile_ranges.reserve<int2>(std::size_t(total_tiles), "tile ranges");
-  PULSAR_CUDA_CHECK(cudaMemsetAsync(ranges, 0, sizeof(int2) * std::size_t(total_tiles), stream));
-  PULSAR_CUDA_CHECK(cudaMemsetAsync(slots_of, 0, sizeof(std::int64_t), stream));
+  auto* small_box_instances = items > 0 ? reinterpret_cast<unsigned long long*>(slots_of + items + 1) : nullptr;
+  zero_binning_kernel<<<blocks_for(std::max<std::int64_t>(total_tiles, std::int64_t(word_count)), kThreads), kThreads,
+                        0, stream>>>(ranges, total_tiles, words, int(word_count), slots_of, small_box_instances);
+  PULSAR_CUDA_LAUNCH_CHECK("zero_binning_kernel");
   scratch.n_instances = 0;
   scratch.small_box_instances = 0;
   if (items == 0) return;
-  auto* small_box_instances = reinterpret_cast<unsigned long long*>(slots_of + items + 1);
-  PULSAR_CUDA_CHECK(cudaMemsetAsync(small_box_instances, 0, sizeof(std::int64_t), stream));
   const DepthOrder depth{std::size_t(items)};
   unsigned char* order_bytes = scratch.depth_order.reserve<unsigned char>(depth.bytes(), "depth order");
   auto depth_keys = double_buffer<std::uint32_t>(order_bytes, depth.keys_a(), depth.keys_b());
   auto depth_items = double_buffer<std::int32_t>(order_bytes, depth.values_a(), depth.values_b());
-  PULSAR_CUDA_CHECK(cudaMemsetAsync(words, 0, sizeof(std::uint32_t) * word_count, stream));
   setup_spheres_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
       config, scene, spheres, words, depth_keys.Current(), depth_items.Current());
   PULSAR_CUDA_LAUNCH_CHECK("setup_spheres_kernel");
@@ -366,9 +381,16 @@ void cuda_begin_binning(const RendererConfig& config, const SceneArgs& scene, co
   void* temp = scratch.cub_temp.reserve<unsigned char>(scan_bytes, "CUB workspace");
   PULSAR_CUDA_CHECK(cub::DeviceScan::InclusiveSum(temp, scan_bytes, counts, slots_of + 1, items, stream));
   // The instance count sizes the sort: read back with the small-box count behind it, and
-  // waited for in cuda_finish_binning.
+  // waited for in cuda_finish_binning (on the event, not the stream).
   PULSAR_CUDA_CHECK(cudaMemcpyAsync(scratch.host_count, slots_of + items, 2 * sizeof(std::int64_t),
                                     cudaMemcpyDeviceToHost, stream));
+  PULSAR_CUDA_CHECK(cudaEventRecord(scratch.count_ready, stream));
+  // Each item's slots need only the scan: the device computes them while the host waits
+  // for the count and launches what follows (with the stream's synchronisation and
+  // duplicate_kernel first, W1's device idled 21 us there). The scan has read the tile
+  // counts, whose buffer item_slots overwrites.
+  item_slots_kernel<<<blocks_for(items, kThreads), kThreads, 0, stream>>>(items, order, slots_of, scratch.item_slots());
+  PULSAR_CUDA_LAUNCH_CHECK("item_slots_kernel");
   scratch.pending_order = order;
   scratch.pending_bound = bound;
 }
@@ -379,8 +401,9 @@ void cuda_finish_binning(const RendererConfig& config, const SceneArgs& scene, c
   const std::int32_t* order = scratch.pending_order;
   if (order == nullptr) return;  // no items: cuda_begin_binning left empty lists
   scratch.pending_order = nullptr;
-  // The one host synchronisation of a binning.
-  PULSAR_CUDA_CHECK(cudaStreamSynchronize(stream));
+  // The one host synchronisation of a binning: the count's copy, not item_slots_kernel
+  // behind it.
+  PULSAR_CUDA_CHECK(cudaEventSynchronize(scratch.count_ready));
   const std::int64_t count = *scratch.host_count;
   if (count >= (std::int64_t(1) << 31))
     throw std::runtime_error("pulsar: " + std::to_string(count) +
@@ -388,7 +411,7 @@ void cuda_finish_binning(const RendererConfig& config, const SceneArgs& scene, c
                              "render fewer or smaller spheres per call");
   scratch.n_instances = count;
   scratch.small_box_instances = scratch.host_count[1];
-  // With no instances every tile count is 0, so item_slots reads [0, 0) for every item.
+  // With no instances item_slots_kernel gave every item the slots [0, 0).
   if (count == 0) return;
   const std::int64_t items = scene.n_spheres * scene.batch_size;
   const Tiling tiling = Tiling::of(config.width, config.height);
@@ -406,8 +429,6 @@ void cuda_finish_binning(const RendererConfig& config, const SceneArgs& scene, c
   duplicate_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
       config, scene, spheres, bound, order, slots_of, keys.Current(), slots.Current(), slot_sphere);
   PULSAR_CUDA_LAUNCH_CHECK("duplicate_kernel");
-  item_slots_kernel<<<blocks_for(items, kThreads), kThreads, 0, stream>>>(items, order, slots_of, scratch.item_slots());
-  PULSAR_CUDA_LAUNCH_CHECK("item_slots_kernel");
 
   // Slots are in rank order, and the stable sort keeps it within each tile: only the
   // bits of the largest tile key take passes. The double-buffer sort needs no workspace
