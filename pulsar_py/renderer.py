@@ -39,6 +39,14 @@ def _device_key(device: torch.device) -> Tuple[str, int]:
     return (device.type, 0)
 
 
+class _CheckedCall(NamedTuple):
+    """What the hot path's plain arguments resolve to (Renderer._checked_call)."""
+
+    settings: CallSettings
+    camera_args: "_native.CameraParamsArgs"
+    mode: int
+
+
 class _RawOutputs(NamedTuple):
     """Outputs of the shared native call, with the depth range it used."""
 
@@ -128,6 +136,7 @@ class Renderer(torch.nn.Module):
         # per frame).
         self._last_settings: Optional[tuple] = None
         self._last_camera_args: Optional[tuple] = None
+        self._last_call: Optional[tuple] = None  # (key, _CheckedCall) of the hot path
 
     @property
     def device(self) -> torch.device:
@@ -247,7 +256,6 @@ class Renderer(torch.nn.Module):
         """
         checks = _checks.DeferredValueChecks() if self.check_values else None
         pos, col, rad, opacity, bg, batched = self._check_scene(vert_pos, vert_col, vert_rad, opacity, bg_col, checks)
-        first_R_then_T = _checks.check_bool("first_R_then_T", first_R_then_T)
         # cam_params itself enters RenderFunction; the conversion reads its values only.
         batch = _checks.plain_camera_batch(cam_params, pos, self.device) if checks is None else 0
         if batch:
@@ -256,29 +264,54 @@ class Renderer(torch.nn.Module):
             # Checked and shaped [B, L] outside the graph.
             cams = self._check_cam_params(cam_params.detach(), pos, checks).contiguous()
             batch = cams.shape[0]
-        gamma, percent, hit_cap, mode, want_info = _checks.check_call_settings(
-            gamma, percent_allowed_difference, max_n_hits, mode, return_forward_info)
-        _checks.check_batch(batch, self.width, self.height)
-        _checks.check_depth_numbers(max_depth, min_depth)
-        args = self._camera_args(batch, cams.shape[-1], pos, first_R_then_T, depths)
+        call = self._checked_call((gamma, percent_allowed_difference, max_n_hits, mode, return_forward_info,
+                                   first_R_then_T, max_depth, min_depth), depths, batch, cams.shape[-1], pos,
+                                  batched or cam_params.dim() == 2)
         # Vectors used as they are: the renderer converts them itself in begin_forward's
         # native call (and the backward again from cam_params). Checked ones (their values
         # are read below) or reshaped ones are converted here.
-        packed = None if cams is cam_params else convert_camera_vectors(cams, args)
+        packed = None if cams is cam_params else convert_camera_vectors(cams, call.camera_args)
         if checks is not None:
             _checks.run_camera_checks(checks, packed[:, 13], packed[:, 14], packed[:, 12], packed[:, :13],
                                       self.orthogonal_projection, max_depth, min_depth, "cam_params")
-        settings = self._call_settings(gamma, percent, hit_cap, self.right_handed_system, want_info,
-                                       batch_dim=batched or cam_params.dim() == 2)
-        native = self._native_for(pos.device)
         # The binning starts before the autograd node is built: the device works while
         # the host builds it and allocates the outputs.
-        begun = begin_forward(native, settings, pos, col, rad, opacity, bg, packed, cams, args)
-        self._warn_if_sharp(gamma, pos, rad, cam_params)
-        image, hits, info, _ = RenderFunction.apply(native, settings, pos, col, rad, opacity, bg, packed, cam_params,
-                                                    args, begun)
-        result = image if mode == 0 else hits[..., None].to(pos.dtype)
-        return (result, info) if want_info else result
+        native = self._native_for(pos.device)
+        begun = begin_forward(native, call.settings, pos, col, rad, opacity, bg, packed, cams, call.camera_args)
+        self._warn_if_sharp(call.settings.gamma, pos, rad, cam_params)
+        image, hits, info, _ = RenderFunction.apply(native, call.settings, pos, col, rad, opacity, bg, packed,
+                                                    cam_params, call.camera_args, begun)
+        result = image if call.mode == 0 else hits[..., None].to(pos.dtype)
+        return (result, info) if call.settings.want_forward_info else result
+
+    def _checked_call(self, scalars: tuple, depths: Tuple[float, float], batch: int, length: int,
+                      pos: torch.Tensor, batch_dim: bool) -> "_CheckedCall":
+        """The hot path's checked settings and camera-conversion arguments for the
+        call's plain arguments ``scalars`` (gamma,
+        percent_allowed_difference, max_n_hits, mode, return_forward_info, first_R_then_T,
+        max_depth, min_depth), reused while calls repeat them. On the lent GPU machine's
+        host these checks and look-ups took about 30 us before the first kernel of every
+        frame (benchmarks/host_stamps.py, docs/benchmarks.md). The key holds the
+        arguments' types ahead of their values: a value equal to a checked one but of
+        another type (True for 1, a tensor for a number) is checked again, and compared
+        with nothing."""
+        key = (tuple(map(type, scalars)), scalars, batch, length, pos.dtype, pos.device, batch_dim, self.debug,
+               self.right_handed_system, self.orthogonal_projection, self.width, self.height)
+        last = self._last_call
+        if last is not None and last[0] == key:
+            return last[1]
+        gamma, percent, max_n_hits, mode, return_forward_info, first_R_then_T, max_depth, min_depth = scalars
+        first_R_then_T = _checks.check_bool("first_R_then_T", first_R_then_T)
+        gamma, percent, hit_cap, mode, want_info = _checks.check_call_settings(
+            gamma, percent, max_n_hits, mode, return_forward_info)
+        _checks.check_batch(batch, self.width, self.height)
+        _checks.check_depth_numbers(max_depth, min_depth)
+        call = _CheckedCall(
+            settings=self._call_settings(gamma, percent, hit_cap, self.right_handed_system, want_info,
+                                         batch_dim=batch_dim),
+            camera_args=self._camera_args(batch, length, pos, first_R_then_T, depths), mode=mode)
+        self._last_call = (key, call)
+        return call
 
     def _camera_args(self, batch: int, length: int, pos: torch.Tensor, first_R_then_T: bool,
                      depths: Tuple[float, float]) -> "_native.CameraParamsArgs":

@@ -264,6 +264,30 @@ def test_forward_rejects(case, device):
     assert bool(torch.isfinite(renderer(**good)).all())
 
 
+@pytest.mark.parametrize("case", list(FORWARD_CASES))
+def test_forward_rejects_after_a_valid_call(case):
+    """The hot path reuses its checked settings while calls repeat their plain arguments
+    (Renderer._checked_call): after a valid call every bad input is still rejected, an
+    equal value of another type (mode False for 0, first_R_then_T 0 for False) included."""
+    _, renderer, kwargs = _valid()
+    kwargs["mode"] = 0
+    renderer(**kwargs)
+    with pytest.raises(BAD_INPUT, match=FORWARD_CASES[case][1]):
+        renderer(**FORWARD_CASES[case][0](dict(kwargs)))
+
+
+def test_hot_path_reuse_follows_the_renderer_attributes():
+    """A call after the renderer's handedness changed renders as a renderer made with it:
+    the reused settings are keyed on the attributes they were made from."""
+    scene, renderer, kwargs = _valid()
+    before = renderer(**kwargs)
+    renderer.right_handed_system = True
+    flipped = renderer(**kwargs)
+    fresh = random_scene(3, n_spheres=6, width=16, height=12).renderer("cpu")
+    fresh.right_handed_system = True
+    assert torch.equal(flipped, fresh(**kwargs)) and not torch.equal(flipped, before)
+
+
 # Bad types, shapes and devices of the sphere tensors and camera vectors: rejected with
 # or without value checks.
 SHAPE_AND_TYPE_CASES = [
