@@ -214,10 +214,10 @@ __device__ T block_rows_sum(const T* rows, std::int64_t n_rows, int row_stride, 
   return total;
 }
 
-// The camera reduction's first step reads a camera's tile rows in chunks of this many
-// (or fewer, to make at most kCameraChunks chunks), one block per chunk; its threads
-// that take part are a whole number of rows' worth of columns, so that each thread's
-// values lie in one column while a warp reads 32 consecutive values.
+// The camera reduction's first step splits a camera's tile rows into at most this many
+// chunks of equal size (the last one shorter), one block per chunk; its threads that
+// take part are a whole number of rows' worth of columns, so that each thread's values
+// lie in one column while a warp reads 32 consecutive values.
 constexpr int kCameraChunks = 32;
 constexpr int kChunkGroups = kThreads / kCameraGradValues;       // 11 rows' worth
 constexpr int kChunkThreads = kChunkGroups * kCameraGradValues;  // 253 threads
