@@ -87,11 +87,9 @@ def _scene_args(pos, col, rad, opacity, bg, batch: int, cameras: int, right_hand
 def _packed_cameras(cameras: Optional[torch.Tensor], cam_params: Optional[torch.Tensor],
                     camera_args) -> torch.Tensor:
     """The call's packed cameras [B, 15] as a tensor: ``cameras`` itself, or a conversion
-    of ``cam_params`` when the renderer converted them into its own buffer (for debug
-    snapshots, off the hot path)."""
-    if cameras is not None:
-        return cameras
-    return convert_camera_vectors(cam_params.detach().reshape(-1, cam_params.shape[-1]), camera_args)
+    of the contiguous ``cam_params`` when the renderer converted them into its own
+    buffer (for debug snapshots, off the hot path)."""
+    return cameras if cameras is not None else convert_camera_vectors(cam_params, camera_args)
 
 
 class BegunForward(NamedTuple):
@@ -122,8 +120,7 @@ def begin_forward(native, settings: CallSettings, pos, col, rad, opacity, bg, ca
                                 settings.right_handed)
             native.begin_forward(scene, options)
     except RuntimeError as error:
-        _forward_failed(error, native, settings, pos, col, rad, opacity, bg,
-                        lambda: _packed_cameras(cameras, cam_params, camera_args))
+        _forward_failed(error, native, settings, pos, col, rad, opacity, bg, cameras, cam_params, camera_args)
     return BegunForward(scene, options)
 
 
@@ -168,8 +165,7 @@ class RenderFunction(torch.autograd.Function):
         try:
             token = native.finish_forward(scene, options, out)
         except RuntimeError as error:
-            _forward_failed(error, native, settings, pos, col, rad, opacity, bg,
-                            lambda: _packed_cameras(cameras, cam_params, camera_args))
+            _forward_failed(error, native, settings, pos, col, rad, opacity, bg, cameras, cam_params, camera_args)
         ctx.native, ctx.settings, ctx.token, ctx.camera_args = native, settings, token, camera_args
         ctx.batch = b
         ctx.save_for_backward(pos, col, rad, opacity, bg, cameras, cam_params, image, state, ends, moments)
@@ -322,13 +318,14 @@ def camera_conversion_args(batch: int, length: int, dtype: torch.dtype, device: 
     return args
 
 
-def _forward_failed(error: RuntimeError, native, settings: CallSettings, pos, col, rad, opacity, bg,
-                    cameras) -> None:
+def _forward_failed(error: RuntimeError, native, settings: CallSettings, pos, col, rad, opacity, bg, cameras,
+                    cam_params, camera_args) -> None:
     """Re-raises a failure of either native forward call (begin_forward, finish_forward)
-    with the forward's inputs in the debug snapshot (cameras: a tensor, or a function
-    that makes it, called only for a snapshot)."""
+    with the forward's inputs in the debug snapshot (the packed cameras made only for a
+    snapshot when the renderer converted the vectors itself: _packed_cameras)."""
     _reraise_with_snapshot(error, "forward", native, settings, pos.device, dict(
-        vert_pos=pos, vert_col=col, vert_rad=rad, opacity=opacity, bg_col=bg, cameras=cameras))
+        vert_pos=pos, vert_col=col, vert_rad=rad, opacity=opacity, bg_col=bg,
+        cameras=lambda: _packed_cameras(cameras, cam_params, camera_args)))
 
 
 def _reraise_with_snapshot(error: RuntimeError, stage: str, native, settings: CallSettings,

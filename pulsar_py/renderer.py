@@ -131,12 +131,11 @@ class Renderer(torch.nn.Module):
         self._device = self._device_tracker.device
         self._natives: dict = {}
         self._warned_small_gamma = False
-        # The last call's CallSettings and camera-conversion arguments with their keys:
-        # rebuilt only when a call's settings differ (saves pybind and dataclass work
-        # per frame).
+        # The last call's CallSettings, and the hot path's checked call, with their keys:
+        # rebuilt only when a call's settings differ (saves checks, pybind and dataclass
+        # work per frame).
         self._last_settings: Optional[tuple] = None
-        self._last_camera_args: Optional[tuple] = None
-        self._last_call: Optional[tuple] = None  # (key, _CheckedCall) of the hot path
+        self._last_call: Optional[tuple] = None  # (key, _CheckedCall)
 
     @property
     def device(self) -> torch.device:
@@ -309,23 +308,12 @@ class Renderer(torch.nn.Module):
         call = _CheckedCall(
             settings=self._call_settings(gamma, percent, hit_cap, self.right_handed_system, want_info,
                                          batch_dim=batch_dim),
-            camera_args=self._camera_args(batch, length, pos, first_R_then_T, depths), mode=mode)
+            camera_args=camera_conversion_args(batch, length, pos.dtype, pos.device, self.width, self.height,
+                                               self.orthogonal_projection, self.right_handed_system,
+                                               first_R_then_T, *depths),
+            mode=mode)
         self._last_call = (key, call)
         return call
-
-    def _camera_args(self, batch: int, length: int, pos: torch.Tensor, first_R_then_T: bool,
-                     depths: Tuple[float, float]) -> "_native.CameraParamsArgs":
-        """The native camera conversion's description for this call, reused while the
-        call's camera layout and depths stay the same (its pointer and stream are set per
-        call, in forward and again in backward)."""
-        key = (batch, length, pos.dtype, pos.device, self.width, self.height, self.orthogonal_projection,
-               self.right_handed_system, first_R_then_T, depths)
-        if self._last_camera_args is None or self._last_camera_args[0] != key:
-            args = camera_conversion_args(batch, length, pos.dtype, pos.device, self.width, self.height,
-                                          self.orthogonal_projection, self.right_handed_system, first_R_then_T,
-                                          *depths)
-            self._last_camera_args = (key, args)
-        return self._last_camera_args[1]
 
     def _call_settings(self, gamma: float, percent: float, hit_cap: int, right_handed: bool, want_info: bool,
                        want_moments: bool = False, batch_dim: bool = True) -> CallSettings:
