@@ -260,6 +260,13 @@ def test_allocation_failure_is_a_runtime_error_and_the_renderer_stays_usable(tmp
     assert float(replayed["grad_vert_col"].abs().max()) > 0
 
 
+def _swap_native(renderer, key, native) -> None:
+    """Puts ``native`` in place of the renderer's native renderer ``key``; the hot path's
+    cached call, which holds the native it picked, is dropped with it."""
+    renderer._natives[key] = native
+    renderer._last_call = None
+
+
 class _FailingNative:
     """Stands in for a native renderer whose calls fail like a CUDA error would."""
 
@@ -292,14 +299,14 @@ def test_debug_flag_saves_a_snapshot_that_replays(how, check_values, device, tmp
     expected = renderer(**kwargs)
     key = next(iter(renderer._natives))
     real = renderer._natives[key]
-    renderer._natives[key] = _FailingNative(real)
+    _swap_native(renderer, key, _FailingNative(real))
     with pytest.raises(RuntimeError, match="simulated") as info:
         renderer(**kwargs)
     path = re.search(r"saved to (\S+\.pt)", str(info.value)).group(1)
     assert Path(path).parent == tmp_path
     assert torch.equal(pulsar_py.replay(path)["image"][0].to(device), expected)  # replay keeps B = 1
     # The renderer works again once the native layer does.
-    renderer._natives[key] = real
+    _swap_native(renderer, key, real)
     assert torch.equal(renderer(**kwargs), expected)
 
 
@@ -309,7 +316,7 @@ def test_without_debug_nothing_is_saved(tmp_path, monkeypatch):
     scene = random_scene(11, n_spheres=20)
     renderer = scene.renderer()
     renderer(**scene.call_kwargs())
-    renderer._natives[("cpu", 0)] = _FailingNative(renderer._natives[("cpu", 0)])
+    _swap_native(renderer, ("cpu", 0), _FailingNative(renderer._natives[("cpu", 0)]))
     with pytest.raises(RuntimeError, match="simulated$"):
         renderer(**scene.call_kwargs())
     assert not list(tmp_path.iterdir())

@@ -47,26 +47,33 @@ __device__ void store_row(T* row, const T (&v)[N]) {
   for (int k = 0; k < int(sizeof(v) / sizeof(Word)); ++k) reinterpret_cast<Word*>(row)[k] = words[k];
 }
 
+// Ranks a warp of sum_rank_rows_kernel takes (lanes past them hold none). W1's rows sit
+// in a tenth of its ranks, dozens each: with 32 ranks per warp a few thousand warps walk
+// them one 32 of rows after another, each waiting on its own loads and shuffles. Half as
+// many ranks per warp puts twice the warps on the same rows (H100, CUPTI: W1 0.102 ->
+// 0.071 ms, W2B's three windows 0.288 -> 0.246; 8 ranks: 0.072 and 0.254).
+constexpr int kRanksPerWarp = 16;
+
 // First pass (static channel count, items of 3 rows or more on average): the sum of each
 // depth rank's rows within the window [lo, hi), written over the first of them. A warp
-// takes 32 consecutive ranks, whose rows are one contiguous run, 32 rows at a time, one
-// row per lane (coalesced): a segmented scan over the lanes sums each rank's rows within
-// the 32, and a rank's sum carries from one 32 to the next. Each sum has a fixed order
-// (the scan's tree, then the 32s in order): bitwise reproducible. Against one thread per
-// rank walking its own rows (H100, CUPTI): W2's 14 M rows (450 MB) 0.321 -> 0.286 ms, W1's
-// 3.7 M 0.097 -> 0.102 (a tenth of W1's ranks hold rows, dozens each). By item, a thread
-// per sphere with its rows anywhere, the rows came at a third of the bandwidth.
+// takes kRanksPerWarp consecutive ranks, whose rows are one contiguous run, 32 rows at a
+// time, one row per lane (coalesced): a segmented scan over the lanes sums each rank's
+// rows within the 32, and a rank's sum carries from one 32 to the next. Each sum has a
+// fixed order (the scan's tree, then the 32s in order): bitwise reproducible. Against one
+// thread per rank walking its own rows (H100, CUPTI, 32 ranks per warp): W2's 14 M rows
+// (450 MB) 0.321 -> 0.286 ms, W1's 3.7 M 0.097 -> 0.102. By item, a thread per sphere
+// with its rows anywhere, the rows came at a third of the bandwidth.
 template <typename T, int C_STATIC>
 __global__ void sum_rank_rows_kernel(std::int64_t ranks, const std::int64_t* rank_slots, T* rows, std::int64_t lo,
                                      std::int64_t hi) {
   constexpr int kRow = kGpuInstFeatures + C_STATIC;
   constexpr unsigned kFullMask = 0xffffffffu;
-  const std::int64_t rank = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int lane = int(threadIdx.x % 32);
-  const std::int64_t warp_first = rank - lane;
+  const std::int64_t warp_first = ((std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32) * kRanksPerWarp;
+  const std::int64_t rank = lane < kRanksPerWarp ? warp_first + lane : ranks;  // ranks: none
   if (warp_first >= ranks) return;  // whole warps leave together
   const std::int64_t begin = max(rank_slots[warp_first], lo);
-  const std::int64_t end = min(rank_slots[min(warp_first + 32, ranks)], hi);
+  const std::int64_t end = min(rank_slots[min(warp_first + kRanksPerWarp, ranks)], hi);
   if (end - begin < 2) return;  // no rank of the warp has two rows in the window
   // This lane's rank's rows in the window: [u0, u1) (empty: u1 <= u0).
   std::int64_t u0 = 0, u1 = 0;
@@ -188,7 +195,8 @@ void launch_reduce_sphere_rows(std::int64_t items, const SceneArgs& scene, int c
   };
   if constexpr (C_STATIC > 0) {
     if (scratch.n_instances >= 3 * ranks) {
-      sum_rank_rows_kernel<T, C_STATIC><<<blocks_for(ranks, kThreads), kThreads, 0, stream>>>(
+      const std::int64_t warps = (ranks + kRanksPerWarp - 1) / kRanksPerWarp;
+      sum_rank_rows_kernel<T, C_STATIC><<<blocks_for(warps * 32, kThreads), kThreads, 0, stream>>>(
           ranks, scratch.sphere_slots.as<std::int64_t>(), rows, lo, hi);
       PULSAR_CUDA_LAUNCH_CHECK("sum_rank_rows_kernel");
       reduce(std::true_type{});
