@@ -214,7 +214,7 @@ def test_cuda_depth_cut_is_exact_and_stores_less(dtype):
 def _deep_cover_scene(dtype):
     """_large_opaque_scene with one small sphere near the camera: the first quarter of the
     depth buckets then holds nothing that covers a tile, so every tile's bound comes from
-    the second cover pass (tile_depth_bound.cu)."""
+    the later cover passes (tile_depth_bound.cu)."""
     pos, col, rad, opa, bg, cam = _large_opaque_scene(torch.float64)
     pos[0] = torch.tensor([0.1, -0.2, 5.0], dtype=torch.float64)
     rad[0] = 0.02
@@ -223,8 +223,8 @@ def _deep_cover_scene(dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
 def test_cuda_depth_cut_from_deep_covering_spheres(dtype):
-    """When the spheres that cover tiles all lie deep, the second cover pass still cuts
-    the lists (without it no tile would have a bound), and the result is the CPU's."""
+    """When the spheres that cover tiles all lie deep, the later cover passes still cut
+    the lists (without them no tile would have a bound), and the result is the CPU's."""
     tensors = _deep_cover_scene(dtype)
     renderer_kw = dict(width=96, height=80, n_channels=3, n_track=4)
     call_kw = dict(gamma=0.1, max_depth=45.0, percent_allowed_difference=0.01)
@@ -248,8 +248,8 @@ def _wide_band_scene():
 
 
 def test_cuda_depth_cut_per_camera_on_a_wide_image():
-    """The second cover pass takes only spheres over tiles the first left unsettled, which
-    it finds per camera and tile row (tile_depth_bound.cu): on a wide image with two
+    """A later cover pass takes only spheres over tiles the passes before left unsettled,
+    which it finds per camera and tile row (tile_depth_bound.cu): on a wide image with two
     cameras the image is the CPU's, and a batch of both cameras stores exactly what the
     two cameras store alone."""
     pos, col, rad, cams = _wide_band_scene()

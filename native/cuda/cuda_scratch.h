@@ -97,16 +97,18 @@ struct InstanceArena {
 // The per-camera words of CudaScratch::camera_words, zeroed per binning, which the setup
 // kernel and the tile depth bound fill (uint32; zc > 0, so its float bits order like it).
 struct CameraWords {
-  static constexpr int kCount = 5;             // words per camera
+  static constexpr int kMaxCoverPasses = 5;    // the tile depth bound's cover passes at most
   static constexpr int kLowZc = 0;             // ~bits of the smallest visible zc (max of the complement)
   static constexpr int kHighZc = 1;            // bits of the largest visible zc
   static constexpr int kCoverCandidates = 2;   // nonzero: a visible sphere may cover a tile (may_cover_tiles)
-  static constexpr int kUnsettled = 3;         // nonzero: a tile's depth bound may fall with deeper spheres
-                                               // (tile_depth_bound.cu)
-  static constexpr int kMaxBound = 4;          // bits of the largest final tile depth bound (as
-                                               // for zc, bits order like values >= 0; a bound below
-                                               // 0 or NaN, whose bits exceed every visible zc's,
-                                               // only turns count_kernel's skip off)
+  static constexpr int kUnsettled = 3;         // word kUnsettled + p nonzero: after cover pass p a tile's
+                                               // depth bound may fall with deeper spheres
+                                               // (tile_depth_bound.cu), p < kMaxCoverPasses - 1
+  static constexpr int kMaxBound = kUnsettled + kMaxCoverPasses - 1;  // bits of the largest final tile
+                                               // depth bound (as for zc, bits order like values >= 0;
+                                               // a bound below 0 or NaN, whose bits exceed every
+                                               // visible zc's, only turns count_kernel's skip off)
+  static constexpr int kCount = kMaxBound + 1;  // words per camera
 };
 
 struct CudaScratch {

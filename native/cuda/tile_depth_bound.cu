@@ -17,14 +17,15 @@
 // integers relative to exp(s_ref), the largest exponent any hit can have, so the sums
 // are exact and the bound does not depend on the order of the atomics.
 //
-// Two passes over the depth buckets, with the spheres in depth order (rank order of the
+// Passes over runs of depth buckets, with the spheres in depth order (rank order of the
 // depth sort) so that a pass runs whole warps. A bound is max(E_k, tau(W_k)) for the
-// bucket k that minimises it, and for every k past the first quarter of the buckets E_k
-// alone exceeds that quarter's end: a tile whose bound from the first quarter's spheres
-// already lies within it (settled) keeps that bound bit for bit whatever deeper spheres
-// add. The first pass adds the first quarter's spheres to every tile; the second the
-// rest, only to tiles not settled, and nothing when every tile settled (W1: pixels stop
-// within a few per cent of the depth range). The bounds equal those of one pass.
+// bucket k that minimises it, and for every k past a pass's last bucket E_k alone exceeds
+// that bucket's end: a tile whose bound from the spheres of the passes so far already
+// lies within their buckets (settled) keeps that bound bit for bit whatever deeper
+// spheres add. The first pass adds the first quarter's spheres to every tile; each later
+// pass its run of buckets only to the tiles not settled yet, and nothing when every tile
+// settled (W1: pixels stop within a few per cent of the depth range). The bounds equal
+// those of one pass.
 #include <cmath>
 
 #include "cuda_scratch.h"
@@ -40,6 +41,17 @@ constexpr double kFixedOne = 4294967296.0;  // 2^32: weight 1 (relative to exp(s
 // Largest histogram: 2^22 cells of 8 bytes (32 MiB); the bucket count shrinks first.
 constexpr std::int64_t kMaxHistogramCells = std::int64_t(1) << 22;
 constexpr int kMaxBuckets = 64, kMinBuckets = 4;  // tile_bound_kernel: two buckets per lane
+
+// Where each cover pass's run of buckets ends, in 64ths of the buckets (the last: all).
+// With two passes (the first quarter, then the rest) a tile the first left unsettled took
+// every deeper sphere, though most such tiles settle a few buckets later: W2B's two passes
+// took 0.277 ms, 0.196 with the first pass to a third (but W1's 0.170 -> 0.191; to an
+// eighth 0.171, W2B's 0.361). Later passes of a few buckets each stop soon after a tile
+// settles, and the first stays at the quarter, where W1's tiles settle.
+constexpr int kCoverPassEnds64[] = {16, 22, 32, 64};
+constexpr int kCoverPasses = int(sizeof(kCoverPassEnds64) / sizeof(int));
+static_assert(kCoverPasses <= CameraWords::kMaxCoverPasses, "a camera word per pass that may follow another");
+static_assert(kCoverPassEnds64[kCoverPasses - 1] == 64, "the last pass ends at the last bucket");
 
 // Per-camera range of the visible spheres' zc (float bits, see depth_range_of).
 struct DepthRange {
@@ -67,9 +79,10 @@ __device__ int bucket_of(float zc, const DepthRange& range, int buckets) {
   return k < 0 ? 0 : (k >= buckets ? buckets - 1 : k);
 }
 
-// Per camera and tile row, one bit per tile whose bound the first pass left unsettled
-// (uint64 words [B, tiles_y, words_per_row], behind the histogram, zeroed with it). The
-// second pass skips a sphere whose core tiles are all settled before its weight bound (a
+// Per camera and tile row, one bit per tile whose bound the passes so far left unsettled
+// (uint64 words [B, tiles_y, words_per_row], behind the histogram, zeroed with it; set by
+// the first pass's tile_bound_kernel, cleared by a later one's when the tile settles). A
+// later pass skips a sphere whose core tiles are all settled before its weight bound (a
 // double exp) or any pair: W1's second pass took 0.1 ms for the other 0.7 M spheres
 // though its first settles most tiles (those left should be where the spheres thin
 // out, the image's border); both passes 0.22 -> 0.17 ms on an H100, W2's 0.31 -> 0.28.
@@ -85,6 +98,7 @@ struct UnsettledRows {
     return words + (std::int64_t(b) * tiles_y + ty) * words_per_row();
   }
   __device__ void mark(int b, int tx, int ty) const { atomicOr(row(b, ty) + tx / 64, 1ull << (tx % 64)); }
+  __device__ void clear(int b, int tx, int ty) const { atomicAnd(row(b, ty) + tx / 64, ~(1ull << (tx % 64))); }
   // Whether any tile of [tx0, tx1] x [ty0, ty1] (non-empty) of camera b is marked.
   __device__ bool any(int b, int tx0, int tx1, int ty0, int ty1) const {
     for (int ty = ty0; ty <= ty1; ++ty) {
@@ -108,14 +122,14 @@ struct CoverJob {
   int bucket = 0;
 };
 
-// cam: the frame of the sphere's camera b. In the second pass (second_pass) a sphere whose
-// core tiles the first left all settled (`unsettled`) gets none. (`unsettled` by value: a
+// cam: the frame of the sphere's camera b. In a later pass (later_pass) a sphere whose
+// core tiles the passes before left all settled (`unsettled`) gets none. (`unsettled` by value: a
 // pointer to the kernel's parameter put the parameters on every thread's stack, which
 // cost W5's two passes, that leave at once, 0.030 -> 0.057 ms.)
 template <typename T>
 __device__ CoverJob cover_job(const RendererConfig& config, const RenderOptions& options, const GpuSphere<T>& g,
                               const CameraFrame<T>& cam, int b, const DepthRange& range, int bucket,
-                              UnsettledRows unsettled, bool second_pass) {
+                              UnsettledRows unsettled, bool later_pass) {
   CoverJob job;
   if (g.x0 > g.x1 || g.y0 > g.y1) return job;
   if (!may_cover_tiles(cam, g.radius, g.dist, g.opacity)) return job;
@@ -134,7 +148,7 @@ __device__ CoverJob cover_job(const RendererConfig& config, const RenderOptions&
   const int tx1 = core.x1 == config.width - 1 ? tiles_x - 1 : (core.x1 + 1) / kTileSize - 1;
   const int ty1 = core.y1 == config.height - 1 ? tiles_y - 1 : (core.y1 + 1) / kTileSize - 1;
   if (tx1 < tx0 || ty1 < ty0) return job;
-  if (second_pass && !unsettled.any(b, tx0, tx1, ty0, ty1)) return job;
+  if (later_pass && !unsettled.any(b, tx0, tx1, ty0, ty1)) return job;
   const BlendParams<T> bp = blend_params_of(cam, config, options);
   // Exponent bound: depth of any hit <= o1 <= t (perspective) or |cz| (orthographic).
   const double far_depth = cam.orthographic ? fabs(double(g.cz)) : double(g.dist);
@@ -149,26 +163,27 @@ __device__ CoverJob cover_job(const RendererConfig& config, const RenderOptions&
   return job;
 }
 
-// The buckets one cover pass adds: [lo, hi); the first pass starts at bucket 0, the
-// second at the first pass's end (settle >= 1).
+// Cover pass `index` (0 first) adds buckets [lo, hi); each pass starts where the one
+// before ended.
 struct CoverPass {
-  int lo, hi;
-  UnsettledRows unsettled;  // written by the first pass's tile_bound_kernel, read by the second pass
-  __device__ bool second() const { return lo > 0; }
+  int lo, hi, index;
+  UnsettledRows unsettled;  // written by the passes' tile_bound_kernel, read by the later passes
+  __host__ __device__ bool later() const { return index > 0; }
 };
 
 // Whether camera b may have a sphere that covers a tile (the setup kernel's flag) and,
-// for the second pass, a tile whose bound is not settled.
-__device__ inline bool cover_pass_needed(const std::uint32_t* camera_words, int b, bool second) {
+// for a later pass, a tile whose bound the passes before left unsettled.
+__device__ inline bool cover_pass_needed(const std::uint32_t* camera_words, int b, int pass) {
   const std::uint32_t* words = camera_words + b * CameraWords::kCount;
-  return words[CameraWords::kCoverCandidates] != 0u && (!second || words[CameraWords::kUnsettled] != 0u);
+  return words[CameraWords::kCoverCandidates] != 0u &&
+         (pass == 0 || words[CameraWords::kUnsettled + pass - 1] != 0u);
 }
 
 // One thread per depth rank finds its sphere's job when its zc lies in the pass's
 // buckets; the warp then deals its (sphere, tile) pairs out over its lanes, 32 at a time,
 // so that a sphere covering 60 tiles does not keep the lanes of small ones waiting. Each
-// pair checks the tile's corners and adds the weight bound to the tile's bucket (in the
-// second pass, only for tiles not settled). Whole warps leave together: those of cameras
+// pair checks the tile's corners and adds the weight bound to the tile's bucket (in a
+// later pass, only for tiles not settled). Whole warps leave together: those of cameras
 // without a sphere large enough to cover a tile (W4, W5) or with nothing to do in this
 // pass before reading any record, those whose ranks lie outside the pass's buckets after
 // reading their keys, and those whose spheres cover no tile.
@@ -185,10 +200,10 @@ __global__ void cover_kernel(RendererConfig config, SceneArgs scene, RenderOptio
   const bool valid = rank < n * scene.batch_size;
   // One camera: its flags before anything else (W4, W5: no sphere may cover a tile).
   const bool one_camera = scene.batch_size == 1;
-  if (one_camera && !cover_pass_needed(camera_words, 0, pass.second())) return;
+  if (one_camera && !cover_pass_needed(camera_words, 0, pass.index)) return;
   const std::int64_t item = valid ? order[rank] : 0;
   const int camera = one_camera ? 0 : split_item(item, n).camera;
-  const bool needed = valid && (one_camera || cover_pass_needed(camera_words, camera, pass.second()));
+  const bool needed = valid && (one_camera || cover_pass_needed(camera_words, camera, pass.index));
   if (!__any_sync(kFullMask, needed)) return;
   bool in_pass = false;
   const DepthRange range = depth_range_of(camera_words, camera);
@@ -207,7 +222,7 @@ __global__ void cover_kernel(RendererConfig config, SceneArgs scene, RenderOptio
   CameraFrame<T> cam = camera_of<T>(scene, frame_camera, config.orthographic);
   if (in_pass) {
     g = load_sphere(spheres + item);
-    job = cover_job(config, options, g, cam, camera, range, bucket, pass.unsettled, pass.second());
+    job = cover_job(config, options, g, cam, camera, range, bucket, pass.unsettled, pass.later());
   }
   if (!__any_sync(kFullMask, job.count > 0)) return;
   const WarpDeal deal = WarpDeal::of(job.count);
@@ -229,7 +244,7 @@ __global__ void cover_kernel(RendererConfig config, SceneArgs scene, RenderOptio
     const int b = split_item(o_item, n).camera;
     const int tx = o_tx0 + (j - o_first) % o_w, ty = o_ty0 + (j - o_first) / o_w;
     const std::int64_t tile = std::int64_t(b) * tiles_x * tiles_y + std::int64_t(ty) * tiles_x + tx;
-    if (pass.second() && settled[tile]) continue;
+    if (pass.later() && settled[tile]) continue;
     if (b != frame_camera) {
       frame_camera = b;
       cam = camera_of<T>(scene, b, config.orthographic);
@@ -247,22 +262,23 @@ __global__ void cover_kernel(RendererConfig config, SceneArgs scene, RenderOptio
 // One warp per tile; lane l takes buckets l and l + 32 (kMaxBuckets = 64). The running
 // weight sums are an exact integer prefix scan, and the minimum over buckets does not
 // depend on its order, so the bound is the serial loop's, bit for bit.
-// First pass: every tile's bound from the first `settle` buckets' spheres; settled when
-// it lies within them (at most the end of bucket settle - 1), final then; otherwise the
-// camera is flagged for the second cover pass. Second pass: the tiles not settled again,
-// when the camera has spheres that may cover a tile. The first pass marks the tiles a
-// second pass will take in `unsettled`.
+// After the first cover pass: every tile's bound from the spheres of its buckets; settled
+// when it lies within them (at most the end of bucket pass.hi - 1), final then; otherwise
+// the camera is flagged for the next pass. After a later pass: the tiles not settled
+// again, when the camera has such tiles (its flag of the pass before). Bits of
+// pass.unsettled: set by the first pass for the tiles a later pass takes, cleared by a
+// later pass for the tiles it settles. `last`: no pass follows (every bound final).
 template <typename T>
 __global__ void tile_bound_kernel(RendererConfig config, SceneArgs scene, RenderOptions options,
                                   std::uint32_t* camera_words, const unsigned long long* histogram,
-                                  int buckets, std::int64_t n_tiles, int settle, bool second, float* bound,
-                                  std::uint8_t* settled, UnsettledRows unsettled) {
+                                  int buckets, std::int64_t n_tiles, CoverPass pass, bool last, float* bound,
+                                  std::uint8_t* settled) {
   constexpr unsigned kFullMask = 0xffffffffu;
   const std::int64_t item = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = int(threadIdx.x % 32);
   if (item >= n_tiles * scene.batch_size) return;  // whole warps leave together
   const int b = int(item / n_tiles);
-  if (second && (settled[item] || !cover_pass_needed(camera_words, b, true))) return;
+  if (pass.later() && (settled[item] || !cover_pass_needed(camera_words, b, pass.index))) return;
   const DepthRange range = depth_range_of(camera_words, b);
   double best = INFINITY;
   bool is_settled = false;
@@ -297,7 +313,7 @@ __global__ void tile_bound_kernel(RendererConfig config, SceneArgs scene, Render
       }
     }
     for (int offset = 16; offset > 0; offset /= 2) best = fmin(best, __shfl_xor_sync(kFullMask, best, offset));
-    is_settled = best <= edge_of(settle - 1);
+    is_settled = best <= edge_of(pass.hi - 1);
     // Margin for the forward's rounding of tau and of zc (float keys): far above both.
     best += 1e-4 * double(bp.depth_range()) + 1e-5 * fabs(best);
   }
@@ -305,19 +321,25 @@ __global__ void tile_bound_kernel(RendererConfig config, SceneArgs scene, Render
   const float final_bound = float(best) < best ? nextafterf(float(best), INFINITY) : float(best);
   bound[item] = final_bound;
   std::uint32_t* words = camera_words + b * CameraWords::kCount;
-  // Whether a second pass follows for this tile: not settled, and the camera has spheres
-  // that may cover a tile (W4 has none: every tile unsettled, and no second pass).
-  const bool second_follows = !second && !is_settled && cover_pass_needed(camera_words, b, false);
+  // Whether a later pass takes this tile: not settled, and the camera has spheres that may
+  // cover a tile (W4 has none: every tile unsettled, and no later pass).
+  const bool next_follows = !last && !is_settled && cover_pass_needed(camera_words, b, 0);
   // The camera's largest bound, from each tile's last one (CameraWords::kMaxBound: floats
   // >= 0 order like their bits).
-  if (!second_follows) atomicMax(words + CameraWords::kMaxBound, __float_as_uint(final_bound));
-  if (second) return;
-  settled[item] = is_settled ? 1 : 0;
-  if (!second_follows) return;
+  if (!next_follows) atomicMax(words + CameraWords::kMaxBound, __float_as_uint(final_bound));
+  if (last) return;
   const std::int64_t tile = item - std::int64_t(b) * n_tiles;
-  unsettled.mark(b, int(tile % unsettled.tiles_x), int(tile / unsettled.tiles_x));
+  const int tx = int(tile % pass.unsettled.tiles_x), ty = int(tile / pass.unsettled.tiles_x);
+  if (!pass.later()) {
+    settled[item] = is_settled ? 1 : 0;
+    if (next_follows) pass.unsettled.mark(b, tx, ty);
+  } else if (is_settled) {
+    settled[item] = 1;
+    pass.unsettled.clear(b, tx, ty);
+  }
+  if (!next_follows) return;
   // Many tiles raise the same flag: reading it first keeps most from storing.
-  std::uint32_t* flag = words + CameraWords::kUnsettled;
+  std::uint32_t* flag = words + CameraWords::kUnsettled + pass.index;
   if (*reinterpret_cast<volatile std::uint32_t*>(flag) == 0u) *flag = 1u;
 }
 
@@ -333,7 +355,6 @@ const float* cuda_tile_depth_bound(const RendererConfig& config, const SceneArgs
   const std::int64_t total_tiles = n_tiles * scene.batch_size;
   const int buckets = int(std::min<std::int64_t>(kMaxBuckets, kMaxHistogramCells / total_tiles));
   if (buckets < kMinBuckets) return nullptr;  // too many tiles for the histogram: no cut
-  const int settle = buckets / 4;  // the first pass's buckets
   UnsettledRows unsettled{nullptr, tiling.tiles_x, tiling.tiles_y};
   // The histogram's cells, then the unsettled tiles' words: zeroed by one memset.
   const std::size_t cells = std::size_t(total_tiles) * buckets;
@@ -348,22 +369,21 @@ const float* cuda_tile_depth_bound(const RendererConfig& config, const SceneArgs
   const std::int64_t items = scene.n_spheres * scene.batch_size;
   const auto* spheres = scratch.spheres.as<GpuSphere<T>>();
   const unsigned tile_blocks = blocks_for(total_tiles * 32, kThreads);
-  cover_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
-      config, scene, options, spheres, order, rank_keys, words, settled, histogram, buckets,
-      CoverPass{0, settle, unsettled});
-  PULSAR_CUDA_LAUNCH_CHECK("cover_kernel (first pass)");
-  tile_bound_kernel<T><<<tile_blocks, kThreads, 0, stream>>>(config, scene, options, words, histogram, buckets,
-                                                             n_tiles, settle, false, bound, settled, unsettled);
-  PULSAR_CUDA_LAUNCH_CHECK("tile_bound_kernel (first pass)");
-  // A grid-stride second pass on a few blocks cost W2, whose second pass does most of the
-  // work, 0.13 ms; with a whole grid an idle second pass costs W4 about 4 us.
-  cover_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
-      config, scene, options, spheres, order, rank_keys, words, settled, histogram, buckets,
-      CoverPass{settle, buckets, unsettled});
-  PULSAR_CUDA_LAUNCH_CHECK("cover_kernel (second pass)");
-  tile_bound_kernel<T><<<tile_blocks, kThreads, 0, stream>>>(config, scene, options, words, histogram, buckets,
-                                                             n_tiles, settle, true, bound, settled, unsettled);
-  PULSAR_CUDA_LAUNCH_CHECK("tile_bound_kernel (second pass)");
+  // Every pass on a whole grid: a grid-stride second pass on a few blocks cost W2, whose
+  // later passes do much of the work, 0.13 ms; an idle pass costs W4 about 4 us.
+  CoverPass pass{0, 0, 0, unsettled};
+  for (const int end64 : kCoverPassEnds64) {
+    pass.hi = end64 == 64 ? buckets : buckets * end64 / 64;
+    if (pass.hi <= pass.lo) continue;  // few buckets: runs that round to none
+    cover_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
+        config, scene, options, spheres, order, rank_keys, words, settled, histogram, buckets, pass);
+    PULSAR_CUDA_LAUNCH_CHECK("cover_kernel");
+    tile_bound_kernel<T><<<tile_blocks, kThreads, 0, stream>>>(config, scene, options, words, histogram, buckets,
+                                                               n_tiles, pass, pass.hi == buckets, bound, settled);
+    PULSAR_CUDA_LAUNCH_CHECK("tile_bound_kernel");
+    pass.lo = pass.hi;
+    ++pass.index;
+  }
   return bound;
 }
 
