@@ -101,7 +101,7 @@ class BegunForward(NamedTuple):
 
 
 def begin_forward(native, settings: CallSettings, pos, col, rad, opacity, bg, cameras, cam_params=None,
-                  camera_args=None, options=None) -> BegunForward:
+                  camera_args=None) -> BegunForward:
     """Starts the native binning of a forward; RenderFunction.apply(..., begun=...) then
     completes it. The device bins while the host builds the autograd node and allocates
     the outputs (on the lent H100's host about 60 us that came before the first binning
@@ -109,10 +109,8 @@ def begin_forward(native, settings: CallSettings, pos, col, rad, opacity, bg, ca
 
     cameras: packed [B, 15]; or None, with contiguous camera vectors cam_params [B?, L]
     and their ``camera_args``: the renderer converts them into its own buffer in the
-    same native call (no allocation and no second call before the first kernel).
-    options: ``settings.options(pos.device)``, when the caller holds it already."""
-    if options is None:
-        options = settings.options(pos.device)
+    same native call (no allocation and no second call before the first kernel)."""
+    options = settings.options(pos.device)
     try:
         if cameras is None:
             scene = _scene_args(pos, col, rad, opacity, bg, camera_args.batch_size, 0, settings.right_handed)

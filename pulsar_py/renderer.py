@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import warnings
-from typing import Dict, NamedTuple, Optional, Tuple, Union
+from typing import NamedTuple, Optional, Tuple, Union
 
 import torch
 
 from . import _checks, _native
 from ._autograd import (CallSettings, CameraParamsFunction, RenderFunction, begin_forward,
-                        camera_conversion_args, convert_camera_vectors, stream_handle)
+                        camera_conversion_args, convert_camera_vectors)
 from .camera import Camera
 from .camera_params import NativeCamera, VALID_PARAM_LENGTHS, camera_from_params
 from .outputs import RenderResult, depth_from_moments
@@ -40,24 +40,15 @@ def _device_key(device: torch.device) -> Tuple[str, int]:
 
 
 class _CheckedCall(NamedTuple):
-    """What the hot path's plain arguments resolve to (Renderer._checked_call): with the
-    native renderer they pick, and that call's native options per stream, made once (the
-    look-ups took 1.7 us of Python per frame on the project's machine, before the first
-    kernel; the lent GPU machine's host runs such Python several times slower)."""
+    """What the hot path's plain arguments resolve to (Renderer._checked_call), with the
+    native renderer they pick (its look-up, _native_for, took 1.0 us of Python per frame
+    on the project's machine before the first kernel; the lent GPU machine's host runs
+    such Python several times slower)."""
 
     settings: CallSettings
     camera_args: "_native.CameraParamsArgs"
     mode: int
     native: "_native.Renderer"
-    options_by_stream: Dict[int, "_native.RenderOptions"]
-
-    def options(self, device: torch.device) -> "_native.RenderOptions":
-        """The native options on torch's current stream of ``device``."""
-        stream = stream_handle(device)
-        options = self.options_by_stream.get(stream)
-        if options is None:
-            options = self.options_by_stream[stream] = self.settings.options(device)
-        return options
 
 
 class _RawOutputs(NamedTuple):
@@ -289,8 +280,7 @@ class Renderer(torch.nn.Module):
         # The binning starts before the autograd node is built: the device works while
         # the host builds it and allocates the outputs.
         native = call.native
-        begun = begin_forward(native, call.settings, pos, col, rad, opacity, bg, packed, cams, call.camera_args,
-                              call.options(pos.device))
+        begun = begin_forward(native, call.settings, pos, col, rad, opacity, bg, packed, cams, call.camera_args)
         self._warn_if_sharp(call.settings.gamma, pos, rad, cam_params)
         image, hits, info, _ = RenderFunction.apply(native, call.settings, pos, col, rad, opacity, bg, packed,
                                                     cam_params, call.camera_args, begun)
@@ -325,7 +315,7 @@ class Renderer(torch.nn.Module):
             camera_args=camera_conversion_args(batch, length, pos.dtype, pos.device, self.width, self.height,
                                                self.orthogonal_projection, self.right_handed_system,
                                                first_R_then_T, *depths),
-            mode=mode, native=self._native_for(pos.device), options_by_stream={})
+            mode=mode, native=self._native_for(pos.device))
         self._last_call = (key, call)
         return call
 

@@ -97,7 +97,7 @@ struct InstanceArena {
 // The per-camera words of CudaScratch::camera_words, zeroed per binning, which the setup
 // kernel and the tile depth bound fill (uint32; zc > 0, so its float bits order like it).
 struct CameraWords {
-  static constexpr int kMaxCoverPasses = 5;    // the tile depth bound's cover passes at most
+  static constexpr int kMaxCoverPasses = 4;    // the tile depth bound's cover passes at most (kCoverPassEnds64)
   static constexpr int kLowZc = 0;             // ~bits of the smallest visible zc (max of the complement)
   static constexpr int kHighZc = 1;            // bits of the largest visible zc
   static constexpr int kCoverCandidates = 2;   // nonzero: a visible sphere may cover a tile (may_cover_tiles)
@@ -119,7 +119,7 @@ struct CudaScratch {
   DeviceBuffer cover_histogram; // uint64 [B * n_tiles, buckets], then the unsettled tiles' bits
                                 // (UnsettledRows, tile_depth_bound.cu)
   DeviceBuffer tile_depth_bound;  // float [B * n_tiles]: no pixel processes a sphere with larger zc
-  DeviceBuffer tile_settled;    // uint8 [B * n_tiles]: the bound was final after the first cover pass
+  DeviceBuffer tile_settled;    // uint8 [B * n_tiles]: the bound was final after the cover passes so far
   // The depth sort of the B * N items (DepthOrder): its double-buffered keys and values,
   // then the rank -> item order.
   DeviceBuffer depth_order;

@@ -267,11 +267,12 @@ __global__ void cover_kernel(RendererConfig config, SceneArgs scene, RenderOptio
 // the camera is flagged for the next pass. After a later pass: the tiles not settled
 // again, when the camera has such tiles (its flag of the pass before). Bits of
 // pass.unsettled: set by the first pass for the tiles a later pass takes, cleared by a
-// later pass for the tiles it settles. `last`: no pass follows (every bound final).
+// later pass for the tiles it settles. The last pass (pass.hi == buckets) leaves every
+// bound final.
 template <typename T>
 __global__ void tile_bound_kernel(RendererConfig config, SceneArgs scene, RenderOptions options,
                                   std::uint32_t* camera_words, const unsigned long long* histogram,
-                                  int buckets, std::int64_t n_tiles, CoverPass pass, bool last, float* bound,
+                                  int buckets, std::int64_t n_tiles, CoverPass pass, float* bound,
                                   std::uint8_t* settled) {
   constexpr unsigned kFullMask = 0xffffffffu;
   const std::int64_t item = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
@@ -323,6 +324,7 @@ __global__ void tile_bound_kernel(RendererConfig config, SceneArgs scene, Render
   std::uint32_t* words = camera_words + b * CameraWords::kCount;
   // Whether a later pass takes this tile: not settled, and the camera has spheres that may
   // cover a tile (W4 has none: every tile unsettled, and no later pass).
+  const bool last = pass.hi == buckets;
   const bool next_follows = !last && !is_settled && cover_pass_needed(camera_words, b, 0);
   // The camera's largest bound, from each tile's last one (CameraWords::kMaxBound: floats
   // >= 0 order like their bits).
@@ -379,7 +381,7 @@ const float* cuda_tile_depth_bound(const RendererConfig& config, const SceneArgs
         config, scene, options, spheres, order, rank_keys, words, settled, histogram, buckets, pass);
     PULSAR_CUDA_LAUNCH_CHECK("cover_kernel");
     tile_bound_kernel<T><<<tile_blocks, kThreads, 0, stream>>>(config, scene, options, words, histogram, buckets,
-                                                               n_tiles, pass, pass.hi == buckets, bound, settled);
+                                                               n_tiles, pass, bound, settled);
     PULSAR_CUDA_LAUNCH_CHECK("tile_bound_kernel");
     pass.lo = pass.hi;
     ++pass.index;
