@@ -235,6 +235,25 @@ def test_cuda_depth_cut_from_deep_covering_spheres(dtype):
     assert 0 < stored[0.01] < 0.75 * stored[0.0], stored
 
 
+@pytest.mark.parametrize("scene", [_large_opaque_scene, _deep_cover_scene], ids=["near", "deep"])
+def test_cuda_depth_cut_is_the_same_for_either_cover_schedule(scene):
+    """Without opacity the depth bound runs its opaque schedule of cover passes, with one
+    its translucent schedule (CoverSchedule, tile_depth_bound.cu); an opacity of ones is
+    the same scene, so both must store the same instances, and a cut that both make
+    (fewer instances than without termination)."""
+    pos, col, rad, _, bg, cam = (t.float().cuda() for t in scene(torch.float32))
+    renderer = Renderer(96, 80, n_channels=3).cuda()
+    kw = dict(gamma=0.1, max_depth=45.0, bg_col=bg)
+    stored = {}
+    for name, opacity, percent in (("opaque", None, 0.01), ("ones", torch.ones_like(rad), 0.01),
+                                   ("uncut", None, 0.0)):
+        images = renderer(pos, col, rad, cam, opacity=opacity, percent_allowed_difference=percent, **kw)
+        stored[name] = (binned_instances(renderer, torch.device("cuda")), images)
+    assert stored["opaque"][0] == stored["ones"][0], {k: v[0] for k, v in stored.items()}
+    assert stored["opaque"][0] < 0.75 * stored["uncut"][0], {k: v[0] for k, v in stored.items()}
+    torch.testing.assert_close(stored["ones"][1], stored["opaque"][1], rtol=0, atol=1e-6)
+
+
 def _wide_band_scene():
     """W1's spheres (x in [-5, 5], depth 25 to 35, no opacity) in a thin band seen by a
     wide image, 1104 x 48 px (69 x 3 tiles: two words per row of tile bits), with two

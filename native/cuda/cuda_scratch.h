@@ -97,7 +97,7 @@ struct InstanceArena {
 // The per-camera words of CudaScratch::camera_words, zeroed per binning, which the setup
 // kernel and the tile depth bound fill (uint32; zc > 0, so its float bits order like it).
 struct CameraWords {
-  static constexpr int kMaxCoverPasses = 4;    // the tile depth bound's cover passes at most (kCoverPassEnds64)
+  static constexpr int kMaxCoverPasses = 4;    // the tile depth bound's cover passes at most (CoverSchedule)
   static constexpr int kLowZc = 0;             // ~bits of the smallest visible zc (max of the complement)
   static constexpr int kHighZc = 1;            // bits of the largest visible zc
   static constexpr int kCoverCandidates = 2;   // nonzero: a visible sphere may cover a tile (may_cover_tiles)

@@ -43,15 +43,25 @@ constexpr std::int64_t kMaxHistogramCells = std::int64_t(1) << 22;
 constexpr int kMaxBuckets = 64, kMinBuckets = 4;  // tile_bound_kernel: two buckets per lane
 
 // Where each cover pass's run of buckets ends, in 64ths of the buckets (the last: all).
-// With two passes (the first quarter, then the rest) a tile the first left unsettled took
-// every deeper sphere, though most such tiles settle a few buckets later: W2B's two passes
-// took 0.277 ms, 0.196 with the first pass to a third (but W1's 0.170 -> 0.191; to an
-// eighth 0.171, W2B's 0.361). Later passes of a few buckets each stop soon after a tile
-// settles, and the first stays at the quarter, where W1's tiles settle.
-constexpr int kCoverPassEnds64[] = {16, 22, 32, 64};
-constexpr int kCoverPasses = int(sizeof(kCoverPassEnds64) / sizeof(int));
-static_assert(kCoverPasses <= CameraWords::kMaxCoverPasses, "a camera word per pass that may follow another");
-static_assert(kCoverPassEnds64[kCoverPasses - 1] == 64, "the last pass ends at the last bucket");
+// A tile the passes so far leave unsettled takes the next pass's spheres, and every pass
+// is a launch over all the ranks, so the schedule trades passes against spheres added
+// after a tile settles. Opaque spheres (no opacity given) settle W1's tiles within the
+// first quarter: four passes, the later ones of a few buckets each (with two, the quarter
+// then the rest, a tile left unsettled took every deeper sphere). Translucent spheres
+// settle deeper: two passes, a third then the rest (H100, cover + bound kernels, the same
+// machine: W2B 0.269 -> 0.213 ms against the four passes, W3 0.077 -> 0.039, W5's idle
+// passes 0.074 -> 0.040; {21, 32, 64}: 0.235, {24, 32, 64}: 0.242). For W1 the two
+// passes (16, 64) measured as the four (0.181 and 0.182 ms), a third 0.191, an eighth
+// 0.171 (but W2B 0.361).
+struct CoverSchedule {
+  int ends64[CameraWords::kMaxCoverPasses];
+  int count;
+};
+constexpr CoverSchedule kOpaqueSchedule{{16, 22, 32, 64}, 4};
+constexpr CoverSchedule kTranslucentSchedule{{21, 64}, 2};
+static_assert(kOpaqueSchedule.ends64[kOpaqueSchedule.count - 1] == 64 &&
+                  kTranslucentSchedule.ends64[kTranslucentSchedule.count - 1] == 64,
+              "the last pass ends at the last bucket");
 
 // Per-camera range of the visible spheres' zc (float bits, see depth_range_of).
 struct DepthRange {
@@ -374,7 +384,9 @@ const float* cuda_tile_depth_bound(const RendererConfig& config, const SceneArgs
   // Every pass on a whole grid: a grid-stride second pass on a few blocks cost W2, whose
   // later passes do much of the work, 0.13 ms; an idle pass costs W4 about 4 us.
   CoverPass pass{0, 0, 0, unsettled};
-  for (const int end64 : kCoverPassEnds64) {
+  const CoverSchedule& schedule = scene.opacities ? kTranslucentSchedule : kOpaqueSchedule;
+  for (int p = 0; p < schedule.count; ++p) {
+    const int end64 = schedule.ends64[p];
     pass.hi = end64 == 64 ? buckets : buckets * end64 / 64;
     if (pass.hi <= pass.lo) continue;  // few buckets: runs that round to none
     cover_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
