@@ -22,7 +22,7 @@
 // bucket k that minimises it, and for every k past a pass's last bucket E_k alone exceeds
 // that bucket's end: a tile whose bound from the spheres of the passes so far already
 // lies within their buckets (settled) keeps that bound bit for bit whatever deeper
-// spheres add. The first pass adds the first quarter's spheres to every tile; each later
+// spheres add. The first pass adds its buckets' spheres (CoverSchedule) to every tile; each later
 // pass its run of buckets only to the tiles not settled yet, and nothing when every tile
 // settled (W1: pixels stop within a few per cent of the depth range). The bounds equal
 // those of one pass.
@@ -51,8 +51,8 @@ constexpr int kMaxBuckets = 64, kMinBuckets = 4;  // tile_bound_kernel: two buck
 // settle deeper: two passes, a third then the rest (H100, cover + bound kernels, the same
 // machine: W2B 0.269 -> 0.213 ms against the four passes, W3 0.077 -> 0.039, W5's idle
 // passes 0.074 -> 0.040; {21, 32, 64}: 0.235, {24, 32, 64}: 0.242). For W1 the two
-// passes (16, 64) measured as the four (0.181 and 0.182 ms), a third 0.191, an eighth
-// 0.171 (but W2B 0.361).
+// passes (16, 64) measured as the four (0.181 and 0.182 ms; the four were kept), a first
+// pass to a third 0.191, to an eighth 0.171 (but W2B 0.361).
 struct CoverSchedule {
   int ends64[CameraWords::kMaxCoverPasses];
   int count;
