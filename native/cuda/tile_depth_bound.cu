@@ -59,6 +59,9 @@ struct CoverSchedule {
 };
 constexpr CoverSchedule kOpaqueSchedule{{16, 22, 32, 64}, 4};
 constexpr CoverSchedule kTranslucentSchedule{{21, 64}, 2};
+static_assert(kOpaqueSchedule.count <= CameraWords::kMaxCoverPasses &&
+                  kTranslucentSchedule.count <= CameraWords::kMaxCoverPasses,
+              "a camera word per pass that may follow another");
 static_assert(kOpaqueSchedule.ends64[kOpaqueSchedule.count - 1] == 64 &&
                   kTranslucentSchedule.ends64[kTranslucentSchedule.count - 1] == 64,
               "the last pass ends at the last bucket");
