@@ -274,8 +274,7 @@ __global__ void reduce_camera_kernel(RendererConfig config, SceneArgs scene, std
   for (std::int64_t r = threadIdx.x; r < n_rows; r += kThreads)
     for (int v = 0; v < kCameraGradValues; ++v) sums[v] += rows[r * kCameraGradValues + v];
   for (int v = 0; v < kCameraGradValues; ++v) {
-    T x = sums[v];
-    for (int offset = 16; offset > 0; offset /= 2) x += __shfl_down_sync(0xffffffffu, x, offset);
+    const T x = warp_sum(sums[v]);
     if (lane == 0) warp_totals[warp][v] = x;
   }
   __syncthreads();

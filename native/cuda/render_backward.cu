@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "cuda_scratch.h"
+#include "warp_reduce.cuh"
 #include "pulsar/blend.h"
 #include "pulsar/pixel_ray.h"
 
@@ -80,13 +81,6 @@ __device__ void zero_unreached_rows(const std::int32_t* slots, int from, int to,
       for (int f = 0; f < stride; ++f) row[f] = T(0);
     }
   }
-}
-
-template <typename T>
-__device__ T warp_sum(T v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(kFullMask, v, offset);
-  return v;
 }
 
 // Reduce-scatter of N values per lane over each aligned group of WIDTH lanes (N and

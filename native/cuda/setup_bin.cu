@@ -8,6 +8,7 @@
 #include <cub/device/device_scan.cuh>
 
 #include "cuda_scratch.h"
+#include "warp_reduce.cuh"
 #include "pulsar/pixel_ray.h"
 #include "pulsar/tile_cover.h"
 #include "warp_deal.cuh"
@@ -214,7 +215,7 @@ __global__ void count_kernel(RendererConfig config, SceneArgs scene, const GpuSp
   // One atomic per block: per warp they serialised on the one address (W4 count kernel
   // 20 -> 36 us).
   __shared__ std::int64_t warp_small[32];
-  for (int offset = 16; offset > 0; offset /= 2) small += __shfl_down_sync(0xffffffffu, small, offset);
+  small = warp_sum(small);
   if (threadIdx.x % 32 == 0) warp_small[threadIdx.x / 32] = small;
   __syncthreads();
   if (threadIdx.x == 0) {

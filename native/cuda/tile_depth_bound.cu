@@ -59,12 +59,12 @@ struct CoverSchedule {
 };
 constexpr CoverSchedule kOpaqueSchedule{{16, 22, 32, 64}, 4};
 constexpr CoverSchedule kTranslucentSchedule{{21, 64}, 2};
-static_assert(kOpaqueSchedule.count <= CameraWords::kMaxCoverPasses &&
-                  kTranslucentSchedule.count <= CameraWords::kMaxCoverPasses,
-              "a camera word per pass that may follow another");
-static_assert(kOpaqueSchedule.ends64[kOpaqueSchedule.count - 1] == 64 &&
-                  kTranslucentSchedule.ends64[kTranslucentSchedule.count - 1] == 64,
-              "the last pass ends at the last bucket");
+// Runs a camera word each (CameraWords::kUnsettled + pass), the last ending at the last bucket.
+constexpr bool well_formed(const CoverSchedule& schedule) {
+  return schedule.count >= 1 && schedule.count <= CameraWords::kMaxCoverPasses &&
+         schedule.ends64[schedule.count - 1] == 64;
+}
+static_assert(well_formed(kOpaqueSchedule) && well_formed(kTranslucentSchedule), "a cover schedule's passes");
 
 // Per-camera range of the visible spheres' zc (float bits, see depth_range_of).
 struct DepthRange {
@@ -125,6 +125,14 @@ struct UnsettledRows {
   }
 };
 
+// Cover pass `index` (0 first) adds buckets [lo, hi); each pass starts where the one
+// before ended.
+struct CoverPass {
+  int lo, hi, index;
+  UnsettledRows unsettled;  // written by the passes' tile_bound_kernel, read by the later passes
+  __host__ __device__ bool later() const { return index > 0; }
+};
+
 // What one sphere adds to its tiles' histograms: the tiles whose pixels (clipped to the
 // image) all lie in its core, tx0 + [0, tiles_w) x ty0 + [0, count / tiles_w), its weight
 // bound relative to exp(s_ref) and its depth bucket (the one its pass chose it by).
@@ -135,14 +143,14 @@ struct CoverJob {
   int bucket = 0;
 };
 
-// cam: the frame of the sphere's camera b. In a later pass (later_pass) a sphere whose
-// core tiles the passes before left all settled (`unsettled`) gets none. (`unsettled` by value: a
+// cam: the frame of the sphere's camera b. In a later pass a sphere whose core tiles the
+// passes before left all settled (pass.unsettled) gets none. (The pass by value: a
 // pointer to the kernel's parameter put the parameters on every thread's stack, which
 // cost W5's two passes, that leave at once, 0.030 -> 0.057 ms.)
 template <typename T>
 __device__ CoverJob cover_job(const RendererConfig& config, const RenderOptions& options, const GpuSphere<T>& g,
                               const CameraFrame<T>& cam, int b, const DepthRange& range, int bucket,
-                              UnsettledRows unsettled, bool later_pass) {
+                              CoverPass pass) {
   CoverJob job;
   if (g.x0 > g.x1 || g.y0 > g.y1) return job;
   if (!may_cover_tiles(cam, g.radius, g.dist, g.opacity)) return job;
@@ -161,7 +169,7 @@ __device__ CoverJob cover_job(const RendererConfig& config, const RenderOptions&
   const int tx1 = core.x1 == config.width - 1 ? tiles_x - 1 : (core.x1 + 1) / kTileSize - 1;
   const int ty1 = core.y1 == config.height - 1 ? tiles_y - 1 : (core.y1 + 1) / kTileSize - 1;
   if (tx1 < tx0 || ty1 < ty0) return job;
-  if (later_pass && !unsettled.any(b, tx0, tx1, ty0, ty1)) return job;
+  if (pass.later() && !pass.unsettled.any(b, tx0, tx1, ty0, ty1)) return job;
   const BlendParams<T> bp = blend_params_of(cam, config, options);
   // Exponent bound: depth of any hit <= o1 <= t (perspective) or |cz| (orthographic).
   const double far_depth = cam.orthographic ? fabs(double(g.cz)) : double(g.dist);
@@ -175,14 +183,6 @@ __device__ CoverJob cover_job(const RendererConfig& config, const RenderOptions&
   job.count = job.tiles_w * (ty1 - ty0 + 1);
   return job;
 }
-
-// Cover pass `index` (0 first) adds buckets [lo, hi); each pass starts where the one
-// before ended.
-struct CoverPass {
-  int lo, hi, index;
-  UnsettledRows unsettled;  // written by the passes' tile_bound_kernel, read by the later passes
-  __host__ __device__ bool later() const { return index > 0; }
-};
 
 // Whether camera b may have a sphere that covers a tile (the setup kernel's flag) and,
 // for a later pass, a tile whose bound the passes before left unsettled.
@@ -235,7 +235,7 @@ __global__ void cover_kernel(RendererConfig config, SceneArgs scene, RenderOptio
   CameraFrame<T> cam = camera_of<T>(scene, frame_camera, config.orthographic);
   if (in_pass) {
     g = load_sphere(spheres + item);
-    job = cover_job(config, options, g, cam, camera, range, bucket, pass.unsettled, pass.later());
+    job = cover_job(config, options, g, cam, camera, range, bucket, pass);
   }
   if (!__any_sync(kFullMask, job.count > 0)) return;
   const WarpDeal deal = WarpDeal::of(job.count);
@@ -389,8 +389,7 @@ const float* cuda_tile_depth_bound(const RendererConfig& config, const SceneArgs
   CoverPass pass{0, 0, 0, unsettled};
   const CoverSchedule& schedule = scene.opacities ? kTranslucentSchedule : kOpaqueSchedule;
   for (int p = 0; p < schedule.count; ++p) {
-    const int end64 = schedule.ends64[p];
-    pass.hi = end64 == 64 ? buckets : buckets * end64 / 64;
+    pass.hi = buckets * schedule.ends64[p] / 64;
     if (pass.hi <= pass.lo) continue;  // few buckets: runs that round to none
     cover_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
         config, scene, options, spheres, order, rank_keys, words, settled, histogram, buckets, pass);
