@@ -19,6 +19,7 @@ struct BlendParams {
   T min_depth;    // resolved near depth (world units)
   T max_depth;    // far depth (world units)
   T inv_range;    // 1 / (max_depth - min_depth)
+  T inv_gamma_range;  // 1 / (gamma (max_depth - min_depth)): the exponent's slope per unit opacity
   T bg_exponent;  // s_bg = beta / gamma
   T log_odds;     // ln(p / (1 - p)) of percent_allowed_difference p
   bool early_stop;  // p > 0
@@ -63,49 +64,34 @@ PULSAR_HD T normalized_depth_grad(const BlendParams<T>& p, T grad_n) {
   return grad_n * p.inv_range;
 }
 
-// Twin of normalized_depth: given dL/dn, returns dL/dz and accumulates the hit's terms of
-// dL/dmin and dL/dmax into range_sums (DepthRangeSums::finish resolves them).
+// Exponent s = o (1 - n) / gamma of a hit with opacity o at depth z (model.md section 4),
+// in the form s = b (max_depth - z) with the sphere's slope b = o / (gamma range)
+// (blend_exponent_slope): 1 - n = (max_depth - z) / range. Two operations per hit from z
+// where the form in n took five (a subtraction, a product and a subtraction for 1 - n,
+// two products), with the slope once per sphere; and as accurate: max_depth - z is exact
+// where z lies within a factor 2 of max_depth, where 1 - n cancelled after two roundings.
+// Every backend computes s this way (so that they round it alike: at small gamma, one
+// ulp of s moves a weight by more than the backends' parity). ds/dz = -b; ds/do =
+// (max_depth - z) / (gamma range); the depth range's terms go through n as before
+// (DepthRangeSums: dL/dz of a hit is dL/dn / range).
 template <typename T>
-PULSAR_HD T normalized_depth_backward(const BlendParams<T>& p, T depth, T grad_n, DepthRangeSums<T>& range_sums) {
-  const T g = normalized_depth_grad(p, grad_n);
-  range_sums.add(g, depth);
-  return g;
+PULSAR_HD T blend_exponent_slope(const BlendParams<T>& p, T opacity) {
+  return opacity * p.inv_gamma_range;
+}
+template <typename T>
+PULSAR_HD T blend_exponent(const BlendParams<T>& p, T slope, T depth) {
+  return slope * (p.max_depth - depth);
 }
 
-// Exponent s = o (1 - n) / gamma of a hit with opacity o at normalised depth n. 1 - n is
-// rounded on its own (add_rn), never fused with the product that forms n: the GPU
-// forward's kernels with and without depth moments (where n has one use, and may be
-// contracted) then give the same image bit for bit.
+// Twin of blend_exponent, in its two parts: given g = dL/ds, dL/do through s (the slope's
+// opacity) and dL/dz (ds/dz = -slope).
 template <typename T>
-PULSAR_HD T blend_exponent(const BlendParams<T>& p, T opacity, T n) {
-  return opacity * add_rn(T(1), -n) * p.inv_gamma;
-}
-
-// Twin of blend_exponent, in its two parts: given g = dL/ds, dL/do through s (ds/do =
-// (1 - n) / gamma; 1 - n as blend_exponent rounds it, one subtraction for both) and dL/dn
-// (ds/dn = -o / gamma). The CUDA backward skips the first where no opacity was given.
-template <typename T>
-PULSAR_HD T blend_exponent_grad_opacity(const BlendParams<T>& p, T n, T g) {
-  return g * add_rn(T(1), -n) * p.inv_gamma;
+PULSAR_HD T blend_exponent_grad_opacity(const BlendParams<T>& p, T depth, T g) {
+  return g * (p.max_depth - depth) * p.inv_gamma_range;
 }
 template <typename T>
-PULSAR_HD T blend_exponent_grad_n(const BlendParams<T>& p, T opacity, T g) {
-  return -(g * opacity * p.inv_gamma);
-}
-// ds/dz = ds/dn dn/dz = -o / (gamma range) at fixed depth range: a per-sphere constant,
-// so that a caller that needs dL/dz of many hits of one sphere (the CUDA backward's
-// entry) takes dL/ds times it, one product per hit where blend_exponent_grad_n and
-// normalized_depth_backward took three (the CPU keeps their rounding).
-template <typename T>
-PULSAR_HD T blend_exponent_depth_slope(const BlendParams<T>& p, T opacity) {
-  return -(opacity * p.inv_gamma) * p.inv_range;
-}
-// Both: accumulates dL/do and dL/dn.
-template <typename T>
-PULSAR_HD void blend_exponent_backward(const BlendParams<T>& p, T opacity, T n, T g,
-                                       T& grad_opacity, T& grad_n) {
-  grad_opacity += blend_exponent_grad_opacity(p, n, g);
-  grad_n += blend_exponent_grad_n(p, opacity, g);
+PULSAR_HD T blend_exponent_grad_depth(T slope, T g) {
+  return -(g * slope);
 }
 
 // exp(x) of an exponent difference x <= 0 in the online softmax. On the GPU in float the
@@ -174,53 +160,61 @@ PULSAR_HD T termination_depth(const BlendParams<T>& p, const OnlineSoftmax<T>& s
          p.depth_range() * (T(1) - p.gamma * (std::log(state.D) + p.log_odds + state.m));
 }
 
-// An upper bound of ln(d) for the online softmax's normaliser d (0 < d <= hits + 1: each
-// term is at most 1 relative to the largest exponent's), cheaper than the logarithm. On
-// the GPU the hardware log2 (within 2^-22 absolute or 2 ulp of log2 d, bounded here by
-// 1e-6 (1 + |log2 d|)) of max(d, 1e-30): that argument stays clear of the denormals that
-// float flushes, and its logarithm bounds ln d from above too (one instruction where a
-// range test and its branch took five; W1's forward takes one per hit). Elsewhere
-// ln d < e ln 2 for d = mantissa * 2^e, mantissa in [0.5, 1). (A NaN or infinite d,
+// An upper bound of log2(d) for the online softmax's normaliser d (0 < d <= hits + 1: each
+// term is at most 1 relative to the largest exponent's), cheaper than the logarithm, less
+// kLog2BoundSlack. On the GPU the hardware log2 of max(d, 1e-30), within 2^-22 absolute or
+// 2 ulp of log2 d: that argument stays clear of the denormals that float flushes, and its
+// logarithm bounds log2 d from above once the slack is added (one instruction where a range
+// test and its branch took five; W1's forward takes one per hit). Elsewhere the binary
+// exponent e of d = mantissa * 2^e, mantissa in [0.5, 1): log2 d < e. (A NaN or infinite d,
 // from NaN or infinite inputs with value checks off, gives some bound: the stopping
 // decision is then the exact depth's, as for any entry beyond the bound.)
 template <typename T>
-PULSAR_HD T log_upper_bound(T d) {
+PULSAR_HD T log2_upper_bound_less_slack(T d) {
 #ifdef __CUDA_ARCH__
-  const float l = __log2f(fmaxf(float(d), 1e-30f));
-  return T(fmaf(fabsf(l), 1e-6f, l + 1e-6f)) * T(0.69314718055994531);
+  return T(__log2f(fmaxf(float(d), 1e-30f)));
 #else
   int e;
   std::frexp(d, &e);
-  return T(e) * T(0.69314718055994531);
+  return T(e);
 #endif
 }
+// Above the hardware log2's error for any d in [1e-30, 2^31] (|log2 d| < 100): 2^-22
+// absolute for d in [0.5, 2], else 2 ulp, under 1.6e-5. A constant (it was 1e-6 (1 +
+// |log2 d|), two operations per hit), so that the bound below folds it into its base; the
+// CPU's exact bound takes it too (a lower bound stays one).
+constexpr double kLog2BoundSlack = 1.01e-4;
 
 // The stopping rule of model.md section 6 with the logarithm deferred. After each hit
 // (after_hit) it keeps a cheap lower bound of termination_depth, from an upper bound of
-// ln D (log_upper_bound) minus a slack far above the rounding of either formula. An
-// entry at or before the bound goes on without a logarithm; only one beyond it needs the
-// exact depth. The decisions are exactly termination_depth's. (With the binary exponent
-// alone the bound lies up to gamma * range * ln 2 below the exact depth, about 2.8 world
-// units at gamma 0.1 and range 40: W1 took the exact logarithm at a quarter of its
+// ln D (log2_upper_bound_less_slack) minus a slack far above the rounding of either
+// formula. An entry at or before the bound goes on without a logarithm; only one beyond it
+// needs the exact depth. The decisions are exactly termination_depth's. (With the binary
+// exponent alone the bound lies up to gamma * range * ln 2 below the exact depth, about 2.8
+// world units at gamma 0.1 and range 40: W1 took the exact logarithm at a quarter of its
 // entries.)
 template <typename T>
 struct TerminationTest {
   T low;       // <= termination_depth of the hits so far (+inf before the first)
   T exact;     // termination_depth of the hits so far, when fresh
   bool fresh;
-  // low = base - scale (ln D bound + m): termination_depth's formula with its per-image
-  // terms folded, less a slack far above the rounding of either formula (two fused
-  // operations per hit instead of seven).
-  T base;   // min_depth + range (1 - gamma log_odds) - slack
-  T scale;  // range * gamma
+  // low = base - scale m - scale_log2 l, l = log2_upper_bound_less_slack(D):
+  // termination_depth's formula with its per-image terms and both slacks folded (three
+  // operations per hit after the log2, where the slack's terms took two more).
+  T base;        // min_depth + range (1 - gamma log_odds) - slack - scale_log2 kLog2BoundSlack
+  T scale;       // range * gamma
+  T scale_log2;  // range * gamma * ln 2
   PULSAR_HD static TerminationTest start(const BlendParams<T>& p) {
     const T inf = std::numeric_limits<T>::infinity();
     const T slack = T(1e-5) * (std::abs(p.min_depth) + p.depth_range());
-    return {inf, inf, true, p.min_depth + p.depth_range() * (T(1) - p.gamma * p.log_odds) - slack,
-            p.depth_range() * p.gamma};
+    const T scale = p.depth_range() * p.gamma;
+    const T scale_log2 = scale * T(0.69314718055994531);
+    return {inf, inf, true,
+            p.min_depth + p.depth_range() * (T(1) - p.gamma * p.log_odds) - slack - scale_log2 * T(kLog2BoundSlack),
+            scale, scale_log2};
   }
   PULSAR_HD void after_hit(const OnlineSoftmax<T>& state) {
-    low = base - scale * (log_upper_bound(state.D) + state.m);
+    low = (base - scale * state.m) - scale_log2 * log2_upper_bound_less_slack(state.D);
     fresh = false;
   }
   // Whether an entry with closest depth zc stops the traversal.

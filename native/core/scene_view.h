@@ -52,6 +52,9 @@ PULSAR_HD BlendParams<T> blend_params_of(const CameraFrame<T>& cam, const Render
   p.min_depth = cam.min_depth;
   p.max_depth = cam.max_depth;
   p.inv_range = T(1) / (cam.max_depth - cam.min_depth);
+  // In double, rounded once to T: the same bits on every backend (the GPU's float
+  // division is the fast one), so that each sphere's exponent slope is the same too.
+  p.inv_gamma_range = T(1.0 / (options.gamma * (double(cam.max_depth) - double(cam.min_depth))));
   p.bg_exponent = T(config.background_normalized_depth / options.gamma);
   const double pad = options.percent_allowed_difference;
   p.early_stop = pad > 0;

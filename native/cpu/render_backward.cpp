@@ -72,8 +72,9 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
           const PairHit<T> h = evaluate_pair(cam, r.c, r.dist, radius, r.terms, ray);
           if (!h.hit) continue;
           const T opacity = sv.opacity(i);
-          const T n_depth = normalized_depth(bp, h.depth);
-          const T s = blend_exponent(bp, opacity, n_depth);
+          const T n_depth = normalized_depth(bp, h.depth);  // the depth moments'
+          const T slope = blend_exponent_slope(bp, opacity);
+          const T s = blend_exponent(bp, slope, h.depth);
           const T unit = std::exp(s - m) / norm_d;  // exp(s) / total weight
           const T weight = h.kappa * opacity * unit;  // normalised blend weight
           const T* col = sv.features + std::int64_t(i) * channels;
@@ -93,9 +94,11 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
           if (!want_blend) continue;
           // w = kappa * o * exp(s): dL/ds = weight * g, dL/dkappa = o * unit * g, and
           // opacity enters both as a factor and through s.
-          T grad_opacity = h.kappa * unit * g;
-          blend_exponent_backward(bp, opacity, n_depth, weight * g, grad_opacity, grad_n);
-          const T grad_depth = normalized_depth_backward(bp, h.depth, grad_n, range_sums);
+          const T grad_s = weight * g;
+          const T grad_opacity = h.kappa * unit * g + blend_exponent_grad_opacity(bp, h.depth, grad_s);
+          // dL/dz through s and through the moments' n; its depth range terms with it.
+          const T grad_depth = blend_exponent_grad_depth(slope, grad_s) + normalized_depth_grad(bp, grad_n);
+          range_sums.add(grad_depth, h.depth);
           gi[kInstOpacity] += grad_opacity;
           if (!want_geometry) continue;
           const T grad_kappa = opacity * unit * g;

@@ -60,13 +60,13 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene,
           const PairHit<T> h = evaluate_pair(cam, r.c, r.dist, radius, r.terms, ray);
           if (!h.hit) continue;
           const T opacity = sv.opacity(i);
-          const T n_depth = normalized_depth(bp, h.depth);
-          const T s = blend_exponent(bp, opacity, n_depth);
+          const T s = blend_exponent(bp, blend_exponent_slope(bp, opacity), h.depth);
           T rescale;
           const T w = blend.add(s, h.kappa * opacity, rescale);
           const T* col = sv.features + std::int64_t(i) * channels;
           for (int ch = 0; ch < channels; ++ch) accum[ch] = accum[ch] * rescale + w * col[ch];
           if (moments) {
+            const T n_depth = normalized_depth(bp, h.depth);
             mom[0] = mom[0] * rescale + w;
             mom[1] = mom[1] * rescale + w * n_depth;
             mom[2] = mom[2] * rescale + w * n_depth * n_depth;

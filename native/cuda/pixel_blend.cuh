@@ -15,6 +15,11 @@ namespace pulsar {
 
 constexpr unsigned kNoHit = 0xffffffffu;  // no shared-memory address
 
+// Called first in a rarely taken block, keeps it a branch: ptxas predicates a short block,
+// whose instructions every lane then issues, taken or not; it keeps a sleep (of 0 ns here)
+// behind a branch.
+__device__ inline void keep_as_branch() { __nanosleep(0); }
+
 // Feature accumulator: registers when the channel count is known at compile time
 // (C_STATIC > 0), else the pixel's own slot of the output image. scale: the online
 // softmax raised its maximum (rare); add: one hit's weighted features.
@@ -116,10 +121,11 @@ struct PixelBlend {
   }
 
   // Visits an entry whose box covers the pixel: the stop test, then the pair. g: its
-  // sphere record, col its features, id its sphere index, address its shared-memory
-  // address (the batch's traversal end follows from the last hit's). Returns whether the
-  // pixel goes on (false: it stops here; the caller records that).
-  __device__ bool visit(const GpuSphere<T>& g, const T* col, std::int32_t id, unsigned address,
+  // sphere record, slope its blend_exponent_slope, col its features, id its sphere index,
+  // address its shared-memory address (the batch's traversal end follows from the last
+  // hit's). Returns whether the pixel goes on (false: it stops here; the caller records
+  // that).
+  __device__ bool visit(const GpuSphere<T>& g, T slope, const T* col, std::int32_t id, unsigned address,
                         const VisitContext<T>& ctx) {
     // The cap lowers the cheap bound (below), so that one test per entry covers both.
     if (termination.beyond_bound(g.closest_depth) &&
@@ -127,12 +133,14 @@ struct PixelBlend {
       return false;
     const PairHit<T> h = evaluate_pair(ctx.cam, make_vec3(g.cx, g.cy, g.cz), g.dist, g.radius, g.terms, ray);
     if (!h.hit) return true;
-    const T n_depth = normalized_depth(ctx.bp, h.depth);
-    const T s = blend_exponent(ctx.bp, g.opacity, n_depth);
+    const T n_depth = normalized_depth(ctx.bp, h.depth);  // the depth moments'
+    const T s = blend_exponent(ctx.bp, slope, h.depth);
     // A new largest exponent shrinks what was accumulated, in a branch of its own: most
     // hits lie below the maximum, and with the rescale folded into every hit (its factor
-    // 1 there) the common path carried two exponentials and a product per value.
+    // 1 there) the common path carried two exponentials and a product per value; predicated,
+    // its 8 instructions (float, 3 channels) were issued for every hit.
     if (blend.raises(s)) {
+      keep_as_branch();
       const T rescale = blend.raise(s);
       accum.scale(rescale, img, ctx.channels);
       if (MOMENTS)

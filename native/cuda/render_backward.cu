@@ -245,7 +245,7 @@ struct LoadedPixel {
 // and the sums of its pairs, reduced over the warp or group at the entry's end.
 template <typename T, int C_STATIC>
 struct EntryAccum {
-  T depth_slope;                        // ds/dz of the sphere (blend_exponent_depth_slope)
+  T exponent_slope;                     // the sphere's blend_exponent_slope (-ds/dz)
   T col[C_STATIC > 0 ? C_STATIC : 1];  // its features (static channel count)
   const T* col_global;                  // its features in global memory (the generic channel path)
   Vec3<T> c_world{0, 0, 0};             // orthographic: centre - eye
@@ -438,9 +438,9 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
   // An entry's EntryAccum, its sums zero.
   auto begin_entry = [&](const StagedEntry<T, C_STATIC>& se) {
     EntryAccum<T, C_STATIC> acc;
-    // ds/dz of the entry's sphere: dL/dz of a pair is dL/ds times it (plus the moments'
-    // part through n), one product per pair where the chain through n took three.
-    acc.depth_slope = blend_exponent_depth_slope(bp, se.opacity);
+    // The exponent's slope of the entry's sphere: s = slope (max_depth - z) and dL/dz of a
+    // pair is -dL/ds times it (plus the moments' part through n).
+    acc.exponent_slope = blend_exponent_slope(bp, se.opacity);
     for (int ch = 0; ch < (kStatic ? C_STATIC : 1); ++ch) acc.col[ch] = kStatic ? se.features[ch] : T(0);
     acc.col_global = sv.features + std::int64_t(se.sphere) * channels;  // the generic channel path
     if (ORTHO && flags.geometry) acc.c_world = load_vec3(sv.positions + 3 * std::int64_t(se.sphere)) - cam.eye;
@@ -460,8 +460,8 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
     const PairHit<T> h = evaluate_pair(cam, c, se.dist, radius, se.terms, ray);
     hit = h.hit;
     if (!h.hit) return T(0);
-    const T n_depth = normalized_depth(bp, h.depth);
-    const T s = blend_exponent(bp, opacity, n_depth);
+    const T n_depth = normalized_depth(bp, h.depth);  // the depth moments'
+    const T s = blend_exponent(bp, acc.exponent_slope, h.depth);
     // Weight per unit closeness and opacity: exp(s - ln(total weight)), the argument at
     // most 0, with the forward's own exponential.
     const T unit = softmax_exp(s - px.log_total());
@@ -492,12 +492,12 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
     const T grad_s = weight * gw;  // dL/ds
     if (flags.opacity) {  // w = kappa o exp(s): o as a factor and through s
       acc.sums.opacity += h.kappa * unit * gw;
-      acc.sums.opacity += blend_exponent_grad_opacity(bp, n_depth, grad_s);
+      acc.sums.opacity += blend_exponent_grad_opacity(bp, h.depth, grad_s);
     }
     // dL/dz through s, and in the kernels that may carry moments through their n
     // (grad_n, 0 without them: added unconditionally, where a test of with_moments cost
     // those kernels 2 to 3 instructions per round).
-    T grad_depth = grad_s * acc.depth_slope;
+    T grad_depth = blend_exponent_grad_depth(acc.exponent_slope, grad_s);
     if (!ALL_GRADS) grad_depth += normalized_depth_grad(bp, grad_n);
     range_sums.add(grad_depth, h.depth);
     if (!flags.geometry) return weight;

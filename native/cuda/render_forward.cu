@@ -52,16 +52,18 @@ __device__ unsigned transpose_bits(unsigned x, int lane) {
 }
 
 // One entry of a batch as the block stages it in shared memory: the sphere record, its
-// features when the channel count is static (else read from global memory per hit) and
-// its index, in one record so that a visit derives one shared address.
+// features when the channel count is static (else read from global memory per hit), its
+// index and its exponent's slope (blend_exponent_slope: a product per hit otherwise), in
+// one record so that a visit derives one shared address.
 template <typename T, int C_STATIC>
 struct BatchFields {
   GpuSphere<T> sphere;
   T features[C_STATIC > 0 ? C_STATIC : 1];
   std::int32_t id;
+  T exponent_slope;
 };
 
-// A record padded to an odd number of 16-byte words (float, 3 channels: 80 bytes): lanes
+// A record padded to an odd number of 16-byte words (float, 1 to 4 channels: 80 bytes): lanes
 // that walk their own entries (lane by lane) read them in 16-byte loads without bank
 // conflicts, which an even stride (64 bytes) has between every other lane.
 template <typename F, bool PAD>
@@ -82,8 +84,9 @@ using BatchEntry = OddWords<BatchFields<T, C_STATIC>, (sizeof(BatchFields<T, C_S
 // taking kThreads / threads entries each. Ends with the block synchronised.
 template <typename T, int C_STATIC>
 __device__ void stage_batch(int start, int list_end, int threads, const GpuSphere<T>* spheres,
-                            const std::int32_t* entry_sphere, const T* features, int tile_x0, int tile_y0,
-                            BatchEntry<T, C_STATIC>* batch, unsigned (*coverage)[kThreads]) {
+                            const std::int32_t* entry_sphere, const T* features, const BlendParams<T>& bp,
+                            int tile_x0, int tile_y0, BatchEntry<T, C_STATIC>* batch,
+                            unsigned (*coverage)[kThreads]) {
   for (int k = int(threadIdx.x); k < kThreads; k += threads) {
     const int p = start + k;
     int lx0 = 0, lx1 = -1, ly0 = 0, ly1 = -1;  // the entry's box in the tile (empty past the list)
@@ -93,6 +96,7 @@ __device__ void stage_batch(int start, int list_end, int threads, const GpuSpher
       BatchFields<T, C_STATIC>& e = batch[k].fields;
       e.sphere = g;
       e.id = id;
+      e.exponent_slope = blend_exponent_slope(bp, g.opacity);
       lx0 = max(int(g.x0) - tile_x0, 0), lx1 = min(int(g.x1) - tile_x0, kTileSize - 1);
       ly0 = max(int(g.y0) - tile_y0, 0), ly1 = min(int(g.y1) - tile_y0, kTileSize - 1);
       for (int c = 0; c < C_STATIC; ++c) e.features[c] = features[std::int64_t(id) * C_STATIC + c];
@@ -145,8 +149,8 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
   const unsigned batch_address = unsigned(__cvta_generic_to_shared(batch));
   for (int start = range.x; start < range.y; start += kThreads) {
     if (__syncthreads_and(done)) break;
-    stage_batch<T, C_STATIC>(start, range.y, kThreads, camera_spheres, entry_sphere, ctx.features, tile_x0, tile_y0,
-                             batch, coverage);
+    stage_batch<T, C_STATIC>(start, range.y, kThreads, camera_spheres, entry_sphere, ctx.features, ctx.bp, tile_x0,
+                             tile_y0, batch, coverage);
     const int batch_size = min(kThreads, range.y - start);
     const int chunks = (batch_size + 31) / 32;
     if (!done && px.stops_before(batch[0].fields.sphere.closest_depth, ctx)) done = true;
@@ -171,7 +175,7 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
     auto visit = [&](const BatchEntry<T, C_STATIC>& entry) -> bool {
       const BatchFields<T, C_STATIC>& e = entry.fields;
       const T* col = C_STATIC > 0 ? e.features : ctx.features + std::int64_t(e.id) * ctx.channels;
-      return px.visit(e.sphere, col, e.id, unsigned(__cvta_generic_to_shared(&entry)), ctx);
+      return px.visit(e.sphere, e.exponent_slope, col, e.id, unsigned(__cvta_generic_to_shared(&entry)), ctx);
     };
 
     if (by_lane) {
@@ -255,8 +259,8 @@ render_forward_two_kernel(RendererConfig config, SceneArgs scene, RenderOptions 
   const unsigned batch_address = unsigned(__cvta_generic_to_shared(batch));
   for (int start = range.x; start < range.y; start += kThreads) {
     if (__syncthreads_and(done[0] && done[1])) break;
-    stage_batch<T, C_STATIC>(start, range.y, kBlock, camera_spheres, entry_sphere, ctx.features, tile_x0, tile_y0,
-                             batch, coverage);
+    stage_batch<T, C_STATIC>(start, range.y, kBlock, camera_spheres, entry_sphere, ctx.features, ctx.bp, tile_x0,
+                             tile_y0, batch, coverage);
     const int chunks = (min(kThreads, range.y - start) + 31) / 32;
     for (int i = 0; i < 2; ++i)
       if (!done[i] && px[i].stops_before(batch[0].fields.sphere.closest_depth, ctx)) done[i] = true;
@@ -281,11 +285,12 @@ render_forward_two_kernel(RendererConfig config, SceneArgs scene, RenderOptions 
         if ((live[0] | live[1]) & bit) {
           const BatchEntry<T, C_STATIC>& entry = chunk_last[-top];
           const GpuSphere<T> g = entry.fields.sphere;
+          const T slope = entry.fields.exponent_slope;
           T col[C_STATIC > 0 ? C_STATIC : 1];
           for (int c = 0; c < C_STATIC; ++c) col[c] = entry.fields.features[c];
           const unsigned address = unsigned(__cvta_generic_to_shared(&entry));
           for (int i = 0; i < 2; ++i)
-            if ((live[i] & bit) && !px[i].visit(g, col, entry.fields.id, address, ctx)) {
+            if ((live[i] & bit) && !px[i].visit(g, slope, col, entry.fields.id, address, ctx)) {
               live[i] = 0u;  // it stops: no more visits
               stopped |= 1u << i;
             }
@@ -309,9 +314,9 @@ void launch(const RendererConfig& config, const SceneArgs& scene, const RenderOp
   const std::int32_t* entries = s.entry_sphere();
   const auto* ranges = s.tile_ranges.as<int2>();
   // render() (which asks for the depth moments) must give forward()'s image bit for bit:
-  // the image's arithmetic is the same in both kernels (blend_exponent rounds 1 - n on its
-  // own, where n's one use in the kernel without moments let the compiler fuse it). The
-  // forward_info kernel (rare) accumulates the moments too.
+  // the image's arithmetic is the same in both kernels (the exponent is formed from the
+  // depth, not from n, which only the moments use). The forward_info kernel (rare)
+  // accumulates the moments too.
   // Two pixels per thread where most instances' boxes within their tile are large (the
   // measure the backward picks its lane groups by): lockstep is then the walk, and its
   // visits serve both pixels.
