@@ -211,6 +211,28 @@ def test_cuda_depth_cut_is_exact_and_stores_less(dtype):
     assert 0 < stored[0.01] < 0.75 * stored[0.0], stored
 
 
+@pytest.mark.parametrize("max_n_hits", [None, 3], ids=["uncapped", "cap3"])
+def test_cuda_common_call_matches_cpu(max_n_hits):
+    """The common call (float, 3 channels, no forward info) over large spheres, which the
+    CUDA forward renders two pixels per thread, or with a hit cap one (render_forward.cu):
+    the CPU's image and hit counts, and with the cap no pixel past it."""
+    pos, col, rad, opa, bg, cam = _large_opaque_scene(torch.float32)
+    images, hits = {}, {}
+    for device in ("cpu", "cuda"):
+        renderer = Renderer(96, 80, n_channels=3).to(device)
+        args = [t.to(device) for t in (pos, col, rad, cam)]
+        call_kw = dict(gamma=0.1, max_depth=45.0, percent_allowed_difference=0.01, max_n_hits=max_n_hits,
+                       bg_col=bg.to(device), opacity=opa.to(device))
+        images[device] = renderer(*args, **call_kw).cpu()
+        hits[device] = renderer(*args, mode=1, **call_kw).cpu()
+    torch.testing.assert_close(images["cuda"], images["cpu"], atol=1e-5, rtol=0)
+    assert (hits["cuda"] == hits["cpu"]).float().mean() >= 0.999
+    if max_n_hits is None:
+        assert hits["cpu"].max() > 3, "the scene should give pixels more hits than the cap"
+    else:
+        assert hits["cuda"].max() == max_n_hits
+
+
 def _deep_cover_scene(dtype):
     """_large_opaque_scene with one small sphere near the camera: the first quarter of the
     depth buckets then holds nothing that covers a tile, so every tile's bound comes from

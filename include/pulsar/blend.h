@@ -181,55 +181,67 @@ PULSAR_HD T log2_upper_bound_less_slack(T d) {
 }
 // Above the hardware log2's error for any d in [1e-30, 2^31] (|log2 d| < 100): 2^-22
 // absolute for d in [0.5, 2], else 2 ulp, under 1.6e-5. A constant (it was 1e-6 (1 +
-// |log2 d|), two operations per hit), so that the bound below folds it into its base; the
-// CPU's exact bound takes it too (a lower bound stays one).
+// |log2 d|), two operations per hit), so that the test below folds it into its entries'
+// keys; the CPU's exact bound takes it too (an upper bound stays one).
 constexpr double kLog2BoundSlack = 1.01e-4;
 
-// The stopping rule of model.md section 6 with the logarithm deferred. After each hit
-// (after_hit) it keeps a cheap lower bound of termination_depth, from an upper bound of
-// ln D (log2_upper_bound_less_slack) minus a slack far above the rounding of either
-// formula. An entry at or before the bound goes on without a logarithm; only one beyond it
-// needs the exact depth. The decisions are exactly termination_depth's. (With the binary
-// exponent alone the bound lies up to gamma * range * ln 2 below the exact depth, about 2.8
-// world units at gamma 0.1 and range 40: W1 took the exact logarithm at a quarter of its
-// entries.)
+// The stopping rule of model.md section 6 with the logarithm deferred. An entry with
+// closest depth zc stops the traversal when zc > termination_depth, which is, with
+// s1(zc) = (max_depth - zc) / (gamma range) the exponent a hit of opacity 1 at zc would
+// have, when s1(zc) - log_odds < m + ln D: its largest possible weight is under the share
+// p of the total. After each hit (after_hit) the test keeps hi = m + ln 2 l, l an upper
+// bound of log2 D less a constant (log2_upper_bound_less_slack): one fused operation per
+// hit. The entry's side, its key s1(zc) - log_odds less a slack far above the rounding of
+// either side (key_offset), is a per-image function of zc that the GPU forward forms once
+// per staged entry. An entry whose key is at least hi goes on without a logarithm; only
+// one below needs the exact depth, so the decisions are exactly termination_depth's. (In
+// depth units the bound took three operations per hit and a register move; with the
+// binary exponent alone it lies up to ln 2 below m + ln D, about 2.8 world units at gamma
+// 0.1 and range 40: W1 took the exact logarithm at a quarter of its entries.)
+//
+// Why the key may stand for zc: key >= hi gives s1(zc) >= m + ln D + log_odds + slack /
+// (gamma range) (ln D <= ln 2 (l + kLog2BoundSlack)), that is zc <= termination_depth -
+// slack, slack = 1e-5 (|min_depth| + range). In key units that slack is at least 1e-5 /
+// gamma, where the key, m and ln D, all within about 1 / gamma + 100 of 0 near a
+// decision, round by under 3e-7 / gamma: a factor 30 to spare.
 template <typename T>
 struct TerminationTest {
-  T low;       // <= termination_depth of the hits so far (+inf before the first)
-  T exact;     // termination_depth of the hits so far, when fresh
-  bool fresh;
-  // low = base - scale m - scale_log2 l, l = log2_upper_bound_less_slack(D):
-  // termination_depth's formula with its per-image terms and both slacks folded (three
-  // operations per hit after the log2, where the slack's terms took two more).
-  T base;        // min_depth + range (1 - gamma log_odds) - slack - scale_log2 kLog2BoundSlack
-  T scale;       // range * gamma
-  T scale_log2;  // range * gamma * ln 2
-  PULSAR_HD static TerminationTest start(const BlendParams<T>& p) {
-    const T inf = std::numeric_limits<T>::infinity();
-    const T slack = T(1e-5) * (std::abs(p.min_depth) + p.depth_range());
-    const T scale = p.depth_range() * p.gamma;
-    const T scale_log2 = scale * T(0.69314718055994531);
-    return {inf, inf, true,
-            p.min_depth + p.depth_range() * (T(1) - p.gamma * p.log_odds) - slack - scale_log2 * T(kLog2BoundSlack),
-            scale, scale_log2};
+  T hi;            // >= m + ln D less the slacks; -inf before the first hit, +inf once the hit cap stops the pixel
+  T exact;         // termination_depth after exact_hits hits
+  int exact_hits;  // the hits when exact was computed (-1: not yet; a count, not a flag written per hit)
+
+  // key(zc) = s1(zc) - key_offset; key_offset = log_odds + the slacks (0 without early
+  // termination, where log_odds is -inf: hi then stays -inf, and finite keys let the
+  // hit cap's +inf stop the pixel).
+  PULSAR_HD static T key_offset(const BlendParams<T>& p) {
+    if (!p.early_stop) return T(0);
+    const T slack = T(1e-5) * (std::abs(p.min_depth) + p.depth_range()) * p.inv_gamma_range;
+    return p.log_odds + slack + T(0.69314718055994531 * kLog2BoundSlack);
   }
+  PULSAR_HD static T key(const BlendParams<T>& p, T offset, T zc) {
+    return blend_exponent(p, p.inv_gamma_range, zc) - offset;
+  }
+  PULSAR_HD static TerminationTest start() { return {-std::numeric_limits<T>::infinity(), T(0), -1}; }
   PULSAR_HD void after_hit(const OnlineSoftmax<T>& state) {
-    low = (base - scale * state.m) - scale_log2 * log2_upper_bound_less_slack(state.D);
-    fresh = false;
+    hi = state.m + T(0.69314718055994531) * log2_upper_bound_less_slack(state.D);
   }
-  // Whether an entry with closest depth zc stops the traversal.
-  PULSAR_HD bool stops(T zc, const BlendParams<T>& p, const OnlineSoftmax<T>& state) {
-    return beyond_bound(zc) && stops_beyond_bound(zc, p, state);
+  // The hit cap is reached: every later entry is beyond the bound, where the caller
+  // tests the cap.
+  PULSAR_HD void cap_reached() { hi = std::numeric_limits<T>::infinity(); }
+  // Whether an entry with closest depth zc (and key(p, offset, zc)) stops the traversal
+  // after `hits` hits.
+  PULSAR_HD bool stops(T zc, T key, const BlendParams<T>& p, const OnlineSoftmax<T>& state, int hits) {
+    return beyond_bound(key) && stops_beyond_bound(zc, p, state, hits);
   }
   // The same in two steps, the first alone on the common path (the GPU forward's visit
   // branches on it, where the combined test cost it a materialised flag and 5 more
-  // instructions per entry): whether zc lies beyond the cheap bound, and if so, whether
-  // it stops the traversal.
-  PULSAR_HD bool beyond_bound(T zc) const { return zc > low; }
-  PULSAR_HD bool stops_beyond_bound(T zc, const BlendParams<T>& p, const OnlineSoftmax<T>& state) {
-    if (!fresh) {
+  // instructions per entry): whether the entry lies beyond the cheap bound, and if so,
+  // whether it stops the traversal.
+  PULSAR_HD bool beyond_bound(T key) const { return key < hi; }
+  PULSAR_HD bool stops_beyond_bound(T zc, const BlendParams<T>& p, const OnlineSoftmax<T>& state, int hits) {
+    if (hits != exact_hits) {
       exact = termination_depth(p, state);
-      fresh = true;
+      exact_hits = hits;
     }
     return zc > exact;
   }

@@ -37,6 +37,7 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene,
     const BlendParams<T>& bp = w.blend;
     const SphereRecord<T>* rec = w.records;
     const std::int64_t first = w.first, last = w.last;
+    const T key_offset = TerminationTest<T>::key_offset(bp);
     T* accum = worker_mem + per_worker * worker;
     T* track_depth = accum + channels;
     auto* track_id = reinterpret_cast<std::int32_t*>(track_depth + k_track);
@@ -46,7 +47,7 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene,
         OnlineSoftmax<T> blend = OnlineSoftmax<T>::start(bp);
         for (int ch = 0; ch < channels; ++ch) accum[ch] = sv.background[ch];
         TrackedHits<T> tracked{track_depth, track_id, k_track, 0};
-        TerminationTest<T> termination = TerminationTest<T>::start(bp);
+        TerminationTest<T> termination = TerminationTest<T>::start();
         T max_closest = T(-1);
         T mom[3] = {0, 0, 0};  // sum w n^k relative to exp(m)
         std::int64_t hits = 0;
@@ -54,7 +55,10 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene,
         for (std::int64_t e = first; e < last; ++e) {
           const std::int32_t i = entries[e];
           const SphereRecord<T>& r = rec[i];
-          if (hits >= cap || termination.stops(r.closest_depth, bp, blend)) break;
+          if (hits >= cap ||
+              termination.stops(r.closest_depth, TerminationTest<T>::key(bp, key_offset, r.closest_depth), bp, blend,
+                                int(hits)))
+            break;
           if (!r.bounds.contains(x, y)) continue;
           const T radius = sv.radii[i];
           const PairHit<T> h = evaluate_pair(cam, r.c, r.dist, radius, r.terms, ray);

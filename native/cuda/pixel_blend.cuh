@@ -60,22 +60,32 @@ struct FeatureAccum<T, 0> {
   }
 };
 
+// The hit cap of a call as the kernels compare it: max_n_hits, or int max for none. A
+// pixel's hits never exceed its tile's list length (an int), so 32 bits hold it.
+__host__ __device__ inline int hit_cap_of(const RenderOptions& options) {
+  return options.max_n_hits < 0 || options.max_n_hits > std::numeric_limits<int>::max()
+             ? std::numeric_limits<int>::max()
+             : int(options.max_n_hits);
+}
+
 // What every pixel's blend reads: the camera, the blend's constants, the features in
 // global memory (the generic channel path), the background and the hit cap.
 template <typename T>
 struct VisitContext {
   CameraFrame<T> cam;
   BlendParams<T> bp;
+  T stop_key_offset;    // TerminationTest::key_offset
   const T* features;    // [N, C] of the block's camera
   const T* background;  // [C]
   int channels;
-  int cap;  // hits per pixel at most (max_n_hits; int max: none)
+  int cap;  // hits per pixel at most (hit_cap_of)
 };
 
 // The blend of one pixel over its tile's list: its accumulators, its termination test and
 // the record of its traversal. A thread holds one (render_forward_kernel) or two
-// (render_forward_two_kernel).
-template <typename T, int C_STATIC, bool WITH_INFO, bool MOMENTS>
+// (render_forward_two_kernel). HIT_CAP false: the call has no hit cap (the launch checks
+// it), and a hit skips the cap's test (2 instructions).
+template <typename T, int C_STATIC, bool WITH_INFO, bool MOMENTS, bool HIT_CAP = true>
 struct PixelBlend {
   PixelRay<T> ray;
   std::int64_t pix;  // index of the pixel in the batch of images
@@ -104,7 +114,7 @@ struct PixelBlend {
     const bool inside = x < config.width && y < config.height;
     if (inside) accum.init(ctx.background, img, ctx.channels);
     blend = OnlineSoftmax<T>::start(ctx.bp);
-    termination = TerminationTest<T>::start(ctx.bp);
+    termination = TerminationTest<T>::start();
     max_closest = T(-1);
     for (int k = 0; k < 3; ++k) mom[k] = T(0);
     hits = 0;
@@ -115,21 +125,22 @@ struct PixelBlend {
     return inside;
   }
 
-  // Whether the pixel stops before the first entry of a batch, whose closest depth is zc.
-  __device__ bool stops_before(T zc, const VisitContext<T>& ctx) {
-    return hits >= ctx.cap || termination.stops(zc, ctx.bp, blend);
+  // Whether the pixel stops before the first entry of a batch, whose closest depth is zc
+  // and stop key key (TerminationTest::key).
+  __device__ bool stops_before(T zc, T key, const VisitContext<T>& ctx) {
+    return hits >= ctx.cap || termination.stops(zc, key, ctx.bp, blend, hits);
   }
 
   // Visits an entry whose box covers the pixel: the stop test, then the pair. g: its
-  // sphere record, slope its blend_exponent_slope, col its features, id its sphere index,
-  // address its shared-memory address (the batch's traversal end follows from the last
-  // hit's). Returns whether the pixel goes on (false: it stops here; the caller records
-  // that).
-  __device__ bool visit(const GpuSphere<T>& g, T slope, const T* col, std::int32_t id, unsigned address,
+  // sphere record, slope its blend_exponent_slope, key its TerminationTest::key, col its
+  // features, id its sphere index, address its shared-memory address (the batch's
+  // traversal end follows from the last hit's). Returns whether the pixel goes on (false:
+  // it stops here; the caller records that).
+  __device__ bool visit(const GpuSphere<T>& g, T slope, T key, const T* col, std::int32_t id, unsigned address,
                         const VisitContext<T>& ctx) {
-    // The cap lowers the cheap bound (below), so that one test per entry covers both.
-    if (termination.beyond_bound(g.closest_depth) &&
-        (hits >= ctx.cap || termination.stops_beyond_bound(g.closest_depth, ctx.bp, blend)))
+    // The cap moves the cheap bound (below), so that one test per entry covers both.
+    if (termination.beyond_bound(key) &&
+        ((HIT_CAP && hits >= ctx.cap) || termination.stops_beyond_bound(g.closest_depth, ctx.bp, blend, hits)))
       return false;
     const PairHit<T> h = evaluate_pair(ctx.cam, make_vec3(g.cx, g.cy, g.cz), g.dist, g.radius, g.terms, ray);
     if (!h.hit) return true;
@@ -156,7 +167,7 @@ struct PixelBlend {
     ++hits;
     last_hit = address;
     if (ctx.bp.early_stop) termination.after_hit(blend);
-    if (hits >= ctx.cap) termination.low = -std::numeric_limits<T>::infinity();
+    if (HIT_CAP && hits >= ctx.cap) termination.cap_reached();
     if (WITH_INFO) {
       max_closest = g.closest_depth;
       TrackedHits<T> closest{track_depth, track_id, n_track, tracked};
@@ -201,10 +212,8 @@ __device__ VisitContext<T> visit_context(const RendererConfig& config, const Sce
   ctx.features = sv.features;
   ctx.background = sv.background;
   ctx.bp = blend_params_of(ctx.cam, config, options);
-  // A pixel's hits never exceed its tile's list length (an int), so a cap is compared in 32 bits.
-  ctx.cap = options.max_n_hits < 0 || options.max_n_hits > std::numeric_limits<int>::max()
-                ? std::numeric_limits<int>::max()
-                : int(options.max_n_hits);
+  ctx.stop_key_offset = TerminationTest<T>::key_offset(ctx.bp);
+  ctx.cap = hit_cap_of(options);
   return ctx;
 }
 

@@ -53,19 +53,23 @@ __device__ unsigned transpose_bits(unsigned x, int lane) {
 
 // One entry of a batch as the block stages it in shared memory: the sphere record, its
 // features when the channel count is static (else read from global memory per hit), its
-// index and its exponent's slope (blend_exponent_slope: a product per hit otherwise), in
-// one record so that a visit derives one shared address.
+// index, its exponent's slope (blend_exponent_slope: a product per hit otherwise) and its
+// stop key (TerminationTest::key, which the termination test compares per visit), in one
+// record so that a visit derives one shared address.
 template <typename T, int C_STATIC>
 struct BatchFields {
   GpuSphere<T> sphere;
   T features[C_STATIC > 0 ? C_STATIC : 1];
   std::int32_t id;
   T exponent_slope;
+  T stop_key;
 };
 
 // A record padded to an odd number of 16-byte words (float, 1 to 4 channels: 80 bytes): lanes
 // that walk their own entries (lane by lane) read them in 16-byte loads without bank
-// conflicts, which an even stride (64 bytes) has between every other lane.
+// conflicts, which an even stride (64 bytes) has between every other lane. Padded where a
+// batch of them and its coverage words fit the 48 KiB of static shared memory (double
+// with 4 channels: 160 bytes unpadded).
 template <typename F, bool PAD>
 struct OddWords {
   F fields;
@@ -76,7 +80,16 @@ struct OddWords<F, false> {
   F fields;
 };
 template <typename T, int C_STATIC>
-using BatchEntry = OddWords<BatchFields<T, C_STATIC>, (sizeof(BatchFields<T, C_STATIC>) / 16) % 2 == 0>;
+constexpr bool pads_batch_entry() {
+  constexpr std::size_t words = sizeof(BatchFields<T, C_STATIC>) / 16;
+  constexpr std::size_t coverage_bytes = sizeof(unsigned) * (kThreads / 32) * kThreads;
+  return words % 2 == 0 && (words + 1) * 16 * kThreads + coverage_bytes <= 48 * 1024;
+}
+template <typename T, int C_STATIC>
+using BatchEntry = OddWords<BatchFields<T, C_STATIC>, pads_batch_entry<T, C_STATIC>()>;
+static_assert(sizeof(BatchEntry<float, 1>) == 80 && sizeof(BatchEntry<float, 3>) == 80 &&
+                  sizeof(BatchEntry<float, 4>) == 80,
+              "a float batch record is five 16-byte words");
 
 // Stages list positions [start, start + kThreads) of the tile (those before list_end) in
 // batch, and each entry's coverage of the 8 warp blocks (8x4 pixels each; coverage[w][e]:
@@ -85,7 +98,7 @@ using BatchEntry = OddWords<BatchFields<T, C_STATIC>, (sizeof(BatchFields<T, C_S
 template <typename T, int C_STATIC>
 __device__ void stage_batch(int start, int list_end, int threads, const GpuSphere<T>* spheres,
                             const std::int32_t* entry_sphere, const T* features, const BlendParams<T>& bp,
-                            int tile_x0, int tile_y0, BatchEntry<T, C_STATIC>* batch,
+                            T stop_key_offset, int tile_x0, int tile_y0, BatchEntry<T, C_STATIC>* batch,
                             unsigned (*coverage)[kThreads]) {
   for (int k = int(threadIdx.x); k < kThreads; k += threads) {
     const int p = start + k;
@@ -97,6 +110,7 @@ __device__ void stage_batch(int start, int list_end, int threads, const GpuSpher
       e.sphere = g;
       e.id = id;
       e.exponent_slope = blend_exponent_slope(bp, g.opacity);
+      e.stop_key = TerminationTest<T>::key(bp, stop_key_offset, g.closest_depth);
       lx0 = max(int(g.x0) - tile_x0, 0), lx1 = min(int(g.x1) - tile_x0, kTileSize - 1);
       ly0 = max(int(g.y0) - tile_y0, 0), ly1 = min(int(g.y1) - tile_y0, kTileSize - 1);
       for (int c = 0; c < C_STATIC; ++c) e.features[c] = features[std::int64_t(id) * C_STATIC + c];
@@ -149,11 +163,11 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
   const unsigned batch_address = unsigned(__cvta_generic_to_shared(batch));
   for (int start = range.x; start < range.y; start += kThreads) {
     if (__syncthreads_and(done)) break;
-    stage_batch<T, C_STATIC>(start, range.y, kThreads, camera_spheres, entry_sphere, ctx.features, ctx.bp, tile_x0,
-                             tile_y0, batch, coverage);
+    stage_batch<T, C_STATIC>(start, range.y, kThreads, camera_spheres, entry_sphere, ctx.features, ctx.bp,
+                             ctx.stop_key_offset, tile_x0, tile_y0, batch, coverage);
     const int batch_size = min(kThreads, range.y - start);
     const int chunks = (batch_size + 31) / 32;
-    if (!done && px.stops_before(batch[0].fields.sphere.closest_depth, ctx)) done = true;
+    if (!done && px.stops_before(batch[0].fields.sphere.closest_depth, batch[0].fields.stop_key, ctx)) done = true;
     if (__all_sync(kFullMask, done)) continue;
 
     // The warp's entry sets, and the rounds of either walk.
@@ -175,7 +189,8 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
     auto visit = [&](const BatchEntry<T, C_STATIC>& entry) -> bool {
       const BatchFields<T, C_STATIC>& e = entry.fields;
       const T* col = C_STATIC > 0 ? e.features : ctx.features + std::int64_t(e.id) * ctx.channels;
-      return px.visit(e.sphere, e.exponent_slope, col, e.id, unsigned(__cvta_generic_to_shared(&entry)), ctx);
+      return px.visit(e.sphere, e.exponent_slope, e.stop_key, col, e.id, unsigned(__cvta_generic_to_shared(&entry)),
+                      ctx);
     };
 
     if (by_lane) {
@@ -228,8 +243,8 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
 // cover a warp's pixels whole): two pixels per thread, (x, y) and (x, y + 4) of the same
 // 8x8 block per warp, in lockstep only, so that a visited entry's walk and its record's
 // loads serve both pixels (W1: 18 of about 100 instructions per visit). Without forward
-// info or depth moments (render_forward_kernel has those); each pixel's arithmetic is
-// PixelBlend's, as there, so the image is the same bit for bit.
+// info, depth moments or a hit cap (render_forward_kernel has those); each pixel's
+// arithmetic is PixelBlend's, as there, so the image is the same bit for bit.
 // Eight blocks per SM (64 registers; 80 without the bound, six blocks): CUPTI W1
 // 1.193 -> 1.163 ms, W2B 5.392 -> 5.247 (H100).
 template <typename T, int C_STATIC, bool ORTHO>
@@ -246,7 +261,7 @@ render_forward_two_kernel(RendererConfig config, SceneArgs scene, RenderOptions 
   const VisitContext<T> ctx = visit_context<T>(config, scene, options, b, ORTHO);
   // Pixel i of the lane: that of 8x4 block (`virtual warp`) blocks[i] of the one-pixel layout.
   int blocks[2];
-  PixelBlend<T, C_STATIC, false, false> px[2];
+  PixelBlend<T, C_STATIC, false, false, false> px[2];  // no hit cap (launch)
   bool inside[2], done[2];
   for (int i = 0; i < 2; ++i) {
     blocks[i] = warp % 2 + 2 * (2 * (warp / 2) + i);
@@ -259,11 +274,12 @@ render_forward_two_kernel(RendererConfig config, SceneArgs scene, RenderOptions 
   const unsigned batch_address = unsigned(__cvta_generic_to_shared(batch));
   for (int start = range.x; start < range.y; start += kThreads) {
     if (__syncthreads_and(done[0] && done[1])) break;
-    stage_batch<T, C_STATIC>(start, range.y, kBlock, camera_spheres, entry_sphere, ctx.features, ctx.bp, tile_x0,
-                             tile_y0, batch, coverage);
+    stage_batch<T, C_STATIC>(start, range.y, kBlock, camera_spheres, entry_sphere, ctx.features, ctx.bp,
+                             ctx.stop_key_offset, tile_x0, tile_y0, batch, coverage);
     const int chunks = (min(kThreads, range.y - start) + 31) / 32;
     for (int i = 0; i < 2; ++i)
-      if (!done[i] && px[i].stops_before(batch[0].fields.sphere.closest_depth, ctx)) done[i] = true;
+      if (!done[i] && px[i].stops_before(batch[0].fields.sphere.closest_depth, batch[0].fields.stop_key, ctx))
+        done[i] = true;
     if (__all_sync(kFullMask, done[0] && done[1])) continue;
     for (int i = 0; i < 2; ++i)
       for (int chunk = 0; chunk < chunks; ++chunk) {
@@ -285,12 +301,12 @@ render_forward_two_kernel(RendererConfig config, SceneArgs scene, RenderOptions 
         if ((live[0] | live[1]) & bit) {
           const BatchEntry<T, C_STATIC>& entry = chunk_last[-top];
           const GpuSphere<T> g = entry.fields.sphere;
-          const T slope = entry.fields.exponent_slope;
+          const T slope = entry.fields.exponent_slope, key = entry.fields.stop_key;
           T col[C_STATIC > 0 ? C_STATIC : 1];
           for (int c = 0; c < C_STATIC; ++c) col[c] = entry.fields.features[c];
           const unsigned address = unsigned(__cvta_generic_to_shared(&entry));
           for (int i = 0; i < 2; ++i)
-            if ((live[i] & bit) && !px[i].visit(g, slope, col, entry.fields.id, address, ctx)) {
+            if ((live[i] & bit) && !px[i].visit(g, slope, key, col, entry.fields.id, address, ctx)) {
               live[i] = 0u;  // it stops: no more visits
               stopped |= 1u << i;
             }
@@ -319,13 +335,14 @@ void launch(const RendererConfig& config, const SceneArgs& scene, const RenderOp
   // accumulates the moments too.
   // Two pixels per thread where most instances' boxes within their tile are large (the
   // measure the backward picks its lane groups by): lockstep is then the walk, and its
-  // visits serve both pixels.
+  // visits serve both pixels. Not with a hit cap (rare), which that kernel leaves out.
   const bool large_boxes = s.small_box_instances * 2 < s.n_instances;
+  const bool hit_cap = hit_cap_of(options) < std::numeric_limits<int>::max();
   if (out.forward_info)
     render_forward_kernel<T, C_STATIC, ORTHO, true, true><<<blocks, kThreads, 0, stream>>>(config, scene, options, out, spheres, entries, ranges);
   else if (out.depth_moments)
     render_forward_kernel<T, C_STATIC, ORTHO, false, true><<<blocks, kThreads, 0, stream>>>(config, scene, options, out, spheres, entries, ranges);
-  else if (C_STATIC > 0 && large_boxes)
+  else if (C_STATIC > 0 && large_boxes && !hit_cap)
     render_forward_two_kernel<T, (C_STATIC > 0 ? C_STATIC : 1), ORTHO><<<blocks, kThreads / 2, 0, stream>>>(config, scene, options, out, spheres, entries, ranges);
   else
     render_forward_kernel<T, C_STATIC, ORTHO, false, false><<<blocks, kThreads, 0, stream>>>(config, scene, options, out, spheres, entries, ranges);
