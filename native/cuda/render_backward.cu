@@ -150,15 +150,38 @@ __device__ void block_sum(int count, ValueFn value, T* scratch, T* out, bool add
 // Used when the copies fit the shared memory (float with up to about 350 channels) and
 // the warps work on one entry at a time; never in double, nor with groups of lanes.
 
+// A pixel's unit ray direction (perspective) and ln of its total weight (m + ln D), read
+// together: one 16-byte load in float where they took four.
+template <typename T>
+struct alignas(4 * sizeof(T)) RayAndTotal {
+  T x, y, z, log_total;
+};
+
+// A pixel's dL/dimage . image and dL/dimage (static channel count), read together: aligned
+// to their size where that is 2 or 4 values (one 8- or 16-byte load in float with 1 or 3
+// channels, a stride without bank conflicts), else to one value (4 channels: a 5-word
+// stride, which has none either).
+constexpr int pixel_grads_values(int c_static) { return 1 + (c_static > 0 ? c_static : 1); }
+constexpr std::size_t pixel_grads_align(int c_static, std::size_t value_bytes) {
+  return pixel_grads_values(c_static) == 2 || pixel_grads_values(c_static) == 4
+             ? pixel_grads_values(c_static) * value_bytes
+             : value_bytes;
+}
+template <typename T, int C_STATIC>
+struct alignas(pixel_grads_align(C_STATIC, sizeof(T))) PixelGrads {
+  T dot;                                    // dL/dimage . image
+  T image[C_STATIC > 0 ? C_STATIC : 1];     // dL/dimage
+};
+
 // What the block stages per pixel of its tile (index q = ly * 16 + lx), so that a pair
 // reads its pixel's terms from shared memory instead of recomputing or fetching them.
+// Each pixel's values that a pair reads together are one record (RayAndTotal,
+// PixelGrads): per whole-tile pair round 2 loads where they took 8 (float, 3 channels).
 template <typename T, int C_STATIC>
 struct PixelStage {
-  int end[kThreads];           // traversal end (entries the forward processed)
-  T log_total[kThreads];       // ln of the total weight: m + ln(D)
-  T grad_dot_image[kThreads];  // dL/dimage . image
-  T ray[3][kThreads];          // unit ray direction (perspective)
-  T grad_image[C_STATIC > 0 ? C_STATIC : 1][kThreads];  // dL/dimage (static channel count)
+  int end[kThreads];                      // traversal end (entries the forward processed)
+  RayAndTotal<T> ray_total[kThreads];     // the ray only in perspective
+  PixelGrads<T, C_STATIC> grads[kThreads];  // dL/dimage only with a static channel count
   T mom[kThreads][3], grad_mom[kThreads][3];  // depth moments and their gradients
 };
 
@@ -209,15 +232,22 @@ struct StagedPixel {
   int q;  // tile pixel
   const CameraFrame<T>& cam;
   int x, y;  // image pixel
+  // Each accessor reads its whole record (one wide load, which the compiler shares
+  // between the accessors of one pair; a narrow load at a 16-byte stride has bank
+  // conflicts).
   __device__ PixelRay<T> ray() const {
     PixelRay<T> r;
-    if (ORTHO) r = pixel_ray(cam, x, y);
-    else r.dir = make_vec3(stage.ray[0][q], stage.ray[1][q], stage.ray[2][q]);
+    if (ORTHO) {
+      r = pixel_ray(cam, x, y);
+    } else {
+      const RayAndTotal<T> rt = stage.ray_total[q];
+      r.dir = make_vec3(rt.x, rt.y, rt.z);
+    }
     return r;
   }
-  __device__ T log_total() const { return stage.log_total[q]; }
-  __device__ T grad_dot_image() const { return stage.grad_dot_image[q]; }
-  __device__ T grad_image(int ch) const { return stage.grad_image[ch][q]; }
+  __device__ T log_total() const { return RayAndTotal<T>(stage.ray_total[q]).log_total; }
+  __device__ T grad_dot_image() const { return PixelGrads<T, C_STATIC>(stage.grads[q]).dot; }
+  __device__ T grad_image(int ch) const { return PixelGrads<T, C_STATIC>(stage.grads[q]).image[ch]; }
   __device__ const T* moments() const { return stage.mom[q]; }
   __device__ const T* grad_moments() const { return stage.grad_mom[q]; }
 };
@@ -227,10 +257,12 @@ struct LoadedPixel {
   PixelRay<T> r;
   T total, dot, g[C_STATIC > 0 ? C_STATIC : 1];
   __device__ LoadedPixel(const PixelStage<T, C_STATIC>& stage, int q) {
-    r.dir = make_vec3(stage.ray[0][q], stage.ray[1][q], stage.ray[2][q]);
-    total = stage.log_total[q];
-    dot = stage.grad_dot_image[q];
-    for (int ch = 0; ch < C_STATIC; ++ch) g[ch] = stage.grad_image[ch][q];
+    const RayAndTotal<T> rt = stage.ray_total[q];
+    r.dir = make_vec3(rt.x, rt.y, rt.z);
+    total = rt.log_total;
+    const PixelGrads<T, C_STATIC> pg = stage.grads[q];
+    dot = pg.dot;
+    for (int ch = 0; ch < C_STATIC; ++ch) g[ch] = pg.image[ch];
   }
   __device__ PixelRay<T> ray() const { return r; }
   __device__ T log_total() const { return total; }
@@ -384,22 +416,19 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
   if (own_inside) {
     const T m = static_cast<const T*>(args.blend_state)[2 * own_pix];
     const T d = static_cast<const T*>(args.blend_state)[2 * own_pix + 1];
-    stage.log_total[threadIdx.x] = m + log(d);
     stage.end[threadIdx.x] = args.traversal_end[own_pix];
     bg_share = exp(bp.bg_exponent - m) / d;
-    T g_dot = 0;
+    PixelGrads<T, C_STATIC> pg;
+    pg.dot = 0;
     for (int ch = 0; ch < channels; ++ch) {
       const T g = grad_image[own_pix * channels + ch];
-      g_dot += g * image[own_pix * channels + ch];
-      if (kStatic) stage.grad_image[ch][threadIdx.x] = g;
+      pg.dot += g * image[own_pix * channels + ch];
+      if (kStatic) pg.image[ch] = g;
     }
-    stage.grad_dot_image[threadIdx.x] = g_dot;
-    if (!ORTHO) {
-      const Vec3<T> dir = pixel_ray(cam, own_x, own_y).dir;
-      stage.ray[0][threadIdx.x] = dir.x;
-      stage.ray[1][threadIdx.x] = dir.y;
-      stage.ray[2][threadIdx.x] = dir.z;
-    }
+    if (!kStatic) pg.image[0] = T(0);
+    stage.grads[threadIdx.x] = pg;
+    const Vec3<T> dir = ORTHO ? make_vec3(T(0), T(0), T(0)) : pixel_ray(cam, own_x, own_y).dir;
+    stage.ray_total[threadIdx.x] = RayAndTotal<T>{dir.x, dir.y, dir.z, m + log(d)};
     for (int k = 0; k < 3; ++k) {
       stage.mom[threadIdx.x][k] = with_moments ? static_cast<const T*>(args.depth_moments)[3 * own_pix + k] : T(0);
       stage.grad_mom[threadIdx.x][k] = with_moments ? static_cast<const T*>(args.grad_depth_moments)[3 * own_pix + k] : T(0);
