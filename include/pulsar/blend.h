@@ -6,7 +6,6 @@
 #include <limits>
 #include <type_traits>
 
-#include "pulsar/exact_arith.h"
 #include "pulsar/hd.h"
 
 namespace pulsar {
