@@ -183,6 +183,7 @@ PULSAR_HD T log2_upper_bound_less_slack(T d) {
 // |log2 d|), two operations per hit), so that the test below folds it into its entries'
 // keys; the CPU's exact bound takes it too (an upper bound stays one).
 constexpr double kLog2BoundSlack = 1.01e-4;
+constexpr double kLn2 = 0.69314718055994531;  // ln 2: log2 to natural units
 
 // The stopping rule of model.md section 6 with the logarithm deferred. An entry with
 // closest depth zc stops the traversal when zc > termination_depth, which is, with
@@ -215,14 +216,14 @@ struct TerminationTest {
   PULSAR_HD static T key_offset(const BlendParams<T>& p) {
     if (!p.early_stop) return T(0);
     const T slack = T(1e-5) * (std::abs(p.min_depth) + p.depth_range()) * p.inv_gamma_range;
-    return p.log_odds + slack + T(0.69314718055994531 * kLog2BoundSlack);
+    return p.log_odds + slack + T(kLn2 * kLog2BoundSlack);
   }
   PULSAR_HD static T key(const BlendParams<T>& p, T offset, T zc) {
     return blend_exponent(p, p.inv_gamma_range, zc) - offset;
   }
   PULSAR_HD static TerminationTest start() { return {-std::numeric_limits<T>::infinity(), T(0), -1}; }
   PULSAR_HD void after_hit(const OnlineSoftmax<T>& state) {
-    hi = state.m + T(0.69314718055994531) * log2_upper_bound_less_slack(state.D);
+    hi = state.m + T(kLn2) * log2_upper_bound_less_slack(state.D);
   }
   // The hit cap is reached: every later entry is beyond the bound, where the caller
   // tests the cap.

@@ -72,7 +72,6 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
           const PairHit<T> h = evaluate_pair(cam, r.c, r.dist, radius, r.terms, ray);
           if (!h.hit) continue;
           const T opacity = sv.opacity(i);
-          const T n_depth = normalized_depth(bp, h.depth);  // the depth moments'
           const T slope = blend_exponent_slope(bp, opacity);
           const T s = blend_exponent(bp, slope, h.depth);
           const T unit = std::exp(s - m) / norm_d;  // exp(s) / total weight
@@ -87,6 +86,7 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
             gi[kInstFeatures + ch] += weight * g_img[ch];
           }
           if (g_mom) {
+            const T n_depth = normalized_depth(bp, h.depth);
             g += g_mom[0] * (T(1) - mom[0]) + g_mom[1] * (n_depth - mom[1]) +
                  g_mom[2] * (n_depth * n_depth - mom[2]);
             grad_n += weight * (g_mom[1] + T(2) * g_mom[2] * n_depth);

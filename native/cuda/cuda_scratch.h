@@ -205,6 +205,10 @@ struct RowWindows {
 // CameraGrad<T> flattened (CameraGrad::to_array).
 constexpr int kCameraGradValues = CameraGrad<float>::kValues;
 
+// Shared memory a block may use without opting in to more (static allocations, and the
+// render kernels' launches with dynamic memory), bytes.
+constexpr std::size_t kSharedBytesWithoutOptIn = 48 * 1024;
+
 // An instance whose sphere's box within its tile holds at most this many pixels is small
 // (count_kernel counts them); when at least half the instances are small, the backward
 // gives each entry 8 or 16 lanes instead of a warp (render_backward.cu). Within the tile,

@@ -144,7 +144,6 @@ struct PixelBlend {
       return false;
     const PairHit<T> h = evaluate_pair(ctx.cam, make_vec3(g.cx, g.cy, g.cz), g.dist, g.radius, g.terms, ray);
     if (!h.hit) return true;
-    const T n_depth = normalized_depth(ctx.bp, h.depth);  // the depth moments'
     const T s = blend_exponent(ctx.bp, slope, h.depth);
     // A new largest exponent shrinks what was accumulated, in a branch of its own: most
     // hits lie below the maximum, and with the rescale folded into every hit (its factor
@@ -160,6 +159,7 @@ struct PixelBlend {
     const T w = blend.add_at_most_max(s, h.kappa * g.opacity);
     accum.add(w, col, img, ctx.channels);
     if (MOMENTS) {
+      const T n_depth = normalized_depth(ctx.bp, h.depth);
       mom[0] += w;
       mom[1] += w * n_depth;
       mom[2] += w * n_depth * n_depth;

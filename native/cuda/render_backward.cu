@@ -489,7 +489,6 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
     const PairHit<T> h = evaluate_pair(cam, c, se.dist, radius, se.terms, ray);
     hit = h.hit;
     if (!h.hit) return T(0);
-    const T n_depth = normalized_depth(bp, h.depth);  // the depth moments'
     const T s = blend_exponent(bp, acc.exponent_slope, h.depth);
     // Weight per unit closeness and opacity: exp(s - ln(total weight)), the argument at
     // most 0, with the forward's own exponential.
@@ -510,6 +509,7 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
       for (int ch = 0; ch < channels; ++ch) gw += g_img[ch] * acc.col_global[ch];
     }
     if (with_moments) {
+      const T n_depth = normalized_depth(bp, h.depth);
       const T* mom = px.moments();
       const T* g_mom = px.grad_moments();
       gw += g_mom[0] * (T(1) - mom[0]) + g_mom[1] * (n_depth - mom[1]) + g_mom[2] * (n_depth * n_depth - mom[2]);
@@ -797,17 +797,16 @@ void launch(const RendererConfig& config, const SceneArgs& scene, const RenderOp
             const BackwardArgs& args, GradFlags flags, cudaStream_t stream, CudaScratch& s,
             const BackwardTargets<T>& to) {
   const unsigned blocks = unsigned(Tiling::of(config.width, config.height).n_tiles() * scene.batch_size);
-  constexpr std::size_t kLimit = 48 * 1024;  // shared memory per block without opting in
   const std::size_t fixed = sizeof(PixelStage<T, C_STATIC>) + sizeof(int) +
                             sizeof(StagedEntry<T, C_STATIC>) * staged_batch<T, C_STATIC>();
   const std::size_t dynamic = kWarps * std::size_t(std::max(kCameraGradValues, config.n_channels)) * sizeof(T);
   const std::size_t ray_sums = kWarps * 3 * std::size_t(kThreads) * sizeof(T);
-  if (fixed + dynamic > kLimit)
+  if (fixed + dynamic > kSharedBytesWithoutOptIn)
     throw std::invalid_argument("n_channels: " + std::to_string(config.n_channels) +
                                 " channels exceed the CUDA backward's shared memory");
   if (config.orthographic)
     launch_kernel<T, C_STATIC, true, false>(blocks, dynamic, 0, config, scene, options, args, flags, stream, s, to);
-  else if (std::is_same<T, float>::value && fixed + dynamic + ray_sums <= kLimit)
+  else if (std::is_same<T, float>::value && fixed + dynamic + ray_sums <= kSharedBytesWithoutOptIn)
     launch_kernel<T, C_STATIC, false, std::is_same<T, float>::value>(
         blocks, dynamic, ray_sums, config, scene, options, args, flags, stream, s, to);
   else

@@ -83,7 +83,7 @@ template <typename T, int C_STATIC>
 constexpr bool pads_batch_entry() {
   constexpr std::size_t words = sizeof(BatchFields<T, C_STATIC>) / 16;
   constexpr std::size_t coverage_bytes = sizeof(unsigned) * (kThreads / 32) * kThreads;
-  return words % 2 == 0 && (words + 1) * 16 * kThreads + coverage_bytes <= 48 * 1024;
+  return words % 2 == 0 && (words + 1) * 16 * kThreads + coverage_bytes <= kSharedBytesWithoutOptIn;
 }
 template <typename T, int C_STATIC>
 using BatchEntry = OddWords<BatchFields<T, C_STATIC>, pads_batch_entry<T, C_STATIC>()>;
