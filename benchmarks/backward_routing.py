@@ -10,7 +10,7 @@ import time
 import torch
 
 from pulsar_py import Renderer
-from pulsar_py.bench import WORKLOADS, make_inputs
+from pulsar_py.tools.bench import WORKLOADS, make_inputs
 
 
 def main() -> None:

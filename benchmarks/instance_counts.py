@@ -6,7 +6,7 @@ import sys
 import torch
 
 from profile_kernels import workload_step
-from pulsar_py.bench import binned_instances
+from pulsar_py.tools.bench import binned_instances
 
 for w in sys.argv[1:] or ["W1"]:
     renderer, step = workload_step(w)

@@ -8,7 +8,7 @@ import sys
 
 import torch
 
-from pulsar_py.bench import time_runs
+from pulsar_py.tools.bench import time_runs
 
 from profile_kernels import workload_step
 

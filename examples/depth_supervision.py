@@ -29,7 +29,7 @@ from typing import Dict, Optional, Sequence
 import torch
 
 from pulsar_py import Renderer
-from pulsar_py.sample_scene import make_sample_scene
+from pulsar_py.tools.sample_scene import make_sample_scene
 
 # The knot sits 20 units in front of the camera and spans about +-3.5 in depth.
 RENDER = dict(gamma=0.05, max_depth=27.0, min_depth=13.0)

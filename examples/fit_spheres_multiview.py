@@ -25,9 +25,9 @@ from typing import Dict, Optional, Sequence
 import torch
 
 from pulsar_py import Renderer
-from pulsar_py.look_at import look_at_params, sensor_width_for_fov
-from pulsar_py.png import write_png
-from pulsar_py.sample_scene import make_sample_scene
+from pulsar_py.cameras.look_at import look_at_params, sensor_width_for_fov
+from pulsar_py.io.png import write_png
+from pulsar_py.tools.sample_scene import make_sample_scene
 
 # Depth range around cameras 12 units from the object; gamma 0.05: soft enough for
 # gradients at the edges, firm enough for occlusion.

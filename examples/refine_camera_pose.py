@@ -27,10 +27,10 @@ from typing import Dict, Optional, Sequence
 import torch
 
 from pulsar_py import Renderer
-from pulsar_py.camera_params import axis_angle_to_matrix
-from pulsar_py.demo import gaussian_blur
-from pulsar_py.demo_setup import DemoSettings, build_scene
-from pulsar_py.look_at import look_at_params, matrix_to_axis_angle, rotation_angle_deg, rotation_from_params
+from pulsar_py.cameras.params import axis_angle_to_matrix
+from pulsar_py.tools.demo import gaussian_blur
+from pulsar_py.tools.demo_setup import DemoSettings, build_scene
+from pulsar_py.cameras.look_at import look_at_params, matrix_to_axis_angle, rotation_angle_deg, rotation_from_params
 
 RENDER = dict(gamma=0.1, max_depth=24.0, min_depth=5.0)
 

@@ -1,8 +1,8 @@
 """Render a PLY point cloud to a PNG.
 
 Reads a PLY file (ascii or binary; x y z, optional red green blue, radius or scale,
-opacity or alpha) with ``pulsar_py.ply.read_ply`` and renders every point as a sphere
-with ``pulsar_py.render_cli.render_point_cloud`` (what ``python -m pulsar_py render``
+opacity or alpha) with ``pulsar_py.io.ply.read_ply`` and renders every point as a sphere
+with ``pulsar_py.tools.render.render_point_cloud`` (what ``python -m pulsar_py render``
 runs): the camera fits the cloud in view, ``--azimuth``/``--elevation`` turn it around.
 Without ``--ply`` it first writes a sample cloud (the built-in trefoil knot) to
 ``--out``'s folder, so the example runs on its own.
@@ -21,10 +21,10 @@ import sys
 import time
 from typing import Dict, Optional, Sequence
 
-from pulsar_py.ply import read_ply, write_ply
-from pulsar_py.png import write_png
-from pulsar_py.render_cli import render_point_cloud
-from pulsar_py.sample_scene import make_sample_scene
+from pulsar_py.io.ply import read_ply, write_ply
+from pulsar_py.io.png import write_png
+from pulsar_py.tools.render import render_point_cloud
+from pulsar_py.tools.sample_scene import make_sample_scene
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:

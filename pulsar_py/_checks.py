@@ -24,9 +24,10 @@ from typing import Callable, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from .camera_params import VALID_PARAM_LENGTHS
 
 FLOAT_DTYPES = (torch.float32, torch.float64)
+# Lengths of a Pulsar camera vector: position 3, rotation 3 or 6, focal, sensor, [offsets 2].
+VALID_PARAM_LENGTHS = (8, 10, 11, 13)
 MAX_IMAGE_SIDE = 16384  # pixels per side (include/pulsar/renderer.h kMaxImageSide)
 MAX_TRACK = 128  # n_track (kMaxTrack)
 MAX_SPHERES = 2**31 - 1  # sphere ids are int32

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .camera_params import NativeCamera
+from .cameras.params import NativeCamera
 from .outputs import depth_from_moments
 
 # Perspective culling: the centre must be in front, c.z / |c| >= this (model.md sec. 3).

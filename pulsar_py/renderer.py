@@ -10,8 +10,8 @@ import torch
 from . import _checks, _native
 from ._autograd import (CallSettings, CameraParamsFunction, RenderFunction, begin_forward,
                         camera_conversion_args, convert_camera_vectors)
-from .camera import Camera
-from .camera_params import NativeCamera, VALID_PARAM_LENGTHS, camera_from_params
+from .cameras.camera import Camera
+from .cameras.params import NativeCamera, VALID_PARAM_LENGTHS, camera_from_params
 from .outputs import RenderResult, depth_from_moments
 from .sh import check_sh_degree, sh_n_coefficients, sh_to_color
 from .visibility import visible_spheres

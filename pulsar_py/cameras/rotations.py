@@ -22,7 +22,7 @@ from typing import Dict, Tuple
 
 import torch
 
-from .camera_params import axis_angle_to_matrix, dot3, rotation_6d_to_matrix
+from .params import axis_angle_to_matrix, dot3, rotation_6d_to_matrix
 
 
 def _normalize4(q: torch.Tensor) -> torch.Tensor:

@@ -11,11 +11,11 @@ from pathlib import Path
 import torch
 
 import pulsar_py
-from pulsar_py import bench
-from pulsar_py.__main__ import main
-from pulsar_py.camera_params import camera_from_params
-from pulsar_py.png import read_png
-from pulsar_py.sample_scene import make_sample_scene
+from pulsar_py.tools import bench
+from pulsar_py.tools.cli import main
+from pulsar_py.cameras.params import camera_from_params
+from pulsar_py.io.png import read_png
+from pulsar_py.tools.sample_scene import make_sample_scene
 
 SMALL = ["--width", "64", "--height", "48", "--spheres", "600"]
 

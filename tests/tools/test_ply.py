@@ -13,11 +13,11 @@ import pytest
 import torch
 
 import pulsar_py
-from pulsar_py.__main__ import main as cli_main
-from pulsar_py.camera_params import camera_from_params
-from pulsar_py.ply import decode_ply, encode_ply, read_ply, write_ply
-from pulsar_py.png import read_png
-from pulsar_py.render_cli import bounding_sphere, estimate_radius, fit_camera, render_point_cloud
+from pulsar_py.tools.cli import main as cli_main
+from pulsar_py.cameras.params import camera_from_params
+from pulsar_py.io.ply import decode_ply, encode_ply, read_ply, write_ply
+from pulsar_py.io.png import read_png
+from pulsar_py.tools.render import bounding_sphere, estimate_radius, fit_camera, render_point_cloud
 
 
 def _cloud(n=50, seed=0):
@@ -185,8 +185,8 @@ def test_render_command_draws_the_cloud(tmp_path, capsys):
 
 def test_render_with_cam_params_and_look_at_agree(tmp_path):
     pos, col, rad, opa = _cloud(100)
-    from pulsar_py.ply import PointCloud
-    from pulsar_py.look_at import look_at_params
+    from pulsar_py.io.ply import PointCloud
+    from pulsar_py.cameras.look_at import look_at_params
 
     cloud = PointCloud(pos, col, rad, opa)
     eye, target = (0.5, 1.0, 12.0), (0.0, 0.0, 0.0)

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from pulsar_py.png import read_png
+from pulsar_py.io.png import read_png
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def _load(name: str):

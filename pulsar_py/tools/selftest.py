@@ -2,7 +2,7 @@
 
 Renders built-in scenes on every available backend (the CPU, and CUDA when the build has
 it and a GPU is present), in float32 and float64, and compares images and gradients with
-reference output stored in the package (``pulsar_py/data/selftest_reference.npz``). The
+reference output stored in the package (``pulsar_py/tools/data/selftest_reference.npz``). The
 reference was computed by the pure-PyTorch reference renderer (``pulsar_py.reference``,
 float64), not by the native code, so a build that compiles but renders wrong (a bad
 compiler flag, a broken kernel, a mismatched module) fails here. Prints a table; exit
@@ -32,7 +32,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from .camera_params import axis_angle_to_matrix, camera_from_params
+from ..cameras.params import axis_angle_to_matrix, camera_from_params
 from .sample_scene import make_sample_scene
 
 REFERENCE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "selftest_reference.npz")
@@ -96,7 +96,7 @@ def builtin_cases() -> List[SelftestCase]:
 
 def _reference_outputs(case: SelftestCase) -> Dict[str, np.ndarray]:
     """Image(s) and gradients of ``case`` by the pure-PyTorch reference renderer."""
-    from .reference import render_reference
+    from ..reference import render_reference
 
     r = case.renderer
     width, height = int(r["width"]), int(r["height"])
@@ -170,7 +170,7 @@ class Check:
 
 
 def _native_outputs(case: SelftestCase, device: torch.device, dtype: torch.dtype) -> Dict[str, torch.Tensor]:
-    from .renderer import Renderer
+    from ..renderer import Renderer
 
     renderer = Renderer(**case.renderer).to(device)
     wants_grad = case.gradient_weight is not None
@@ -222,7 +222,7 @@ def run_checks(devices: Sequence[str], reference: Dict[str, np.ndarray],
 
 def available_devices() -> Tuple[List[str], List[str]]:
     """(devices to test, notes about backends that cannot be tested here)."""
-    from . import build_info
+    from .. import build_info
 
     backends = build_info()["backends"]
     devices, notes = ["cpu"], []
@@ -265,7 +265,7 @@ def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``python -m pulsar_py selftest [--device all|cpu|cuda]``; returns the exit status."""
     args = _parse_args(argv)
-    from . import build_info
+    from .. import build_info
 
     if args.write_reference:
         start = time.perf_counter()

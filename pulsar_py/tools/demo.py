@@ -41,11 +41,11 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from ._cli_args import positive_int
+from .args import positive_int
 from .demo_setup import DemoParameters, DemoScene, DemoSettings, build_scene, perturb, pose_errors
-from .gif import write_gif
+from ..io.gif import write_gif
 from .plot import PALETTE, Series, draw_text, line_plot, stack_panels
-from .png import write_png
+from ..io.png import write_png
 from .progress import ProgressLine
 
 __all__ = ["DemoSettings", "run_demo", "main"]
@@ -178,7 +178,7 @@ def run_demo(settings: DemoSettings, device: torch.device, out_dir: Optional[str
              progress: bool = True) -> Dict[str, object]:
     """Run the demo on ``device``; write its files to ``out_dir`` (None: none) and
     return the summary (the content of summary.json)."""
-    from .renderer import Renderer
+    from ..renderer import Renderer
 
     settings.check()
     start = time.perf_counter()
@@ -241,7 +241,7 @@ def run_demo(settings: DemoSettings, device: torch.device, out_dir: Optional[str
 # Command line
 
 def _default_device() -> str:
-    from . import build_info
+    from .. import build_info
 
     return "cuda" if "cuda" in build_info()["backends"] and torch.cuda.is_available() else "cpu"
 
@@ -270,7 +270,7 @@ def _build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``python -m pulsar_py demo [--device cpu|cuda] [--out DIR] [--steps N]``; returns the exit status."""
     args = _build_parser().parse_args(argv)
-    from .renderer import check_device_usable
+    from ..renderer import check_device_usable
 
     device = torch.device(args.device or _default_device())
     try:

@@ -11,8 +11,8 @@ import numpy as np
 import torch
 
 import pulsar_py
-from pulsar_py import selftest
-from pulsar_py.__main__ import main as cli_main
+from pulsar_py.tools import selftest
+from pulsar_py.tools.cli import main as cli_main
 
 from helpers import HAS_CUDA
 
@@ -36,7 +36,7 @@ def test_stored_reference_is_what_the_reference_renderer_computes():
 def test_reference_data_lives_in_the_package():
     # Installed with the wheel: inside the pulsar_py folder.
     package = Path(pulsar_py.__file__).resolve().parent
-    assert Path(selftest.REFERENCE_FILE).resolve().parent.parent == package
+    assert package in Path(selftest.REFERENCE_FILE).resolve().parents
     assert os.path.exists(selftest.REFERENCE_FILE)
 
 

@@ -8,7 +8,7 @@ import zlib
 import pytest
 import torch
 
-from pulsar_py.png import decode_png, encode_png, read_png, to_uint8, write_png
+from pulsar_py.io.png import decode_png, encode_png, read_png, to_uint8, write_png
 
 
 @pytest.mark.parametrize("channels", [1, 2, 3, 4])

@@ -21,9 +21,9 @@ import pytest
 import torch
 
 from pulsar_py import Camera, Renderer
-from pulsar_py.camera_params import NativeCamera, axis_angle_to_matrix, camera_from_params
+from pulsar_py.cameras.params import NativeCamera, axis_angle_to_matrix, camera_from_params
 from pulsar_py.reference import render_reference
-from pulsar_py.rotations import (ROTATION_SHAPES, matrix_to_quaternion, matrix_to_rotation, quaternion_to_matrix,
+from pulsar_py.cameras.rotations import (ROTATION_SHAPES, matrix_to_quaternion, matrix_to_rotation, quaternion_to_matrix,
                                  rotation_to_matrix)
 
 from helpers import DEVICES
@@ -537,7 +537,7 @@ def test_film_distance_does_not_change_the_image_or_gradients():
 
 # ---------------------------------------------------------------------------------------
 def test_opencv_example_refines_pose_and_intrinsics():
-    path = Path(__file__).resolve().parents[1] / "examples" / "opencv_pose_refinement.py"
+    path = Path(__file__).resolve().parents[2] / "examples" / "opencv_pose_refinement.py"
     spec = importlib.util.spec_from_file_location("opencv_pose_refinement", path)
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)

@@ -22,7 +22,7 @@ import torch
 import pulsar_py
 from pulsar_py import Renderer, _native
 from pulsar_py._autograd import CameraParamsFunction
-from pulsar_py.camera_params import camera_from_params
+from pulsar_py.cameras.params import camera_from_params
 
 from helpers import DEVICES
 

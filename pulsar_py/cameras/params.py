@@ -19,7 +19,8 @@ from typing import Optional, Tuple
 
 import torch
 
-VALID_PARAM_LENGTHS = (8, 10, 11, 13)
+from .._checks import VALID_PARAM_LENGTHS
+
 
 
 # 3-vector helpers over the last dim, written element by element: unlike matmul or a

@@ -22,9 +22,9 @@ from typing import Optional, Sequence, Tuple
 
 import torch
 
-from .look_at import look_at_params
-from .ply import PointCloud, read_ply
-from .png import write_png
+from ..cameras.look_at import look_at_params
+from ..io.ply import PointCloud, read_ply
+from ..io.png import write_png
 
 DEFAULT_COLOUR = (0.62, 0.64, 0.68)
 # Pixels of margin around the fitted cloud's bounding sphere, relative to the image.
@@ -134,7 +134,7 @@ def render_point_cloud(cloud: PointCloud, width: int = 640, height: int = 480, d
     else a look-at camera from ``eye`` to ``target`` (default: the cloud's centre), or
     ``fit_camera`` when ``eye`` is None. The depth range defaults to the cloud's.
     """
-    from .renderer import Renderer
+    from ..renderer import Renderer
 
     n = len(cloud)
     if n == 0:

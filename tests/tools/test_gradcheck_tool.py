@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import pulsar_py.gradcheck as gc
+import pulsar_py.tools.gradcheck as gc_tool
 from pulsar_py import Renderer
 from pulsar_py._autograd import RenderFunction
 
@@ -192,9 +193,9 @@ def test_inputs_are_converted_to_float64():
 
 # ---------------------------------------------------------------------------------------
 def test_cli_passes_and_prints_tables(capsys):
-    assert gc.main(["--device", "cpu"]) == 0
+    assert gc_tool.main(["--device", "cpu"]) == 0
     out = capsys.readouterr().out
-    n = len(gc.builtin_scenes())
+    n = len(gc_tool.builtin_scenes())
     assert n >= 6
     assert out.count("result: PASSED") == n
     assert f"[1/{n}]" in out and f"[{n}/{n}]" in out
@@ -203,7 +204,7 @@ def test_cli_passes_and_prints_tables(capsys):
 
 
 def test_cli_float32_and_seed(capsys):
-    assert gc.main(["--dtype", "float32", "--seed", "3", "--max-entries", "12"]) == 0
+    assert gc_tool.main(["--dtype", "float32", "--seed", "3", "--max-entries", "12"]) == 0
     out = capsys.readouterr().out
     assert "analytic float32" in out and "FAIL" not in out
 
@@ -218,7 +219,7 @@ def test_cli_returns_1_when_a_gradient_is_wrong(capsys, monkeypatch):
         return tuple(grads)
 
     monkeypatch.setattr(RenderFunction, "backward", staticmethod(halved_colour_gradient))
-    assert gc.main(["--max-entries", "6"]) == 1
+    assert gc_tool.main(["--max-entries", "6"]) == 1
     out = capsys.readouterr().out
     assert "FAILED (vert_col)" in out and "gradcheck: FAILED" in out
 
@@ -226,13 +227,13 @@ def test_cli_returns_1_when_a_gradient_is_wrong(capsys, monkeypatch):
 def test_cli_cuda_unavailable(capsys):
     if HAS_CUDA:
         pytest.skip("CUDA is available here")
-    assert gc.main(["--device", "cuda"]) == 1
+    assert gc_tool.main(["--device", "cuda"]) == 1
     assert "cuda" in capsys.readouterr().err.lower()
 
 
 def test_cli_rejects_bad_arguments():
     with pytest.raises(SystemExit) as exit_info:
-        gc.main(["--dtype", "float16"])
+        gc_tool.main(["--dtype", "float16"])
     assert exit_info.value.code == 2
 
 

@@ -27,8 +27,8 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
-from . import _checks
-from .camera_params import (VALID_PARAM_LENGTHS, NativeCamera, axis_angle_to_matrix, cross3, dot3, matvec3,
+from .. import _checks
+from .params import (VALID_PARAM_LENGTHS, NativeCamera, axis_angle_to_matrix, cross3, dot3, matvec3,
                             normalize3, rotation_6d_to_matrix)
 from .rotations import ROTATION_SHAPES, check_rotation_repr, matrix_to_rotation, rotation_to_matrix
 

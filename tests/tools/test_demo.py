@@ -15,17 +15,17 @@ import pytest
 import torch
 
 import pulsar_py
-from pulsar_py.__main__ import main as cli_main
-from pulsar_py.camera_params import axis_angle_to_matrix, camera_from_params
-from pulsar_py.demo import (_render_views, blur_sigma, gaussian_blur, learning_rate_factor, run_demo, scale_gradient,
+from pulsar_py.tools.cli import main as cli_main
+from pulsar_py.cameras.params import axis_angle_to_matrix, camera_from_params
+from pulsar_py.tools.demo import (_render_views, blur_sigma, gaussian_blur, learning_rate_factor, run_demo, scale_gradient,
                             view0_sphere_weight)
-from pulsar_py.demo_setup import DemoSettings, build_scene, perturb, pose_errors
-from pulsar_py.gif import decode_gif, encode_gif, lzw_decode, lzw_encode, read_gif
-from pulsar_py.look_at import (look_at_matrix, look_at_params, matrix_to_axis_angle, rotation_angle_deg,
+from pulsar_py.tools.demo_setup import DemoSettings, build_scene, perturb, pose_errors
+from pulsar_py.io.gif import decode_gif, encode_gif, lzw_decode, lzw_encode, read_gif
+from pulsar_py.cameras.look_at import (look_at_matrix, look_at_params, matrix_to_axis_angle, rotation_angle_deg,
                                rotation_from_params, sensor_width_for_fov)
-from pulsar_py.plot import PALETTE, Series, draw_text, line_plot, stack_panels
-from pulsar_py.png import read_png
-from pulsar_py.progress import ProgressLine
+from pulsar_py.tools.plot import PALETTE, Series, draw_text, line_plot, stack_panels
+from pulsar_py.io.png import read_png
+from pulsar_py.tools.progress import ProgressLine
 
 SUMMARY_KEYS = {"initial", "final", "steps", "seconds", "device"}
 ERROR_KEYS = {"rotation_error_deg", "translation_error", "focal_error", "psnr_db"}

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "ab_builds.py"
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "ab_builds.py"
 _spec = importlib.util.spec_from_file_location("ab_builds", _PATH)
 ab_builds = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(ab_builds)

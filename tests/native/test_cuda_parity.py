@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from pulsar_py import Renderer
-from pulsar_py.bench import binned_instances
+from pulsar_py.tools.bench import binned_instances
 
 from helpers import HAS_CUDA
 
