@@ -1,4 +1,4 @@
-// Depth-weighted soft blending (model.md sections 4-6): the exponent of one hit, the
+// Depth-weighted soft blending (docs/model.md sections 4-6): the exponent of one hit, the
 // online-softmax accumulation, and the early-termination depth; derivatives beside them.
 #pragma once
 
@@ -63,15 +63,15 @@ PULSAR_HD T normalized_depth_grad(const BlendParams<T>& p, T grad_n) {
   return grad_n * p.inv_range;
 }
 
-// Exponent s = o (1 - n) / gamma of a hit with opacity o at depth z (model.md section 4),
-// in the form s = b (max_depth - z) with the sphere's slope b = o / (gamma range)
-// (blend_exponent_slope): 1 - n = (max_depth - z) / range. Two operations per hit from z
-// where the form in n took five (a subtraction, a product and a subtraction for 1 - n,
-// two products), with the slope once per sphere; and as accurate: max_depth - z is exact
-// where z lies within a factor 2 of max_depth, where 1 - n cancelled after two roundings.
-// Every backend computes s this way (so that they round it alike: at small gamma, one
-// ulp of s moves a weight by more than the backends' parity). ds/dz = -b; ds/do =
-// (max_depth - z) / (gamma range); the depth range's terms go through n as before
+// Exponent s = o (1 - n) / gamma of a hit with opacity o at depth z (docs/model.md
+// section 4), in the form s = b (max_depth - z) with the sphere's slope b = o / (gamma
+// range) (blend_exponent_slope): 1 - n = (max_depth - z) / range. Two operations per hit
+// from z where the form in n takes five (a subtraction, a product and a subtraction for
+// 1 - n, two products), with the slope once per sphere; and as accurate: max_depth - z is
+// exact where z lies within a factor 2 of max_depth, where 1 - n cancels after two
+// roundings. Every backend computes s this way (so that they round it alike: at small
+// gamma, one ulp of s moves a weight by more than the backends' parity). ds/dz = -b;
+// ds/do = (max_depth - z) / (gamma range); the depth range's terms go through n
 // (DepthRangeSums: dL/dz of a hit is dL/dn / range).
 template <typename T>
 PULSAR_HD T blend_exponent_slope(const BlendParams<T>& p, T opacity) {
@@ -95,7 +95,7 @@ PULSAR_HD T blend_exponent_grad_depth(T slope, T g) {
 
 // exp(x) of an exponent difference x <= 0 in the online softmax. On the GPU in float the
 // hardware exp2 of x log2(e): within about 2 ulp plus |x| 2^-24 relative (x > -87, below
-// which both flush to 0), 2 instructions where expf takes 10 (W1's forward evaluates one
+// which both flush to 0), 2 instructions where expf takes 10 (the forward evaluates one
 // per hit). The CUDA backward recomputes the weights with it too (render_backward.cu);
 // within about 5e-6 relative down to -87, far under the gradients' 1e-4 parity with the
 // CPU.
@@ -151,7 +151,7 @@ struct OnlineSoftmax {
   }
 };
 
-// Early termination (model.md section 6): a sphere whose closest depth exceeds this
+// Early termination (docs/model.md section 6): a sphere whose closest depth exceeds this
 // would contribute less than the share p; with its depth sorted list, traversal stops.
 template <typename T>
 PULSAR_HD T termination_depth(const BlendParams<T>& p, const OnlineSoftmax<T>& state) {
@@ -164,7 +164,7 @@ PULSAR_HD T termination_depth(const BlendParams<T>& p, const OnlineSoftmax<T>& s
 // kLog2BoundSlack. On the GPU the hardware log2 of max(d, 1e-30), within 2^-22 absolute or
 // 2 ulp of log2 d: that argument stays clear of the denormals that float flushes, and its
 // logarithm bounds log2 d from above once the slack is added (one instruction where a range
-// test and its branch took five; W1's forward takes one per hit). Elsewhere the binary
+// test and its branch take five; the forward takes one per hit). Elsewhere the binary
 // exponent e of d = mantissa * 2^e, mantissa in [0.5, 1): log2 d < e. (A NaN or infinite d,
 // from NaN or infinite inputs with value checks off, gives some bound: the stopping
 // decision is then the exact depth's, as for any entry beyond the bound.)
@@ -179,13 +179,13 @@ PULSAR_HD T log2_upper_bound_less_slack(T d) {
 #endif
 }
 // Above the hardware log2's error for any d in [1e-30, 2^31] (|log2 d| < 100): 2^-22
-// absolute for d in [0.5, 2], else 2 ulp, under 1.6e-5. A constant (it was 1e-6 (1 +
-// |log2 d|), two operations per hit), so that the test below folds it into its entries'
-// keys; the CPU's exact bound takes it too (an upper bound stays one).
+// absolute for d in [0.5, 2], else 2 ulp, under 1.6e-5. A constant rather than one that
+// grows with |log2 d| (two operations per hit), so that the test below folds it into its
+// entries' keys; the CPU's exact bound takes it too (an upper bound stays one).
 constexpr double kLog2BoundSlack = 1.01e-4;
 constexpr double kLn2 = 0.69314718055994531;  // ln 2: log2 to natural units
 
-// The stopping rule of model.md section 6 with the logarithm deferred. An entry with
+// The stopping rule of docs/model.md section 6 with the logarithm deferred. An entry with
 // closest depth zc stops the traversal when zc > termination_depth, which is, with
 // s1(zc) = (max_depth - zc) / (gamma range) the exponent a hit of opacity 1 at zc would
 // have, when s1(zc) - log_odds < m + ln D: its largest possible weight is under the share
@@ -195,9 +195,10 @@ constexpr double kLn2 = 0.69314718055994531;  // ln 2: log2 to natural units
 // either side (key_offset), is a per-image function of zc that the GPU forward forms once
 // per staged entry. An entry whose key is at least hi goes on without a logarithm; only
 // one below needs the exact depth, so the decisions are exactly termination_depth's. (In
-// depth units the bound took three operations per hit and a register move; with the
-// binary exponent alone it lies up to ln 2 below m + ln D, about 2.8 world units at gamma
-// 0.1 and range 40: W1 took the exact logarithm at a quarter of its entries.)
+// depth units the bound would take three operations per hit and a register move. The
+// binary exponent alone, the CPU's bound, overestimates ln D by up to ln 2, which puts
+// the cheap depth bound up to about 2.8 world units short at gamma 0.1 and range 40, and
+// sends many more entries to the exact test than the GPU's hardware log2 does.)
 //
 // Why the key may stand for zc: key >= hi gives s1(zc) >= m + ln D + log_odds + slack /
 // (gamma range) (ln D <= ln 2 (l + kLog2BoundSlack)), that is zc <= termination_depth -
@@ -208,7 +209,7 @@ template <typename T>
 struct TerminationTest {
   T hi;            // >= m + ln D less the slacks; -inf before the first hit, +inf once the hit cap stops the pixel
   T exact;         // termination_depth after exact_hits hits
-  int exact_hits;  // the hits when exact was computed (-1: not yet; a count, not a flag written per hit)
+  int exact_hits;  // the hit count of exact (-1: none yet; a count, not a flag written per hit)
 
   // key(zc) = s1(zc) - key_offset; key_offset = log_odds + the slacks (0 without early
   // termination, where log_odds is -inf: hi then stays -inf, and finite keys let the
@@ -234,9 +235,8 @@ struct TerminationTest {
     return beyond_bound(key) && stops_beyond_bound(zc, p, state, hits);
   }
   // The same in two steps, the first alone on the common path (the GPU forward's visit
-  // branches on it, where the combined test cost it a materialised flag and 5 more
-  // instructions per entry): whether the entry lies beyond the cheap bound, and if so,
-  // whether it stops the traversal.
+  // branches on it; the combined test would materialise a flag per entry): whether the
+  // entry lies beyond the cheap bound, and if so, whether it stops the traversal.
   PULSAR_HD bool beyond_bound(T key) const { return key < hi; }
   PULSAR_HD bool stops_beyond_bound(T zc, const BlendParams<T>& p, const OnlineSoftmax<T>& state, int hits) {
     if (hits != exact_hits) {

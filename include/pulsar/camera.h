@@ -1,4 +1,4 @@
-// The general camera of model.md section 2, as the native core reads it, and the
+// The general camera of docs/model.md section 2, as the native core reads it, and the
 // quantities derived from it once per image (optical axis, orthographic frame, pixel
 // size), with the derivative twin of that derivation.
 #pragma once
@@ -19,7 +19,8 @@ namespace pulsar {
 constexpr int CAMERA_PARAMS = 15;
 enum CameraSlot : int { kEye = 0, kP00 = 3, kPdx = 6, kPdy = 9, kFocal = 12, kMinDepth = 13, kMaxDepth = 14 };
 
-// Perspective culling: the centre must be in front, c.z / |c| >= this (model.md sec. 3).
+// Perspective culling: the centre must be in front, c.z / |c| >= this (docs/model.md
+// section 3).
 constexpr double kMinForwardCosine = 1e-6;
 
 template <typename T>

@@ -1,17 +1,18 @@
-// Pulsar's camera vector -> the packed general camera (camera.h), written once.
+// Pulsar's camera vector converted to the packed general camera (camera.h), written once.
 //
-// Why native: the same conversion as torch code (pulsar_py/camera_params.py,
-// camera_from_params, plus the near/far resolution of renderer.py) is ~60 tiny tensor
-// operations forward and as many backward: on a GPU, ~60 kernel launches of ~12 us of
-// CPU each. Here it is one loop (CPU) or one kernel (CUDA) forward, and one backward.
+// Why native: the same conversion as torch code (pulsar_py/cameras/params.py,
+// camera_from_params, plus the near/far resolution of pulsar_py/renderer.py) is about 60
+// tiny tensor operations forward and as many backward: on a GPU, as many kernel launches,
+// each paid for in host time. Here it is one loop (CPU) or one kernel (CUDA) forward, and
+// one backward.
 //
 // The conversion is a template over the scalar type S: float or double for the forward,
 // Dual<T, 13> (dual.h) for the backward, which is therefore the exact forward-mode
-// derivative of this very code. It mirrors camera_params.py operation for operation
+// derivative of this very code. It mirrors cameras/params.py operation for operation
 // (same order, same small-angle series, divisions where torch divides), so its values
 // agree with the torch reference to rounding of sin/cos.
 //
-// Camera vector (model.md section 2), L = spec.length values in {8, 10, 11, 13}:
+// Camera vector (docs/model.md section 2), L = spec.length values in {8, 10, 11, 13}:
 //   [0:3] position, world units;
 //   rotation: axis-angle (3, radians; L = 8, 10) or 6D (6, two rows a1, a2; L = 11, 13);
 //   focal length (world units; must be 0 for orthographic and is then ignored);
@@ -164,7 +165,7 @@ PULSAR_HD void camera_from_params_generic(const S* params, const CameraParamsSpe
   packed[kMaxDepth] = S(T(spec.max_depth));
 }
 
-// Forward for one camera: params [spec.length] -> packed [CAMERA_PARAMS].
+// Forward for one camera: params [spec.length] in, packed [CAMERA_PARAMS] out.
 template <typename T>
 PULSAR_HD void packed_camera_from_params(const T* params, const CameraParamsSpec& spec, T* packed) {
   camera_from_params_generic<T>(params, spec, packed);

@@ -1,9 +1,9 @@
 // A forward-mode dual number: a value and N tangents (directional derivatives).
 //
 // Why: small conversions written once as templates over the scalar type (e.g. the
-// camera vector -> packed camera of camera_params.h) get their exact Jacobian by running
-// the same code with S = Dual<T, N>, seeded with one unit tangent per input. The
-// derivative then sits beside the function and cannot drift from it.
+// camera vector's conversion to the packed camera, camera_params.h) get their exact
+// Jacobian by running the same code with S = Dual<T, N>, seeded with one unit tangent per
+// input. The derivative then sits beside the function and cannot drift from it.
 //
 // The value part of every operation is computed exactly as for plain T, so a Dual run
 // reproduces the plain run's values bit for bit. Comparisons are not overloaded: code

@@ -3,12 +3,12 @@
 // contracted otherwise and never approximated, on the GPU too. The CPU build has no
 // contraction, so these give the CPU's bits wherever they are used.
 //
-// Why: the CUDA forward may contract and use the fast division and square root (about
-// 10 % of its instructions), but the chord |c - t d| of a pixel and a sphere subtracts two
-// vectors of length t (about 30 in the standard workloads) to get a length under r. One
-// rounding step more or less in t d, or in the unit ray d itself, moves the chord by
-// ulp(t) and a small sphere's closeness by ulp(t) / r: up to 8.5e-5 of an image
-// (docs/benchmarks.md), over the 1e-5 that the backends agree to. So the camera frame,
+// Why: the CUDA forward may contract and use the fast division and square root, but the
+// chord |c - t d| of a pixel and a sphere subtracts two vectors of length t (tens of
+// world units in a typical scene) to get a length under r. One rounding step more or
+// less in t d, or in the unit ray d itself, moves the chord by ulp(t) and a small
+// sphere's closeness by ulp(t) / r: at a silhouette that moves an image by more than the
+// 1e-5 that the backends agree to. So the camera frame,
 // the pixel rays and the product t d are computed with these; the rest of a pair is
 // well conditioned and may round as each backend likes. (The chord itself is fused:
 // fused_difference, fused_square and chord_sqrt.)
@@ -104,7 +104,7 @@ PULSAR_HD T norm_rn(Vec3<T> a) { return sqrt_rn(dot_rn(a, a)); }
 // argument would give the floor's root on both backends (fmax) and an infinite one
 // infinity on the CPU, NaN on the GPU; neither arises: with value checks off, the setup
 // culls spheres with NaN or infinite geometry, and a NaN camera leaves no sphere a box
-// (docs/reliability.md; the same images as before this function, checked on the CPU).
+// (docs/reliability.md).
 // Double: the plain correctly rounded root.
 template <typename T>
 PULSAR_HD T chord_sqrt(T a) {

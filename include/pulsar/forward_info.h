@@ -1,4 +1,4 @@
-// Forward info (model.md section 7, Pulsar's layout), per pixel [3 + 2K]:
+// Forward info (docs/model.md section 7, Pulsar's layout), per pixel [3 + 2K]:
 //   m, D, the largest zc among the pixel's hits (-1 if none), then K pairs
 //   (sphere id, intersection depth z) of the K hits with the smallest z, closest first;
 //   an empty slot is (id -1, depth -1). Ids are stored as the bits of an int32 in a

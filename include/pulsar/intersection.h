@@ -1,4 +1,4 @@
-// Ray-sphere intersection of one pixel and one sphere (model.md section 4), for the
+// Ray-sphere intersection of one pixel and one sphere (docs/model.md section 4), for the
 // perspective and the orthographic projection, each with its derivative twin.
 //
 // Forward: closeness kappa in [0, 1] and intersection depth z (world units, along the
@@ -29,7 +29,7 @@ PULSAR_HD T div_length(T a, T b) {
 }
 
 // The tiny-sphere rule: a sphere projecting to under one pixel hits its centre pixel,
-// perspective: the chord delta < this * pixel_size * t / focal (model.md section 4).
+// perspective: the chord delta < this * pixel_size * t / focal (docs/model.md section 4).
 constexpr double kTinyCentreRadiusPx = 0.75;
 
 // Per (camera, sphere) constants of the pair tests, computed once per call by the setup
@@ -87,8 +87,8 @@ struct RadiusGradSums {
 // finish_hit's dependence on delta, r and l^2, shared by both twins: kappa = 1 - delta / r,
 // or 1 by the tiny-sphere rule (no dependence then), and z = o1 - h with h = sqrt(r^2 - l^2)
 // (no dependence where h = 0). Adds dL/dr's parts to grad_r; returns the closeness
-// gradient that counts and dL/dz / h. Selects instead of branches (the GPU zeroed the
-// outputs ahead of each branch).
+// gradient that counts and dL/dz / h. Selects instead of branches (around a branch the
+// GPU zeroes the outputs first).
 template <typename T>
 struct FinishHitGrads {
   T closeness;    // dL/dkappa, 0 by the tiny-sphere rule
@@ -104,7 +104,8 @@ PULSAR_HD FinishHitGrads<T> finish_hit_grads(const PairHit<T>& h, T grad_kappa, 
   return {closeness, depth_per_h};
 }
 
-// Twin of finish_hit: dL/dkappa, dL/dz -> dL/ddelta, dL/do1, dL/d(l^2), dL/dr (as its parts).
+// Twin of finish_hit: from dL/dkappa and dL/dz, dL/ddelta, dL/do1, dL/d(l^2) and dL/dr (as
+// its parts).
 template <typename T>
 PULSAR_HD void finish_hit_backward(const PairHit<T>& h, T inv_r, T grad_kappa, T grad_depth, T& grad_delta,
                                    T& grad_o1, T& grad_perp_sq, RadiusGradSums<T>& grad_r) {
@@ -117,10 +118,10 @@ PULSAR_HD void finish_hit_backward(const PairHit<T>& h, T inv_r, T grad_kappa, T
 // Perspective. c = centre - eye, t = |c| (> 0), r the radius, k its PairTerms, d the
 // pixel's unit ray.
 //
-// model.md defines o1 = min(c.d, t) and l = sqrt((t + o1)(t - o1)). With |d| = 1 the chord
-// gives both without cancellation: c.d = t - delta^2 / (2t) (never above t, so the min is
-// that value) and l^2 = delta^2 (1 - delta^2 / (4 t^2)). In float32 the literal forms lose
-// most digits of l for a sphere far away (t - o1 ~ l^2 / 2t), these keep them.
+// docs/model.md defines o1 = min(c.d, t) and l = sqrt((t + o1)(t - o1)). With |d| = 1 the
+// chord gives both without cancellation: c.d = t - delta^2 / (2t) (never above t, so the
+// min is that value) and l^2 = delta^2 (1 - delta^2 / (4 t^2)). In float32 the literal
+// forms lose most digits of l for a sphere far away (t - o1 ~ l^2 / 2t), these keep them.
 // c - t d cancels to a length under r from two of length t: the chord is computed with
 // fused operations (exact_arith.h), the product t d unrounded, so that every backend gets
 // the same one.
@@ -133,9 +134,9 @@ PULSAR_HD PairHit<T> intersect_perspective(Vec3<T> c, T t, T r, const PairTerms<
   h.inside = h.delta <= r;
   h.tiny = h.delta < k.tiny_radius;  // never when negative
   h.hit = h.inside || h.tiny;
-  // The rest is computed for a miss too (its values then mean nothing): most pairs hit
-  // (W1: 83 %), and the GPU's branch around these few products, with the values it
-  // zeroed on the way out, cost every pair more than they cost a miss.
+  // The rest is computed for a miss too (its values then mean nothing): most pairs of a
+  // sphere's box hit, and a branch around these few products, with the values the GPU
+  // zeroes on the way out, costs every pair more than the products cost a miss.
   const T q = h.delta * k.inv_two_dist;  // sin(phi / 2), phi the angle between c and d
   h.o1 = t - h.delta * q;
   h.perp_sq = chord_sq * (T(1) - q * q);  // delta^2 before its root: one product less
@@ -147,7 +148,7 @@ PULSAR_HD PairHit<T> intersect_perspective(Vec3<T> c, T t, T r, const PairTerms<
 // enters a pair through u = c - t d (dL/du) and through t = |c| (dL/dt; dt/dc = c / t).
 // Summed over any number of the sphere's pairs, they resolve once: dL/dc = sum dL/du +
 // (sum dL/dt / t) c. (The CUDA backward resolves once per entry: 4 additions per pair
-// where adding each pair's dL/dc took 6 operations and 2 products.)
+// where adding each pair's dL/dc takes 6 operations and 2 products.)
 template <typename T>
 struct CentreGradSums {
   Vec3<T> chord{0, 0, 0};  // sum of dL/du
@@ -170,16 +171,16 @@ PULSAR_HD void intersect_perspective_backward(const PairHit<T>& h, T t, const Pa
   // du/dt = -d, -dL/du . d = dL/ddelta q to dL/dt (u . d = c . d - t = o1 - t = -delta q).
   // Collected, with P = (g / h) delta - dL/dkappa / r:
   //   dL/ddelta = P - 2q (g + q (g / h) delta),   dL/dt = g + q P
-  // (the q^2 terms of dL/dt cancel exactly; summed term by term they took 11 instructions
-  // more in the CUDA backward's round, and in float rounded where this does not).
+  // (the q^2 terms of dL/dt cancel exactly; summed term by term they cost the CUDA
+  // backward's round more instructions, and in float they round where this form does not).
   const T q = h.delta * k.inv_two_dist;
   const T depth_part = f.depth_per_h * h.delta;  // (g / h) delta
   const T p = depth_part - f.closeness * k.inv_radius;
   const T grad_delta = p - T(2) * q * (grad_depth + q * depth_part);
   const T grad_t = grad_depth + q * p;
   // dL/du = (dL/ddelta / delta) u, the zero subgradient at delta = 0 (a ray through the
-  // centre). Without a branch: the GPU backward ran a branch and zeroed six values per pair
-  // to skip these few products.
+  // centre). Without a branch: around one the GPU backward zeroes six values per pair to
+  // skip these few products.
   const T grad_per_delta = h.delta > T(0) ? div_length(grad_delta, h.delta) : T(0);
   const Vec3<T> grad_u = grad_per_delta * h.chord_vector;
   grad_d -= t * grad_u;

@@ -1,4 +1,4 @@
-// Per-sphere preparation for one camera (model.md section 3): culling, the closest
+// Per-sphere preparation for one camera (docs/model.md section 3): culling, the closest
 // possible depth zc that orders traversal, the tiny-sphere flag, and a screen bounding
 // box that contains every pixel the sphere can hit. No gradient flows through this
 // stage: culling and bounds are discrete decisions.
@@ -31,8 +31,8 @@ struct SphereSetup {
 // and the centre: the chord |c - t d| carries an error of a few ulp of t (the unit ray d
 // and the product t d round to about 1e-7 relative), under 1e-6 rad of that angle. A
 // perspective box is grown by this angle, so that no pixel the test hits falls outside.
-// (The margin was half a pixel on each side: the boxes of W5's spheres of 1.6 px radius
-// held 60 % more pixels than the hits need, and every pixel of a box costs a test.)
+// (A margin of half a pixel on each side would enlarge a small sphere's box by a large
+// fraction, radius r + 1/2 px against r, and every pixel of a box costs a test.)
 constexpr double kPairAngleSlack = 4e-6;
 // Pixels of margin on each side of a cone's box, against the double rounding of the conic.
 constexpr double kConeBoxPixelSlack = 1.0 / 32;

@@ -16,9 +16,9 @@ namespace pulsar {
 
 // The core of a sphere: the pixels within chord (perspective) or in-plane distance
 // (orthographic) kCoreChord * r of its centre, where the closeness is at least 1/4.
-// 3/4 rather than 1/2 lets spheres from about 15 px radius cover a tile: W1 stores 3.7 M
-// instead of 5.9 M instances, W2's memory falls from 1278 to 946 MiB (H100,
-// docs/benchmarks.md).
+// 3/4 rather than 1/2 lets spheres from about 15 px radius cover a tile
+// (kMinCoverRadiusPx), so that more tiles get a tight depth bound and binning stores
+// fewer instances.
 constexpr double kCoreChord = 0.75;
 
 // Below this projected radius (pixels) the core (kCoreChord of it) cannot hold a 16 x 16

@@ -28,7 +28,8 @@ struct SphereRecord {
 struct CpuScratch {
   int threads = 1;
   HostBuffer records;       // SphereRecord<T> [B, N]
-  HostBuffer order;         // int32 [N]: per camera, visible ids sorted by (zc, id)
+  HostBuffer order;         // int32 [B, N]: per camera, its visible ids sorted by (zc, id)
+                            // at the start of its row (the rest unused)
   HostBuffer tile_offsets;  // int64 [B * n_tiles + 1]: entries of tile (b, t) are
                             // entries[offsets[b*n_tiles+t] .. offsets[b*n_tiles+t+1])
   HostBuffer entries;       // int32 [n_instances]: sphere ids

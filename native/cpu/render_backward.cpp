@@ -1,6 +1,6 @@
 // Stage 3 on the CPU: per pixel, re-traverse the hits the forward processed (every hit
 // before its traversal end: termination only ever stops, never skips) and write
-// the exact gradient of the blend (model.md section 8). Sphere terms accumulate per
+// the exact gradient of the blend (docs/model.md section 8). Sphere terms accumulate per
 // (tile, sphere) instance and camera terms per tile; each is owned by one work item,
 // so the later fixed-order reduction makes the result bitwise reproducible.
 #include <cmath>

@@ -1,5 +1,5 @@
 // Stage 2 on the CPU: per pixel, traverse its tile's depth-ordered list and blend
-// (model.md sections 4-7). One work item is one (camera, tile); every pixel is written
+// (docs/model.md sections 4-7). One work item is one (camera, tile); every pixel is written
 // by exactly one thread, so the result does not depend on scheduling.
 #include <limits>
 

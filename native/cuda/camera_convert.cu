@@ -14,8 +14,9 @@ namespace {
 
 constexpr int kThreads = 128;
 // Tangents per dual in the backward (camera_params.h), one thread per run of that many:
-// 13 at once needs ~5 kB of spills per thread in double; one thread running 5 after 5
-// took 9 us for L = 8 (H100), at the end of every backward.
+// all 13 at once make a thread spill kilobytes in double, and runs of several put a
+// camera's columns one after another on one thread, at the end of every backward; one
+// tangent per thread runs every column in parallel.
 constexpr int kTangentChunk = 1;
 
 template <typename T>

@@ -26,8 +26,7 @@ namespace pulsar {
 // One sphere as seen from one camera (stage 1), what the render kernels load per entry.
 // The first fields are what every pixel tests before anything else (one 16-byte load
 // in float32); the geometry follows. Aligned to 16 bytes so that it is written and read
-// in 16-byte accesses (field by field, the setup kernel's twelve narrow stores per record
-// made it W5's third-largest kernel).
+// in 16-byte accesses (load_sphere, store_sphere), not in a dozen narrow ones per record.
 template <typename T>
 struct alignas(16) GpuSphere {
   T closest_depth;              // zc, world units
@@ -64,7 +63,7 @@ __device__ inline void store_sphere(GpuSphere<T>* at, const GpuSphere<T>& g) {
 
 // Byte layout of depth_order for m = B * N items: uint32 keys (float bits of zc) and int32
 // values (item indices), each double-buffered, 16 bytes per item. After the sort the
-// values' current buffer holds rank -> item.
+// values' current buffer holds the item of each depth rank.
 struct DepthOrder {
   std::size_t m;
   std::size_t keys_a() const { return 0; }
@@ -77,7 +76,7 @@ struct DepthOrder {
 // Byte layout of instance_arena for n instances. Binning: the tile keys (uint32) and slots
 // (int32) of the instance sort, each double-buffered, and the sphere of each slot
 // (int32): 20 bytes per instance. After the sort two int32 maps survive at the start
-// (sorted position -> sphere, sorted position -> slot: 8 bytes per instance), and the
+// (the sphere and the slot of each sorted position: 8 bytes per instance), and the
 // backward's gradient rows take the space behind them, one window of slots at a time
 // (RowWindows), from a 256-byte boundary so that a row of 32 bytes is one memory sector.
 struct InstanceArena {
@@ -119,9 +118,9 @@ struct CudaScratch {
   DeviceBuffer cover_histogram; // uint64 [B * n_tiles, buckets], then the unsettled tiles' bits
                                 // (UnsettledRows, tile_depth_bound.cu)
   DeviceBuffer tile_depth_bound;  // float [B * n_tiles]: no pixel processes a sphere with larger zc
-  DeviceBuffer tile_settled;    // uint8 [B * n_tiles]: the bound was final after the cover passes so far
+  DeviceBuffer tile_settled;    // uint8 [B * n_tiles]: 1 once the cover passes so far fix the bound
   // The depth sort of the B * N items (DepthOrder): its double-buffered keys and values,
-  // then the rank -> item order.
+  // then the item of each rank.
   DeviceBuffer depth_order;
   // int64 [B * N]: tiles stored per item, in rank order (the scan's input); then, from the
   // duplicate kernel on, int2 [B * N]: each item's slots [first, end), by item (item_slots).
@@ -146,7 +145,7 @@ struct CudaScratch {
   std::int64_t n_instances = 0;
   std::int64_t small_box_instances = 0;  // of n_instances, those with small boxes within their tile
   std::int64_t backward_row_budget = 0;  // RendererConfig::backward_row_budget
-  // Between cuda_begin_binning and cuda_finish_binning: the rank -> item order (in one of
+  // Between cuda_begin_binning and cuda_finish_binning: the item of each rank (in one of
   // depth_order's buffers; null when no count is in flight) and the tile depth bounds
   // (null: none).
   const std::int32_t* pending_order = nullptr;
@@ -175,11 +174,10 @@ struct CudaScratch {
 // list: slots ascend with depth rank, as the lists do), reduces the window's rows into
 // the sphere gradients (adding to the windows before), and reuses the rows. The rows of
 // a window may take the arena's binning space behind the maps (12 bytes per instance),
-// so that a backward needs no more memory than its binning did (W2: 14 M instances of
-// 32-byte rows take 3 windows), or kMinRowBytes when that is more. Each window costs a
-// launch, a pass over the spheres and the staging of its tiles again (H100, W5: 0.17 ms
-// per call for its second window), so all rows up to kOneWindowRowBytes take one window
-// (W5's and W6's 5 to 6 M rows: +56 MiB of scratch, far under Pulsar's memory there).
+// so that a backward needs no more memory than its binning did, or kMinRowBytes when that
+// is more. Each further window costs a launch, a pass over the spheres and the staging of
+// its tiles again, so all rows up to kOneWindowRowBytes take one window (scratch beyond
+// the binning's, bounded by that constant).
 struct RowWindows {
   static constexpr std::int64_t kMinRowBytes = std::int64_t(128) << 20;
   static constexpr std::int64_t kOneWindowRowBytes = std::int64_t(256) << 20;
@@ -211,10 +209,10 @@ constexpr std::size_t kSharedBytesWithoutOptIn = 48 * 1024;
 
 // An instance whose sphere's box within its tile holds at most this many pixels is small
 // (count_kernel counts them); when at least half the instances are small, the backward
-// gives each entry 8 or 16 lanes instead of a warp (render_backward.cu). Within the tile,
-// not the whole box: W4's boxes average 47 pixels, but cut at tile edges 72 % of its
-// instances hold at most 32 (whole warps ran them at 59 % of the lanes, groups of 8 at
-// 89 %: backward 0.974 -> 0.775 ms on an H100).
+// gives each entry 8 or 16 lanes instead of a warp (render_backward.cu), and the forward
+// keeps one pixel per thread (render_forward.cu). Counted within the tile, not over the
+// whole box: the backward's lanes walk the box cut at the tile's edges, which holds
+// fewer pixels than the box wherever a sphere straddles tiles.
 constexpr int kSmallBoxPixels = 32;
 
 // Per-instance gradient layout: [position 3, radius, opacity, features C].
@@ -231,9 +229,9 @@ template <typename T>
 void cuda_finish_binning(const RendererConfig& config, const SceneArgs& scene, cudaStream_t stream,
                          CudaScratch& scratch);
 // Per tile of every camera, a depth beyond which no pixel processes a sphere (float
-// [B * n_tiles], in scratch), or null when early termination is off. order: rank -> item
-// of the depth sort; rank_keys: the sorted keys (float bits of zc, invisible items all
-// ones).
+// [B * n_tiles], in scratch), or null when early termination is off. order: the item of
+// each rank of the depth sort; rank_keys: the sorted keys (float bits of zc, invisible
+// items all ones).
 template <typename T>
 const float* cuda_tile_depth_bound(const RendererConfig& config, const SceneArgs& scene,
                                    const RenderOptions& options, cudaStream_t stream, CudaScratch& scratch,
@@ -254,7 +252,7 @@ template <typename T>
 void cuda_reduce_sphere_rows(const RendererConfig& config, const SceneArgs& scene,
                              const GradientOutputs& grads, cudaStream_t stream, const CudaScratch& scratch,
                              T* rows, std::int64_t lo, std::int64_t hi, bool first);
-// Camera and background partials -> the caller's arrays.
+// Sums the camera and background partials into the caller's arrays.
 template <typename T>
 void cuda_reduce_gradients(const RendererConfig& config, const SceneArgs& scene,
                            const GradientOutputs& grads, cudaStream_t stream, CudaScratch& scratch);

@@ -105,8 +105,8 @@ struct PixelBlend {
   int n_track, tracked;  // K, and how many are held
 
   // Returns whether the pixel lies in the image (the kernels keep that, and whether the
-  // pixel is done, as their own flags: kept in the struct, they were packed into bytes
-  // and moved around every visit).
+  // pixel is done, as their own flags: kept in the struct, they would be packed into
+  // bytes and moved around every visit).
   __device__ bool start(const VisitContext<T>& ctx, const RendererConfig& config, int b, int x, int y, T* image) {
     ray = pixel_ray(ctx.cam, x, y);
     pix = std::int64_t(b) * config.width * config.height + std::int64_t(y) * config.width + x;
@@ -145,10 +145,10 @@ struct PixelBlend {
     const PairHit<T> h = evaluate_pair(ctx.cam, make_vec3(g.cx, g.cy, g.cz), g.dist, g.radius, g.terms, ray);
     if (!h.hit) return true;
     const T s = blend_exponent(ctx.bp, slope, h.depth);
-    // A new largest exponent shrinks what was accumulated, in a branch of its own: most
-    // hits lie below the maximum, and with the rescale folded into every hit (its factor
-    // 1 there) the common path carried two exponentials and a product per value; predicated,
-    // its 8 instructions (float, 3 channels) were issued for every hit.
+    // A new largest exponent shrinks the sums accumulated so far, in a branch of its own
+    // (keep_as_branch): most hits lie below the maximum, and folding the rescale into
+    // every hit (its factor 1 there) would put two exponentials and a product per value on
+    // the common path; predicated, the block's instructions would issue for every hit.
     if (blend.raises(s)) {
       keep_as_branch();
       const T rescale = blend.raise(s);

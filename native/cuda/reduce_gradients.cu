@@ -1,5 +1,5 @@
-// Stage 4 on CUDA: partials -> the caller's gradient arrays, each sum in a fixed order
-// (no atomics), so gradients are bitwise reproducible.
+// Stage 4 on CUDA: the partials summed into the caller's gradient arrays, each sum in a
+// fixed order (no atomics), so gradients are bitwise reproducible.
 //   spheres (once per backward window, cuda_reduce_sphere_rows): the rows the backward
 //     stored contiguously by slot (a (camera, sphere) item's tiles row-major, the items in
 //     depth rank order) are summed per rank within the window, then per sphere over its
@@ -47,11 +47,10 @@ __device__ void store_row(T* row, const T (&v)[N]) {
   for (int k = 0; k < int(sizeof(v) / sizeof(Word)); ++k) reinterpret_cast<Word*>(row)[k] = words[k];
 }
 
-// Ranks a warp of sum_rank_rows_kernel takes (lanes past them hold none). W1's rows sit
-// in a tenth of its ranks, dozens each: with 32 ranks per warp a few thousand warps walk
-// them one 32 of rows after another, each waiting on its own loads and shuffles. Half as
-// many ranks per warp puts twice the warps on the same rows (H100, CUPTI: W1 0.102 ->
-// 0.071 ms, W2B's three windows 0.288 -> 0.246; 8 ranks: 0.072 and 0.254).
+// Ranks a warp of sum_rank_rows_kernel takes (lanes past them hold none). Where the rows
+// sit in few of the ranks, dozens each, a warp walks them one 32 of rows after another,
+// waiting on its own loads and shuffles; half a warp's worth of ranks per warp puts twice
+// the warps on the same rows.
 constexpr int kRanksPerWarp = 16;
 
 // First pass (static channel count, items of 3 rows or more on average): the sum of each
@@ -59,10 +58,9 @@ constexpr int kRanksPerWarp = 16;
 // takes kRanksPerWarp consecutive ranks, whose rows are one contiguous run, 32 rows at a
 // time, one row per lane (coalesced): a segmented scan over the lanes sums each rank's
 // rows within the 32, and a rank's sum carries from one 32 to the next. Each sum has a
-// fixed order (the scan's tree, then the 32s in order): bitwise reproducible. Against one
-// thread per rank walking its own rows (H100, CUPTI, 32 ranks per warp): W2's 14 M rows
-// (450 MB) 0.321 -> 0.286 ms, W1's 3.7 M 0.097 -> 0.102. By item, a thread per sphere
-// with its rows anywhere, the rows came at a third of the bandwidth.
+// fixed order (the scan's tree, then the 32s in order): bitwise reproducible. By rank, not
+// by item: consecutive ranks' rows are adjacent, so the loads coalesce, where consecutive
+// items' rows lie anywhere in the window.
 template <typename T, int C_STATIC>
 __global__ void sum_rank_rows_kernel(std::int64_t ranks, const std::int64_t* rank_slots, T* rows, std::int64_t lo,
                                      std::int64_t hi) {
@@ -184,9 +182,10 @@ template <typename T, int C_STATIC>
 void launch_reduce_sphere_rows(std::int64_t items, const SceneArgs& scene, int channels, const GradientOutputs& grads,
                                cudaStream_t stream, const CudaScratch& scratch, T* rows, std::int64_t lo,
                                std::int64_t hi, bool first) {
-  // Two passes where items hold several rows on average: CUPTI (one H100), the reduction
-  // W2 (14.1 rows per item) 0.594 -> 0.388 ms, W1 (3.7) 0.176 -> 0.112; but W4 (1.9)
-  // 0.052 -> 0.075 and W5 (1.3) 0.191 -> 0.250, whose rows the first pass barely combines.
+  // Two passes where items hold at least 3 rows on average: the first combines each
+  // rank's rows in coalesced loads, so that the second reads one row per (item, camera).
+  // With fewer rows per item the first pass combines little and only adds a pass over the
+  // rows.
   const std::int64_t ranks = scene.n_spheres * scene.batch_size;  // (camera, sphere) items, by depth rank
   auto reduce = [&](auto summed) {
     reduce_sphere_rows_kernel<T, C_STATIC, decltype(summed)::value><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
@@ -232,9 +231,10 @@ constexpr int kChunkThreads = kChunkGroups * kCameraGradValues;  // 253 threads
 
 // Block (s, b) sums camera b's tile rows [s * rows_per_chunk, (s + 1) * rows_per_chunk)
 // per column, in a fixed order, into chunk_sums[b][s][.] (reduce_camera_kernel then sums
-// the chunks). The chunk is read as one flat run of values: with one thread per tile row
-// on one SM (reduce_camera_kernel alone), each of a row's 23 loads took 32 rows' lines per
-// warp (H100: 14 us for W1's 3969 rows, with 256 threads or with 1024).
+// the chunks). The chunks spread the rows over many SMs, and each is read as one flat run
+// of values, a warp's loads consecutive: with one thread per tile row on one SM
+// (reduce_camera_kernel alone), each of a row's kCameraGradValues loads would touch 32
+// rows' lines per warp.
 template <typename T>
 __global__ void camera_chunk_sums_kernel(std::int64_t n_tiles, std::int64_t rows_per_chunk, const T* tile_camera,
                                          T* chunk_sums) {

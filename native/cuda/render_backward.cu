@@ -4,8 +4,9 @@
 // spheres, one per group of 8 or 16 lanes, in the order of their rounds) and its lanes
 // take the pixels of that sphere's bounds within the tile, so the warp or group works
 // on one sphere and its gradient is one reduce-scatter written straight into that
-// (tile, sphere) instance's row, which no other warp writes. A pair counts when the pixel's forward processed it: it is a hit and
-// lies before the pixel's traversal end. Camera terms accumulate per lane and background
+// (tile, sphere) instance's row, which no other warp writes. A pair counts when the
+// pixel's forward processed it: it is a hit and lies before the pixel's traversal end
+// (docs/model.md section 8). Camera terms accumulate per lane and background
 // terms per pixel; both are reduced once per block. Every sum has a fixed order, so
 // gradients are bitwise reproducible, and nothing touches global memory atomically.
 //
@@ -39,8 +40,8 @@ struct GradFlags {
 };
 
 // Which gradients a kernel computes: the flags at run time, or every one with no depth
-// moments (the common call) as a template parameter, with or without dL/dopacity (W1
-// has no opacity input: its pairs then skip 4 instructions).
+// moments (the common call) as a template parameter, with or without dL/dopacity (a call
+// without opacities then skips the opacity terms in every pair).
 enum GradSet : int { kGradsByFlags = 0, kAllGrads = 1, kAllButOpacity = 2 };
 
 // The slots [lo, hi) one launch renders; first: the first window of a backward; whole:
@@ -64,10 +65,9 @@ __device__ int first_slot_at_least(const std::int32_t* slots, int count, std::in
 // Zeroes the rows of the tile's list positions [from, to) (their slots in the window
 // starting at slot lo): entries no pixel of the tile reached, whose rows the reduction
 // still sums. Only these rows need it (every reached entry's row is written whole), so no
-// memset of all the window's rows precedes the launch (W4: 59 MB, about 25 us on an H100).
-// Rows whose bytes are a multiple of 16 (float with 3 channels: 32 bytes) are written in
-// 16-byte stores: the rows are scattered, one sector each, and narrow stores cost a
-// transaction per value (W1's backward: +0.1 ms with 4-byte stores).
+// memset of all the window's rows precedes the launch. Rows whose bytes are a multiple of
+// 16 (float with 3 channels: 32 bytes) are written in 16-byte stores: the rows are
+// scattered, one sector each, and narrow stores cost a transaction per value.
 template <typename T>
 __device__ void zero_unreached_rows(const std::int32_t* slots, int from, int to, T* rows, std::int64_t lo,
                                     int stride) {
@@ -151,7 +151,7 @@ __device__ void block_sum(int count, ValueFn value, T* scratch, T* out, bool add
 // the warps work on one entry at a time; never in double, nor with groups of lanes.
 
 // A pixel's unit ray direction (perspective) and ln of its total weight (m + ln D), read
-// together: one 16-byte load in float where they took four.
+// together: one 16-byte load in float instead of four narrow ones.
 template <typename T>
 struct alignas(4 * sizeof(T)) RayAndTotal {
   T x, y, z, log_total;
@@ -176,7 +176,7 @@ struct alignas(pixel_grads_align(C_STATIC, sizeof(T))) PixelGrads {
 // What the block stages per pixel of its tile (index q = ly * 16 + lx), so that a pair
 // reads its pixel's terms from shared memory instead of recomputing or fetching them.
 // Each pixel's values that a pair reads together are one record (RayAndTotal,
-// PixelGrads): per whole-tile pair round 2 loads where they took 8 (float, 3 channels).
+// PixelGrads): per whole-tile pair round 2 loads instead of 8 (float, 3 channels).
 template <typename T, int C_STATIC>
 struct PixelStage {
   int end[kThreads];                      // traversal end (entries the forward processed)
@@ -186,10 +186,9 @@ struct PixelStage {
 };
 
 // One entry of the tile's list as the warps read it. A batch of entries is staged in
-// shared memory by one thread each: the dependent loads (list position -> sphere record,
-// features, slot) and the box arithmetic are paid once per entry instead of once per
-// warp (W4: 103 warp instructions per entry before the rounds, the sphere record's load
-// the kernel's largest stall; Nsight Compute, docs/benchmarks.md).
+// shared memory by one thread each: the dependent loads (the list position's sphere,
+// then its record, features and slot) and the box arithmetic are paid once per entry
+// instead of once per warp, and no warp stalls on the sphere record's load.
 template <typename T, int C_STATIC>
 struct StagedEntry {
   T cx, cy, cz, dist, radius, opacity;  // as GpuSphere
@@ -272,8 +271,8 @@ struct LoadedPixel {
   __device__ const T* grad_moments() const { return nullptr; }
 };
 
-// One entry's registers over its rounds: the constants its pairs read (kept across the
-// rounds, where reading them from the staged entry spilled: 40 bytes in the W4 kernel)
+// One entry's registers over its rounds: the constants its pairs read (held across the
+// rounds; re-read from the staged entry in every round, they make the compiler spill)
 // and the sums of its pairs, reduced over the warp or group at the entry's end.
 template <typename T, int C_STATIC>
 struct EntryAccum {
@@ -330,17 +329,15 @@ __device__ void order_by_key(int key, int count, std::uint8_t* order, int (*coun
 template <typename T, int C_STATIC>
 constexpr int staged_batch() { return sizeof(T) == 4 && C_STATIC <= 3 ? 128 : 64; }
 
-// Four blocks per SM (64 registers): Nsight Compute durations W4 1.36 -> 1.27 ms,
-// W1 3.20 -> 3.12 against three (docs/benchmarks.md). With lane groups (GROUP < 32),
-// three (80 registers): at 64 that kernel spills in its rounds since the chord is fused,
-// and three blocks took W5's backward 1.178 -> 1.144 ms (W4 0.737 -> 0.745; CUPTI,
-// eleventh session). ORTHO: the camera is orthographic (a template parameter, so the
-// perspective kernel keeps no orthographic camera terms live). With few tiles, `splits`
-// blocks share a tile: block s of the tile takes every splits-th entry from the s-th on,
-// and writes its own partial camera and background rows (split 0 alone adds the
-// background's pixel terms).
+// Four blocks per SM (64 registers) with whole warps, which then run faster than with
+// three. With lane groups (GROUP < 32), three (80 registers): at 64 that kernel spills
+// in its rounds (the fused chord keeps more values live). ORTHO: the camera is
+// orthographic (a template parameter, so the perspective kernel keeps no orthographic
+// camera terms live). With few tiles, `splits` blocks share a tile: block s of the tile
+// takes every splits-th entry from the s-th on, and writes its own partial camera and
+// background rows (split 0 alone adds the background's pixel terms).
 // GRADS (GradSet): kAllGrads and kAllButOpacity fix the flags at compile time, so that the
-// rounds test none of them (9 instructions per round).
+// rounds test none of them.
 // Rows: the window's, rows[u - window.lo] for slot u. tile_ends: written in the first
 // window and read in the others (null with one window).
 template <typename T, int C_STATIC, bool ORTHO, bool RAY_SUMS, int GROUP, int GRADS>
@@ -442,13 +439,14 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
   CameraGrad<T> cg;
   DepthRangeSums<T> range_sums;  // the depth range's camera terms, resolved after the loop
   // Each warp works on kGroups entries at once, one per aligned group of GROUP lanes
-  // (lane_in_group over the sphere's pixels). A small sphere's box (W5: about 16 pixels)
-  // then fills a group instead of leaving most of a warp idle, and the per-entry work
-  // (loads, row reduction) is shared; a large box takes twice the rounds of half the width.
+  // (lane_in_group over the sphere's pixels). A small sphere's box (a few to a few dozen
+  // pixels) then fills a group instead of leaving most of a warp idle, and the per-entry
+  // work (loads, row reduction) is shared; a large box takes twice the rounds of half the
+  // width.
   constexpr int kGroups = 32 / GROUP;
   // Two groups may hold the same pixel, so the per-pixel ray sums (one copy per warp) need
-  // whole warps. (With groups adding to the copy in turn, W5's backward spent 18 % of its
-  // instructions on the turns; the per-pair fold costs it less.)
+  // whole warps. With groups each pair folds its ray gradient into the camera terms itself
+  // (normalize_backward per pair), which costs less than groups taking turns at the copy.
   static_assert(!RAY_SUMS || GROUP == 32, "ray sums need one group per warp");
   const int group = lane / GROUP, lane_in_group = lane % GROUP;
   T* const warp_ray_grad = ray_grad + warp * 3 * kThreads;  // this warp's copy of the ray sums
@@ -498,8 +496,8 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
     // gw = dL/dw * total weight; grad_n: dL/dn through the depth moments.
     T gw = -px.grad_dot_image(), grad_n = 0;
     if (kStatic) {
-      // dL/dfeatures here, where dL/dimage is loaded for gw (after the geometry the
-      // compiler loaded it again).
+      // dL/dfeatures here, where dL/dimage is loaded for gw, so that the compiler loads
+      // it once (after the geometry it loads it again).
       for (int ch = 0; ch < C_STATIC; ++ch) {
         const T g = px.grad_image(ch);
         gw += g * acc.col[ch];
@@ -524,8 +522,8 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
       acc.sums.opacity += blend_exponent_grad_opacity(bp, h.depth, grad_s);
     }
     // dL/dz through s, and in the kernels that may carry moments through their n
-    // (grad_n, 0 without them: added unconditionally, where a test of with_moments cost
-    // those kernels 2 to 3 instructions per round).
+    // (grad_n, 0 without them: added unconditionally, which costs less per round than a
+    // test of with_moments).
     T grad_depth = blend_exponent_grad_depth(acc.exponent_slope, grad_s);
     if (!ALL_GRADS) grad_depth += normalized_depth_grad(bp, grad_n);
     range_sums.add(grad_depth, h.depth);
@@ -583,8 +581,8 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
     __syncwarp();
   };
 
-  // Two entries whose boxes are both the whole tile (W1's and W2's large spheres: most of
-  // their pairs), each lane on the same pixel for both, so that a round's walk, the
+  // Two entries whose boxes are both the whole tile (most pairs of large spheres), each
+  // lane on the same pixel for both, so that a round's walk, the
   // pixel's terms and its ray sums are paid once for two pairs: 8 rounds, lane pixel
   // q = 32 round + lane. ta, tb: staged indices.
   auto run_whole_tile_pair = [&](int base, int ta, int tb) {
@@ -672,16 +670,14 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
       const int step_q = step_y * kTileSize + step_x;
       const int q_limit = (ly0 + se.box_h) * kTileSize;  // past the box's last row
       // This warp's ray sums of pixel q (RAY_SUMS), stepped with q: an address carried from
-      // round to round, which the compiler keeps in a register (it rebuilt warp_ray_grad + q
-      // from the thread index and the shared window per pair, 10 instructions).
+      // round to round, which the compiler keeps in a register instead of rebuilding
+      // warp_ray_grad + q from the thread index and the shared window per pair.
       T* ray_sums_at_q = warp_ray_grad + q;
       Vec3<T> unused_ray_acc{0, 0, 0};
       // The rounds in two copies for whole warps: where the box's width divides 32
-      // (step_x = 0: whole tiles, as W1's and W2's large spheres mostly give), a lane keeps
-      // its column and never wraps, and its rounds skip the wrap test (6 of about 143
-      // instructions; CUPTI: W1's backward 2.089 -> 1.999 ms, W2's 14.25 -> 13.68). Not
-      // with lane groups: their entries' widths differ within a warp, which then ran both
-      // copies (W4's backward 0.586 -> 0.827 ms, W5's 0.944 -> 1.223).
+      // (step_x = 0: whole tile rows, as large spheres mostly give), a lane keeps its
+      // column and never wraps, and its rounds skip the wrap test. Not with lane groups:
+      // their entries' widths differ within a warp, which would then run both copies.
       auto run_rounds = [&](auto columns_fixed) {
         constexpr bool kFixed = decltype(columns_fixed)::value;
         const int column_step = kFixed ? 0 : step_x;
@@ -692,7 +688,7 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
             ray_sums_at_q += kTileSize - box_w;
           }
           // In the box: k < box_pixels, or for fixed columns (whole rows of the box's width
-          // per round) q < q_limit, one test where k took one instruction more.
+          // per round) q < q_limit, one test without forming k.
           const bool active = (kFixed ? q < q_limit : round * GROUP + lane_in_group < box_pixels) && e < stage.end[q];
           const int x = tile_x0 + lx, y = tile_y0 + q / kTileSize;
           const T* g_img = grad_image + (image_base + std::int64_t(y) * config.width + x) * channels;
@@ -761,9 +757,9 @@ template <typename T, int C_STATIC, bool ORTHO, bool RAY_SUMS>
 void launch_kernel(unsigned blocks, std::size_t dynamic_smem, std::size_t ray_sum_bytes, const RendererConfig& config,
                    const SceneArgs& scene, const RenderOptions& options, const BackwardArgs& args,
                    GradFlags flags, cudaStream_t stream, CudaScratch& s, const BackwardTargets<T>& to) {
-  // Small boxes (most instances' boxes within their tile of at most 32 pixels: W4, W5):
-  // groups of 8 lanes, or 16 when a row's values need them; otherwise whole warps (groups
-  // lose on large spheres: CUPTI kernel times W1 2.92 -> 4.05 ms with 16). The generic
+  // Small boxes (at least half the instances' boxes within their tile of at most
+  // kSmallBoxPixels pixels): groups of 8 lanes, or 16 when a row's values need them;
+  // otherwise whole warps (on large boxes groups only multiply the rounds). The generic
   // channel path sums features per round over the whole warp and always takes 32.
   constexpr int kSmallGroup = C_STATIC == 0 ? 32 : (next_pow2(kGpuInstFeatures + C_STATIC) <= 8 ? 8 : 16);
   auto run = [&](auto group, auto grads) {
@@ -820,8 +816,8 @@ void cuda_render_backward(const RendererConfig& config, const SceneArgs& scene,
                           const RenderOptions& options, const BackwardArgs& args,
                           const GradientOutputs& grads, cudaStream_t stream, CudaScratch& scratch) {
   const std::int64_t total_tiles = Tiling::of(config.width, config.height).n_tiles() * scene.batch_size;
-  // Blocks per tile: enough for about four waves of four blocks per SM (W3's 1024 tiles
-  // take three each), at most 4.
+  // Blocks per tile: enough for about four waves of four blocks per SM, at most 4, so
+  // that an image of few tiles still fills the GPU.
   const std::int64_t wave = 4 * std::int64_t(scratch.sm_count);
   scratch.backward_splits = int(std::min<std::int64_t>(4, std::max<std::int64_t>(1, (4 * wave + total_tiles - 1) / total_tiles)));
   const std::int64_t partial_rows = total_tiles * scratch.backward_splits;

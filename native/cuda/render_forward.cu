@@ -122,8 +122,8 @@ __device__ void stage_batch(int start, int list_end, int threads, const GpuSpher
 }
 
 // ORTHO: the camera model, a template parameter so that each kernel carries one.
-// MOMENTS: the depth moments are accumulated and stored (asked for by render(); 5
-// instructions per hit otherwise spent).
+// MOMENTS: the depth moments are accumulated and stored (asked for by render(); a kernel
+// without them spends nothing on them per hit).
 template <typename T, int C_STATIC, bool ORTHO, bool WITH_INFO, bool MOMENTS>
 __global__ void __launch_bounds__(kThreads)
 render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions options, ForwardOutputs out,
@@ -156,8 +156,7 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
   //   pixels as have entries left. With small spheres (one covers a few of a warp's 32
   //   pixels) the rounds are the most entries any one lane has, not the entries of all.
   //   Lanes out of step mix hits with misses in a round, so with large spheres lockstep
-  //   is faster (Nsight Compute, W1's forward: 2.41 ms in lockstep, 2.77 lane by lane;
-  //   W4: 0.98 and 0.67).
+  //   is faster, with small ones lane by lane.
   // The warp walks lane by lane when that takes at most 3/4 of lockstep's rounds.
   const int2 range = tile_ranges[item];
   const unsigned batch_address = unsigned(__cvta_generic_to_shared(batch));
@@ -183,9 +182,9 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
     const bool by_lane = 4 * warp_max(unsigned(own_entries)) <= 3 * unsigned(lockstep_rounds);
 
     // Visits a batch entry that covers this lane's pixel, read where the visit uses its
-    // fields. (The lane's last hit in this batch is kept as a shared-memory address: from
-    // an index per hit, the lockstep walk rebuilt the index from the bit it had consumed,
-    // 5 instructions, then 2.)
+    // fields. (The lane's last hit in this batch is kept as the entry's shared-memory
+    // address, which the visit has at hand, not as an index that the lockstep walk would
+    // rebuild from the bit it consumed.)
     auto visit = [&](const BatchEntry<T, C_STATIC>& entry) -> bool {
       const BatchFields<T, C_STATIC>& e = entry.fields;
       const T* col = C_STATIC > 0 ? e.features : ctx.features + std::int64_t(e.id) * ctx.channels;
@@ -214,10 +213,10 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
       }
     } else {
       // The chunk's last entry, carried from chunk to chunk: the compiler keeps it in a
-      // register (from batch + j it rebuilt the shared window's address per visit, 4
-      // instructions where this takes one). The chunk's sets are bit-reversed (entry j at
-      // bit 31 - j), so that the next entry in depth order is the highest set bit, one
-      // instruction where the lowest took two; `live` is the lane's set (none once done).
+      // register instead of rebuilding the shared window's address from batch + j per
+      // visit. The chunk's sets are bit-reversed (entry j at bit 31 - j), so that the next
+      // entry in depth order is the highest set bit, one instruction (the lowest takes
+      // two); `live` is the lane's set (none once done).
       const BatchEntry<T, C_STATIC>* chunk_last = batch + 31;
       for (int chunk = 0; chunk < chunks; ++chunk, chunk_last += 32) {
         if (__all_sync(kFullMask, done)) break;
@@ -230,7 +229,7 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
           any ^= bit;
         }
         // A lane that stopped left with its entry's bit still set (setting `done` at the
-        // stop, the compiler set and restored a flag byte around every visit).
+        // stop would make the compiler save and restore a flag byte around every visit).
         if (any != 0u) done = true;
       }
     }
@@ -239,14 +238,13 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
   if (inside) px.finish(out, config, ctx.channels);
 }
 
-// The common call's forward where a tile's spheres are mostly large (W1, W2: most boxes
-// cover a warp's pixels whole): two pixels per thread, (x, y) and (x, y + 4) of the same
-// 8x8 block per warp, in lockstep only, so that a visited entry's walk and its record's
-// loads serve both pixels (W1: 18 of about 100 instructions per visit). Without forward
-// info, depth moments or a hit cap (render_forward_kernel has those); each pixel's
-// arithmetic is PixelBlend's, as there, so the image is the same bit for bit.
-// Eight blocks per SM (64 registers; 80 without the bound, six blocks): CUPTI W1
-// 1.193 -> 1.163 ms, W2B 5.392 -> 5.247 (H100).
+// The common call's forward where a tile's spheres are mostly large (most boxes cover a
+// warp's pixels whole): two pixels per thread, (x, y) and (x, y + 4) of the same 8x8
+// block per warp, in lockstep only, so that a visited entry's walk and its record's loads
+// serve both pixels. Without forward info, depth moments or a hit cap
+// (render_forward_kernel has those); each pixel's arithmetic is PixelBlend's, as there,
+// so the image is the same bit for bit. Eight blocks per SM (64 registers; without the
+// bound the compiler takes 80, and six blocks fit).
 template <typename T, int C_STATIC, bool ORTHO>
 __global__ void __launch_bounds__(kThreads / 2, 8)
 render_forward_two_kernel(RendererConfig config, SceneArgs scene, RenderOptions options, ForwardOutputs out,
@@ -313,8 +311,8 @@ render_forward_two_kernel(RendererConfig config, SceneArgs scene, RenderOptions 
         }
         any ^= bit;
       }
-      // The stops as bits of one word, done after the chunk (set at the stop, the flags were
-      // kept as bytes and moved around every visit).
+      // The stops as bits of one word, applied after the chunk (set at the stop, the flags
+      // would be kept as bytes and moved around every visit).
       for (int i = 0; i < 2; ++i) done[i] = done[i] || ((stopped >> i) & 1u);
     }
     for (int i = 0; i < 2; ++i) px[i].template end_batch<BatchEntry<T, C_STATIC>>(start - range.x, batch_address);

@@ -1,9 +1,9 @@
 // Stage 1 on CUDA: per-sphere setup and binning into per-tile lists ordered by
 // (closest depth, sphere index), each cut at its tile's depth bound (tile_depth_bound.cu).
 // The items are depth-sorted once (32-bit keys over B * N items), so that the instance
-// sort needs only the tile bits (W2: 14 M instances, 2 passes of 32-bit keys instead of
-// 44 bits of 64-bit keys). One host synchronisation: the instance count is read back once
-// to size the sort (documented in docs/design.md).
+// sort, stable, needs only the tile bits: 32-bit keys over the bits in use, where keys of
+// depth and tile together would take 64 bits. One host synchronisation: the instance
+// count is read back once to size the sort (docs/design.md).
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 
@@ -19,12 +19,11 @@ namespace {
 
 // Records the smallest and largest visible zc of camera b (float bits order like the
 // values: zc > 0) and whether any visible sphere may cover a tile (the cover kernel's
-// early exit: W4's and W5's spheres are all too small). The smallest is kept as the
-// maximum of the complemented bits, so one zero fill initialises every word. Every
-// thread of the block calls it. A block whose threads share a camera (items ascend, so
-// its first and last thread tell) reduces first and adds once: per warp, W5's 125 K warps
-// serialised on the camera's two words. Otherwise each warp whose lanes share a camera
-// reduces first.
+// early exit when every sphere is too small). The smallest is kept as the maximum of the
+// complemented bits, so one zero fill initialises every word. Every thread of the block
+// calls it. A block whose threads share a camera (items ascend, so its first and last
+// thread tell) reduces first and adds once: atomics from every warp would serialise on
+// the camera's two words. Otherwise each warp whose lanes share a camera reduces first.
 __device__ void record_camera_words(std::uint32_t* camera_words, int b, bool visible, float zc, bool covers) {
   const unsigned full = 0xffffffffu;
   const std::uint32_t bits = __float_as_uint(zc);
@@ -131,8 +130,8 @@ __device__ TileBox tile_box(const GpuSphere<T>& g) {
 }
 
 // The duplicate kernel deals each warp's (sphere, tile) pairs out over its lanes
-// (WarpDeal): a sphere of W2 touches up to about 120 tiles, most only a few, and a loop
-// per sphere kept a warp waiting for its largest (W2 1.53 -> 0.28 ms). A pair is stored when
+// (WarpDeal): one sphere may touch a hundred tiles while most touch a few, and a loop per
+// sphere would keep the warp waiting for its largest. A pair is stored when
 // its tile's depth bound (null: none) is at least the sphere's zc. Stored pairs keep the
 // row-major order of their sphere's box: the k-th stored tile of a sphere takes slot
 // sphere_slots[sphere] + k, as a serial loop over the box would give it.
@@ -172,14 +171,13 @@ __device__ void deal_pairs(const RendererConfig& config, const GpuSphere<T>& g, 
 }
 
 // Tiles stored per item, in depth rank order (rank r holds item order[r]), in a plain
-// loop per sphere: counting is too light per tile for WarpDeal's shuffles to pay (H100:
-// W2 0.11 ms against 0.19 dealt). A rank whose zc (rank_keys: its float bits) lies beyond
-// its camera's largest tile bound stores nothing and reads no record (the ranks ascend in
-// zc, so whole warps leave: W1's count 0.091 -> 0.059 ms; the largest bound is a border
-// tile's, whose pixels see fewer spheres). Also adds to
-// *small_box_instances the instances whose box within their tile holds at most
-// kSmallBoxPixels pixels (one atomic per block, integers: exact), which picks the
-// backward's lane grouping (render_backward.cu).
+// loop per sphere: counting is too light per tile for WarpDeal's shuffles to pay off. A
+// rank whose zc (rank_keys: its float bits) lies beyond its camera's largest tile bound
+// stores nothing and reads no record (the ranks ascend in zc, so whole warps leave
+// together; the largest bound is often a border tile's, whose pixels see fewer spheres).
+// Also adds to *small_box_instances the instances whose box within their tile holds at
+// most kSmallBoxPixels pixels (one atomic per block, integers: exact), which picks the
+// backward's lane grouping (render_backward.cu) and the forward's kernel.
 template <typename T>
 __global__ void count_kernel(RendererConfig config, SceneArgs scene, const GpuSphere<T>* spheres,
                              const float* bound, const std::int32_t* order, const std::uint32_t* rank_keys,
@@ -212,8 +210,8 @@ __global__ void count_kernel(RendererConfig config, SceneArgs scene, const GpuSp
     }
   }
   if (valid) tile_counts[rank] = count;
-  // One atomic per block: per warp they serialised on the one address (W4 count kernel
-  // 20 -> 36 us).
+  // One atomic per block, not one per warp (eight times as many): atomics to one address
+  // serialise.
   __shared__ std::int64_t warp_small[32];
   small = warp_sum(small);
   if (threadIdx.x % 32 == 0) warp_small[threadIdx.x / 32] = small;
@@ -225,9 +223,9 @@ __global__ void count_kernel(RendererConfig config, SceneArgs scene, const GpuSp
   }
 }
 
-// Each item's slot range, by item (the gradient reduction's index). A scatter of 8-byte
-// stores: folded into duplicate_kernel it cost that kernel +0.3 ms on W5, against 0.14 ms
-// alone.
+// Each item's slot range, by item (the gradient reduction's index). A kernel of its own:
+// its scatter of 8-byte stores would hold up duplicate_kernel's warps, and here it runs
+// while the host waits for the instance count (cuda_begin_binning).
 __global__ void item_slots_kernel(std::int64_t items, const std::int32_t* order, const std::int64_t* sphere_slots,
                                   int2* item_slots) {
   const std::int64_t rank = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -247,9 +245,9 @@ __global__ void duplicate_kernel(RendererConfig config, SceneArgs scene, const G
   const bool valid = rank < n * scene.batch_size;
   const std::int64_t item = valid ? order[rank] : 0;
   const std::int64_t first_slot = valid ? sphere_slots[rank] : 0;
-  // Items with no stored tile (W1: nine in ten; their tiles' pixels stop long before)
-  // take empty bounds (x0 > x1) as lanes past the end do: no pairs, and no record read.
-  // W1's duplicate kernel 0.215 -> 0.092 ms (H100).
+  // Items with no stored tile (with early termination often most of them: their tiles'
+  // pixels stop long before) take empty bounds (x0 > x1) as lanes past the end do: no
+  // pairs, and no record read.
   const bool stores = valid && sphere_slots[rank + 1] > first_slot;
   if (!__any_sync(WarpDeal::kFullMask, stores)) return;  // whole warps leave together
   const GpuSphere<T> g = stores ? load_sphere(spheres + item) : GpuSphere<T>{T(0), 1, 1, 0, 0};
@@ -270,7 +268,8 @@ __global__ void duplicate_kernel(RendererConfig config, SceneArgs scene, const G
   });
 }
 
-// [begin, end) of each tile's run of sorted keys.
+// [begin, end) of each tile's run of sorted keys: the keys are sorted, so a tile's
+// instances are one run; a tile without any keeps the [0, 0) of zero_binning_kernel.
 __global__ void ranges_kernel(std::int64_t count, const std::uint32_t* keys, int2* tile_ranges) {
   const std::int64_t p = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (p >= count) return;
@@ -282,8 +281,8 @@ __global__ void ranges_kernel(std::int64_t count, const std::uint32_t* keys, int
 // Zeroes what a binning adds into or leaves unwritten: the tile ranges (ranges_kernel
 // writes only tiles with entries) and the per-camera words, n of each, and the two
 // counters: the scan's leading 0 and the small-box count (null: no items). One launch
-// where four memsets took four API calls before the first kernel that matters (on the
-// lent H100's host about 9 us each, the device idle meanwhile).
+// instead of four memsets: each API call takes host time while the device waits for the
+// first kernel that matters.
 __global__ void zero_binning_kernel(int2* ranges, std::int64_t n_ranges, std::uint32_t* words, int n_words,
                                     std::int64_t* slot_zero, unsigned long long* small_box_instances) {
   const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -295,7 +294,7 @@ __global__ void zero_binning_kernel(int2* ranges, std::int64_t n_ranges, std::ui
   }
 }
 
-// The maps the later stages read: sorted position -> sphere, sorted position -> slot.
+// The maps the later stages read: the sphere and the slot of each sorted position.
 __global__ void maps_kernel(std::int64_t count, const std::int32_t* sorted_slots, const std::int32_t* slot_sphere,
                             std::int32_t* entry_sphere, std::int32_t* entry_slot) {
   const std::int64_t p = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -387,9 +386,8 @@ void cuda_begin_binning(const RendererConfig& config, const SceneArgs& scene, co
                                     cudaMemcpyDeviceToHost, stream));
   PULSAR_CUDA_CHECK(cudaEventRecord(scratch.count_ready, stream));
   // Each item's slots need only the scan: the device computes them while the host waits
-  // for the count and launches what follows (with the stream's synchronisation and
-  // duplicate_kernel first, W1's device idled 21 us there). The scan has read the tile
-  // counts, whose buffer item_slots overwrites.
+  // for the count and launches what follows, so the one host synchronisation leaves the
+  // device busy. The scan has read the tile counts, whose buffer item_slots overwrites.
   item_slots_kernel<<<blocks_for(items, kThreads), kThreads, 0, stream>>>(items, order, slots_of, scratch.item_slots());
   PULSAR_CUDA_LAUNCH_CHECK("item_slots_kernel");
   scratch.pending_order = order;

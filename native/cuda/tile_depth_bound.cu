@@ -1,6 +1,6 @@
 // Stage 1b on CUDA: per tile, a depth beyond which no pixel of the tile processes any
 // sphere, so that binning stores only the (tile, sphere) instances early termination can
-// reach (model.md section 6). Large spheres otherwise touch dozens of tiles each and
+// reach (docs/model.md section 6). Large spheres otherwise touch dozens of tiles each and
 // most of those instances lie far behind where every pixel stops.
 //
 // Why it is exact: let S be spheres that certainly hit every pixel of a tile, each with
@@ -22,10 +22,10 @@
 // bucket k that minimises it, and for every k past a pass's last bucket E_k alone exceeds
 // that bucket's end: a tile whose bound from the spheres of the passes so far already
 // lies within their buckets (settled) keeps that bound bit for bit whatever deeper
-// spheres add. The first pass adds its buckets' spheres (CoverSchedule) to every tile; each later
-// pass its run of buckets only to the tiles not settled yet, and nothing when every tile
-// settled (W1: pixels stop within a few per cent of the depth range). The bounds equal
-// those of one pass.
+// spheres add. The first pass adds its buckets' spheres (CoverSchedule) to every tile;
+// each later pass its run of buckets only to the tiles not settled yet, and nothing when
+// every tile settled (as where pixels stop within the first few buckets). The bounds
+// equal those of one pass over all buckets, whatever the schedule.
 #include <cmath>
 
 #include "cuda_scratch.h"
@@ -45,14 +45,11 @@ constexpr int kMaxBuckets = 64, kMinBuckets = 4;  // tile_bound_kernel: two buck
 // Where each cover pass's run of buckets ends, in 64ths of the buckets (the last: all).
 // A tile the passes so far leave unsettled takes the next pass's spheres, and every pass
 // is a launch over all the ranks, so the schedule trades passes against spheres added
-// after a tile settles. Opaque spheres (no opacity given) settle W1's tiles within the
-// first quarter: four passes, the later ones of a few buckets each (with two, the quarter
-// then the rest, a tile left unsettled took every deeper sphere). Translucent spheres
-// settle deeper: two passes, a third then the rest (H100, cover + bound kernels, the same
-// machine: W2B 0.269 -> 0.213 ms against the four passes, W3 0.077 -> 0.039, W5's idle
-// passes 0.074 -> 0.040; {21, 32, 64}: 0.235, {24, 32, 64}: 0.242). For W1 the two
-// passes (16, 64) measured as the four (0.181 and 0.182 ms; the four were kept), a first
-// pass to a third 0.191, to an eighth 0.171 (but W2B 0.361).
+// after a tile settles. Opaque spheres (no opacity given) settle most tiles within the
+// first quarter of the depth range: four passes, the later ones of a few buckets each, so
+// that a tile the first leaves unsettled does not take every deeper sphere at once.
+// Translucent spheres settle deeper: two passes, a third then the rest. The ends are
+// empirical; they change the work, never the bounds.
 struct CoverSchedule {
   int ends64[CameraWords::kMaxCoverPasses];
   int count;
@@ -96,9 +93,9 @@ __device__ int bucket_of(float zc, const DepthRange& range, int buckets) {
 // (uint64 words [B, tiles_y, words_per_row], behind the histogram, zeroed with it; set by
 // the first pass's tile_bound_kernel, cleared by a later one's when the tile settles). A
 // later pass skips a sphere whose core tiles are all settled before its weight bound (a
-// double exp) or any pair: W1's second pass took 0.1 ms for the other 0.7 M spheres
-// though its first settles most tiles (those left should be where the spheres thin
-// out, the image's border); both passes 0.22 -> 0.17 ms on an H100, W2's 0.31 -> 0.28.
+// double exp) or any pair: when the first pass settles most tiles, the few left (often
+// where the spheres thin out, at the image's border) need not cost a pass over every
+// deeper sphere's pairs.
 struct UnsettledRows {
   unsigned long long* words;
   int tiles_x, tiles_y;
@@ -145,8 +142,7 @@ struct CoverJob {
 
 // cam: the frame of the sphere's camera b. In a later pass a sphere whose core tiles the
 // passes before left all settled (pass.unsettled) gets none. (The pass by value: a
-// pointer to the kernel's parameter put the parameters on every thread's stack, which
-// cost W5's two passes, that leave at once, 0.030 -> 0.057 ms.)
+// pointer to the kernel's parameter would put the parameters on every thread's stack.)
 template <typename T>
 __device__ CoverJob cover_job(const RendererConfig& config, const RenderOptions& options, const GpuSphere<T>& g,
                               const CameraFrame<T>& cam, int b, const DepthRange& range, int bucket,
@@ -197,7 +193,7 @@ __device__ inline bool cover_pass_needed(const std::uint32_t* camera_words, int 
 // so that a sphere covering 60 tiles does not keep the lanes of small ones waiting. Each
 // pair checks the tile's corners and adds the weight bound to the tile's bucket (in a
 // later pass, only for tiles not settled). Whole warps leave together: those of cameras
-// without a sphere large enough to cover a tile (W4, W5) or with nothing to do in this
+// without a sphere large enough to cover a tile or with nothing to do in this
 // pass before reading any record, those whose ranks lie outside the pass's buckets after
 // reading their keys, and those whose spheres cover no tile.
 template <typename T>
@@ -211,7 +207,8 @@ __global__ void cover_kernel(RendererConfig config, SceneArgs scene, RenderOptio
   const std::int64_t rank = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int lane = int(threadIdx.x % 32);
   const bool valid = rank < n * scene.batch_size;
-  // One camera: its flags before anything else (W4, W5: no sphere may cover a tile).
+  // One camera: its flags before anything else (where no sphere may cover a tile, every
+  // thread leaves before any load).
   const bool one_camera = scene.batch_size == 1;
   if (one_camera && !cover_pass_needed(camera_words, 0, pass.index)) return;
   const std::int64_t item = valid ? order[rank] : 0;
@@ -230,7 +227,7 @@ __global__ void cover_kernel(RendererConfig config, SceneArgs scene, RenderOptio
   GpuSphere<T> g{};
   CoverJob job;
   // The frame of this lane's camera; the deal below rebuilds it only for a pair of another
-  // camera's sphere (never with one camera), where it took one per pair.
+  // camera's sphere (never with one camera), not once per pair.
   int frame_camera = camera;
   CameraFrame<T> cam = camera_of<T>(scene, frame_camera, config.orthographic);
   if (in_pass) {
@@ -336,7 +333,7 @@ __global__ void tile_bound_kernel(RendererConfig config, SceneArgs scene, Render
   bound[item] = final_bound;
   std::uint32_t* words = camera_words + b * CameraWords::kCount;
   // Whether a later pass takes this tile: not settled, and the camera has spheres that may
-  // cover a tile (W4 has none: every tile unsettled, and no later pass).
+  // cover a tile (without any, every tile stays unsettled and no later pass runs).
   const bool last = pass.hi == buckets;
   const bool next_follows = !last && !is_settled && cover_pass_needed(camera_words, b, 0);
   // The camera's largest bound, from each tile's last one (CameraWords::kMaxBound: floats
@@ -384,8 +381,9 @@ const float* cuda_tile_depth_bound(const RendererConfig& config, const SceneArgs
   const std::int64_t items = scene.n_spheres * scene.batch_size;
   const auto* spheres = scratch.spheres.as<GpuSphere<T>>();
   const unsigned tile_blocks = blocks_for(total_tiles * 32, kThreads);
-  // Every pass on a whole grid: a grid-stride second pass on a few blocks cost W2, whose
-  // later passes do much of the work, 0.13 ms; an idle pass costs W4 about 4 us.
+  // Every pass on a whole grid, not a grid-stride loop on a few blocks: a later pass may
+  // do much of the work (translucent spheres), and an idle pass's warps leave at once
+  // (cover_pass_needed).
   CoverPass pass{0, 0, 0, unsettled};
   const CoverSchedule& schedule = scene.opacities ? kTranslucentSchedule : kOpaqueSchedule;
   for (int p = 0; p < schedule.count; ++p) {
