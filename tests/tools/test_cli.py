@@ -67,16 +67,16 @@ def test_sample_writes_jpeg_for_a_jpg_name(tmp_path):
     assert read_image(jpg).shape == (48, 64, 3) and float(difference.mean()) < 8.0
 
 
-def test_version(capsys):
+def test_version(tmp_path, capsys):
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"pulsar_py {pulsar_py.__version__}"
-    done = subprocess.run([sys.executable, "-m", "pulsar_py", "--version"], env=_env_for(pulsar_py),
+    done = subprocess.run([sys.executable, "-m", "pulsar_py", "--version"], cwd=tmp_path, env=_env_for(pulsar_py),
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"pulsar_py {pulsar_py.__version__}"
 
 
-def test_help_names_the_program_as_invoked(capsys):
+def test_help_names_the_program_as_invoked(tmp_path, capsys):
     assert main(["--help"]) == 0
     assert capsys.readouterr().out.startswith("usage: pulsar-py ")
     for command in ("demo", "render", "selftest", "sample"):
@@ -84,10 +84,10 @@ def test_help_names_the_program_as_invoked(capsys):
         assert capsys.readouterr().out.startswith(f"usage: pulsar-py {command} "), command
         assert main([command, "--help"], prog="python -m pulsar_py") == 0
         assert capsys.readouterr().out.startswith(f"usage: python -m pulsar_py {command} "), command
-    done = subprocess.run([sys.executable, "-m", "pulsar_py", "render", "--help"], env=_env_for(pulsar_py),
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-m", "pulsar_py", "render", "--help"], cwd=tmp_path,
+                          env=_env_for(pulsar_py), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.startswith("usage: python -m pulsar_py render "), done.stdout
-    done = subprocess.run([sys.executable, "-m", "pulsar_py", "--help"], env=_env_for(pulsar_py),
+    done = subprocess.run([sys.executable, "-m", "pulsar_py", "--help"], cwd=tmp_path, env=_env_for(pulsar_py),
                           capture_output=True, text=True, timeout=120)
     assert done.stdout.startswith("usage: python -m pulsar_py "), done.stdout
 

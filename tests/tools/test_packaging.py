@@ -106,3 +106,14 @@ def test_a_missing_package_says_what_to_install(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "needs the package 'imageio'" in err and 'pulsar_py[tools]' in err
     assert not out.exists()
+
+
+def test_installed_script_names_itself(tmp_path):
+    script = Path(sys.executable).parent / "pulsar-py"
+    if _installed_distribution() is None or not script.exists():
+        pytest.skip("pulsar_py is not installed with its script in this interpreter's environment")
+    done = subprocess.run([str(script), "render", "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: pulsar-py render ")
+    done = subprocess.run([str(script), "--version"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == f"pulsar_py {pulsar_py.__version__}"
