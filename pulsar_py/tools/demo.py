@@ -1,4 +1,4 @@
-"""``python -m pulsar_py demo``: joint optimisation of a camera and thousands of spheres.
+"""``pulsar-py demo``: joint optimisation of a camera and thousands of spheres.
 
 The problem (``pulsar_py.demo_setup``): a rainbow trefoil knot of spheres over a
 checkered floor of spheres (about 4700 in all), three cameras around it. The demo

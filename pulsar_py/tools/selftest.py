@@ -1,4 +1,4 @@
-"""``python -m pulsar_py selftest``: does this build render what the model says?
+"""``pulsar-py selftest``: does this build render what the model says?
 
 Renders built-in scenes on every available backend (the CPU, and CUDA when the build has
 it and a GPU is present), in float32 and float64, and compares images and gradients with

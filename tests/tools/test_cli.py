@@ -1,4 +1,4 @@
-"""The command line (python -m pulsar_py) and the benchmark driver's inputs."""
+"""The command line (pulsar-py, python -m pulsar_py) and the benchmark driver's inputs."""
 
 from __future__ import annotations
 
