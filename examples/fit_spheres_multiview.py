@@ -26,7 +26,7 @@ import torch
 
 from pulsar_py import Renderer
 from pulsar_py.cameras.look_at import look_at_params, sensor_width_for_fov
-from pulsar_py.io.png import write_png
+from pulsar_py.io.images import write_image
 from pulsar_py.tools.sample_scene import make_sample_scene
 
 # Depth range around cameras 12 units from the object; gamma 0.05: soft enough for
@@ -115,8 +115,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, float]:
               "seconds": time.perf_counter() - start}
     if args.out:
         os.makedirs(args.out, exist_ok=True)
-        write_png(os.path.join(args.out, "targets.png"), torch.cat(list(targets.cpu()), dim=1))
-        write_png(os.path.join(args.out, "fit.png"), torch.cat(list(fit.cpu()), dim=1))
+        write_image(os.path.join(args.out, "targets.png"), torch.cat(list(targets.cpu()), dim=1))
+        write_image(os.path.join(args.out, "fit.png"), torch.cat(list(fit.cpu()), dim=1))
     print(f"PSNR over {args.views} views: {result['initial_psnr_db']:.2f} -> {result['final_psnr_db']:.2f} dB "
           f"({n} spheres, {args.steps} steps, {result['seconds']:.1f} s)")
     return result

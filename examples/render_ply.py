@@ -1,9 +1,10 @@
-"""Render a PLY point cloud to a PNG.
+"""Render a PLY point cloud or 3D Gaussian Splatting scene to an image.
 
-Reads a PLY file (ascii or binary; x y z, optional red green blue, radius or scale,
-opacity or alpha) with ``pulsar_py.io.ply.read_ply`` and renders every point as a sphere
-with ``pulsar_py.tools.render.render_point_cloud`` (what ``python -m pulsar_py render``
-runs): the camera fits the cloud in view, ``--azimuth``/``--elevation`` turn it around.
+Reads a PLY file (ascii or binary; a point cloud with x y z, optional red green blue,
+radius or scale, opacity or alpha, or a 3DGS scene) with ``pulsar_py.io.ply.read_ply``
+(plyfile) and renders every point as a sphere with
+``pulsar_py.tools.render.render_point_cloud`` (what ``pulsar-py render`` runs): the
+camera fits the cloud in view, ``--azimuth``/``--elevation`` turn it around.
 Without ``--ply`` it first writes a sample cloud (the built-in trefoil knot) to
 ``--out``'s folder, so the example runs on its own.
 
@@ -22,7 +23,7 @@ import time
 from typing import Dict, Optional, Sequence
 
 from pulsar_py.io.ply import read_ply, write_ply
-from pulsar_py.io.png import write_png
+from pulsar_py.io.images import write_image
 from pulsar_py.tools.render import render_point_cloud
 from pulsar_py.tools.sample_scene import make_sample_scene
 
@@ -30,7 +31,7 @@ from pulsar_py.tools.sample_scene import make_sample_scene
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ply", default=None, help="point cloud to render (default: write a sample one)")
-    parser.add_argument("--out", default="render.png", help="PNG to write")
+    parser.add_argument("--out", default="render.png", help="image to write (.png, .jpg, ...)")
     parser.add_argument("--width", type=int, default=640)
     parser.add_argument("--height", type=int, default=480)
     parser.add_argument("--azimuth", type=float, default=30.0, help="degrees around the up axis")
@@ -49,7 +50,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
     cloud = read_ply(ply_path)
     image = render_point_cloud(cloud, args.width, args.height, args.device, azimuth_deg=args.azimuth,
                                elevation_deg=args.elevation, background=(1.0, 1.0, 1.0))
-    write_png(args.out, image)
+    write_image(args.out, image)
     seconds = time.perf_counter() - start
     print(f"rendered {len(cloud)} points from {ply_path} to {args.out} ({args.width}x{args.height}, {seconds:.2f} s)")
     return {"ply": ply_path, "out": args.out, "points": len(cloud), "image": image, "seconds": seconds}

@@ -4,4 +4,4 @@ import sys
 
 from .tools.cli import main
 
-sys.exit(main())
+sys.exit(main(prog="python -m pulsar_py"))

@@ -1,41 +1,68 @@
-"""PLY point clouds: read and write positions, colours, radii and opacities.
+"""PLY files, read and written through plyfile: point clouds and 3D Gaussian Splatting scenes.
 
-Reads ASCII, binary little-endian and binary big-endian PLY files (numpy does the binary
-decoding; the header is parsed here). From the ``vertex`` element it takes
+ASCII and binary (either byte order) files are read; of their elements only ``vertex`` is
+used. Two layouts of its properties are understood:
 
-* ``x, y, z`` (required);
-* colours from ``red, green, blue`` (also ``r, g, b`` or ``diffuse_red`` ...): integer
-  types are scaled to [0, 1] by their maximum (255 for uchar), floats are taken as is;
-* a radius from ``radius`` or ``scale`` (one value per point, world units);
-* an opacity from ``opacity`` or ``alpha`` (integers scaled like colours).
+**Point clouds**: ``x, y, z``; optional colours ``red, green, blue`` (also ``r, g, b`` or
+``diffuse_red, ...``; integer types scaled to [0, 1] by their maximum, 255 for uchar,
+floats taken as they are); an optional radius ``radius`` (or ``scale``; world units) and
+an optional opacity ``opacity`` (or ``alpha``; integers scaled like colours, else in
+[0, 1]).
 
-Other elements (faces, ...) are skipped. ``write_ply`` writes the same properties, so a
-point cloud round-trips.
+**3D Gaussian Splatting scenes** (recognised by ``f_dc_0``): ``x, y, z``; ``f_dc_0..2``,
+the degree-0 spherical-harmonics coefficients of red, green and blue; optional
+``f_rest_0..f_rest_{R-1}``, the higher-degree coefficients, R = 9, 24 or 45 for degree
+1, 2 or 3, stored channel by channel (all of red's, then green's, then blue's, as 3DGS
+writes them); ``opacity`` as a logit (passed through a sigmoid); ``scale_0..2`` as
+natural logarithms of the Gaussian's standard deviations along its axes, which become
+one sphere radius (``gaussian_radius``). ``rot_0..3`` (the Gaussian's orientation) is
+ignored: a sphere is isotropic, so it has none. The coefficients land in
+``PointCloud.sh_coefficients`` (``[N, (degree + 1)^2, 3]``, the layout of
+``Renderer.render(..., sh_degree=)``), and ``PointCloud.colours`` holds the colour of the
+degree-0 term alone.
+
+Other vertex properties (normals, ...) are ignored. A vertex element that fits neither
+layout (no ``x, y, z``, a partial colour triple, a partial set of SH coefficients or
+scales) is a ValueError that lists the properties found and the layouts expected.
+``write_ply`` writes point clouds (the first layout), so they round-trip. plyfile is
+imported when a file is read or written.
 """
 
 from __future__ import annotations
 
+import io
+import math
 import os
+import re
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 
+from ..sh import SH_C0
+from ._deps import require
+
 PathLike = Union[str, "os.PathLike[str]"]
 
-# PLY scalar type names -> numpy type codes (without byte order).
-_TYPES: Dict[str, str] = {
-    "char": "i1", "int8": "i1", "uchar": "u1", "uint8": "u1",
-    "short": "i2", "int16": "i2", "ushort": "u2", "uint16": "u2",
-    "int": "i4", "int32": "i4", "uint": "u4", "uint32": "u4",
-    "float": "f4", "float32": "f4", "double": "f8", "float64": "f8",
-}
-_FORMATS = {"ascii": None, "binary_little_endian": "<", "binary_big_endian": ">"}
 _COLOUR_NAMES: Tuple[Tuple[str, str, str], ...] = (
     ("red", "green", "blue"), ("r", "g", "b"), ("diffuse_red", "diffuse_green", "diffuse_blue"))
 _RADIUS_NAMES = ("radius", "scale")
 _OPACITY_NAMES = ("opacity", "alpha")
+_GAUSSIAN_SCALES = ("scale_0", "scale_1", "scale_2")
+_SH_DC = ("f_dc_0", "f_dc_1", "f_dc_2")
+
+#: A sphere's radius per unit of a Gaussian's standard deviation (``gaussian_radius``).
+GAUSSIAN_RADIUS_FACTOR = math.sqrt(2.0)
+# Exponent of Knud Thomsen's formula for the surface area of an ellipsoid (relative
+# error at most 1.061 %).
+_THOMSEN_P = 1.6075
+
+EXPECTED_LAYOUTS = (
+    "expected a point cloud (x, y, z; optional red, green, blue or r, g, b or diffuse_red, "
+    "diffuse_green, diffuse_blue; optional radius or scale; optional opacity or alpha) or a 3D "
+    "Gaussian Splatting scene (x, y, z, f_dc_0, f_dc_1, f_dc_2, optional f_rest_0 ... f_rest_{R-1} "
+    "with R = 9, 24 or 45, opacity, scale_0, scale_1, scale_2, rot_0 ... rot_3)")
 
 
 @dataclass
@@ -44,168 +71,185 @@ class PointCloud:
 
     Attributes:
         positions: [N, 3] world coordinates.
-        colours: [N, 3] RGB in [0, 1], or None when the file has no colours.
+        colours: [N, 3] RGB in [0, 1] (for a 3DGS scene: the colour of the degree-0
+            SH term, max(C0 f_dc + 0.5, 0)), or None when the file has no colours.
         radii: [N] sphere radii (world units), or None.
-        opacity: [N] opacities, or None.
+        opacity: [N] opacities in [0, 1], or None.
+        sh_coefficients: [N, (degree + 1)^2, 3] spherical-harmonics coefficients of a
+            3DGS scene (``pulsar_py.sh``), or None.
     """
 
     positions: torch.Tensor
     colours: Optional[torch.Tensor] = None
     radii: Optional[torch.Tensor] = None
     opacity: Optional[torch.Tensor] = None
+    sh_coefficients: Optional[torch.Tensor] = None
 
     def __len__(self) -> int:
         return int(self.positions.shape[0])
 
-
-@dataclass
-class _Property:
-    name: str
-    type: str                       # numpy code of the value (or of the list items)
-    count_type: Optional[str] = None  # numpy code of a list's length; None for scalars
-
-
-@dataclass
-class _Element:
-    name: str
-    count: int
-    properties: List[_Property]
+    @property
+    def sh_degree(self) -> Optional[int]:
+        """Degree (0..3) of ``sh_coefficients``, or None without them."""
+        if self.sh_coefficients is None:
+            return None
+        return int(round(math.sqrt(self.sh_coefficients.shape[1]))) - 1
 
 
-def _parse_header(data: bytes) -> Tuple[str, List[_Element], int]:
-    """(format, elements, byte offset of the body)."""
-    if not data.startswith(b"ply"):
-        raise ValueError("ply: not a PLY file (it must start with 'ply')")
-    end = data.find(b"end_header")
-    if end < 0:
-        raise ValueError("ply: no 'end_header' line in the header")
-    body = data.index(b"\n", end) + 1
-    lines = data[:end].decode("ascii", errors="replace").splitlines()[1:]
-    fmt, elements = None, []
-    for number, raw in enumerate(lines, start=2):
-        words = raw.split()
-        if not words or words[0] in ("comment", "obj_info"):
-            continue
-        if words[0] == "format":
-            if len(words) < 2 or words[1] not in _FORMATS:
-                raise ValueError(f"ply: header line {number}: expected format ascii, binary_little_endian "
-                                 f"or binary_big_endian, got {raw.strip()!r}")
-            fmt = words[1]
-        elif words[0] == "element":
-            if len(words) != 3 or not words[2].isdigit():
-                raise ValueError(f"ply: header line {number}: expected 'element NAME COUNT', got {raw.strip()!r}")
-            elements.append(_Element(words[1], int(words[2]), []))
-        elif words[0] == "property":
-            if not elements:
-                raise ValueError(f"ply: header line {number}: property before any element")
-            if len(words) == 5 and words[1] == "list" and words[2] in _TYPES and words[3] in _TYPES:
-                elements[-1].properties.append(_Property(words[4], _TYPES[words[3]], _TYPES[words[2]]))
-            elif len(words) == 3 and words[1] in _TYPES:
-                elements[-1].properties.append(_Property(words[2], _TYPES[words[1]]))
-            else:
-                raise ValueError(f"ply: header line {number}: unknown property declaration {raw.strip()!r}")
-        else:
-            raise ValueError(f"ply: header line {number}: unknown keyword {words[0]!r}")
-    if fmt is None:
-        raise ValueError("ply: no 'format' line in the header")
-    return fmt, elements, body
+def _plyfile() -> Any:
+    return require("plyfile", "to read and write PLY files")
 
 
-def _skip_list_element_binary(data: bytes, pos: int, element: _Element, order: str) -> int:
-    """Byte offset after an element with list properties (walked row by row)."""
-    for _ in range(element.count):
-        for prop in element.properties:
-            if prop.count_type is None:
-                pos += np.dtype(prop.type).itemsize
-            else:
-                count_dtype = np.dtype(order + prop.count_type)
-                n = int(np.frombuffer(data, count_dtype, 1, pos)[0])
-                pos += count_dtype.itemsize + n * np.dtype(prop.type).itemsize
-    return pos
+def gaussian_radius(log_scales: torch.Tensor) -> torch.Tensor:
+    """One sphere radius per 3D Gaussian from its log standard deviations [..., 3] -> [...].
+
+    The rule: ``GAUSSIAN_RADIUS_FACTOR`` (sqrt 2) times the radius of the sphere whose
+    mean projected area equals the ellipsoid's (s0, s1, s2) = exp(log_scales)'s.
+
+    * The mean area of a convex body's shadow over all view directions is a quarter of
+      its surface area (Cauchy), so the sphere with the ellipsoid's surface area has its
+      apparent size on average. Its radius is ((s0^p s1^p + s0^p s2^p + s1^p s2^p) / 3)^(1 / 2p)
+      with p = 1.6075 (Thomsen's formula): s for a round Gaussian, and for the flat
+      Gaussians that 3DGS fits to surfaces (one scale near 0) 0.71 sqrt(s0 s1), the
+      disc's sqrt(s0 s1 / 2) to 0.5 %, where the geometric mean (s0 s1 s2)^(1/3) would
+      shrink towards 0 and open holes in the surface.
+    * A Gaussian's opacity profile exp(-d^2 / (2 s^2)) integrates over the image plane
+      to 2 pi s^2, the area of a disc of radius sqrt(2) s: a sphere that wide covers as
+      much as the Gaussian in all, opacity included.
+
+    ``pulsar-py render --radius-scale`` scales the result for scenes that want more or less.
+    """
+    scales = torch.exp(log_scales.double())
+    p = _THOMSEN_P
+    a, b, c = (scales[..., k] ** p for k in range(3))
+    equal_area = ((a * b + a * c + b * c) / 3) ** (1 / (2 * p))
+    return GAUSSIAN_RADIUS_FACTOR * equal_area
 
 
-def _read_vertices(data: bytes) -> Tuple[Dict[str, np.ndarray], Dict[str, str]]:
-    """The vertex element's scalar properties: {name: [N] array}, {name: numpy type code}."""
-    fmt, elements, pos = _parse_header(data)
-    order = _FORMATS[fmt]
-    names = [e.name for e in elements]
-    if "vertex" not in names:
-        raise ValueError(f"ply: expected a 'vertex' element, got elements {names}")
-    if fmt == "ascii":
-        lines = data[pos:].decode("ascii", errors="replace").splitlines()
-        lines = [line for line in lines if line.strip()]
-        row = 0
-        for element in elements:
-            if element.name != "vertex":
-                row += element.count
-                continue
-            rows = lines[row:row + element.count]
-            if len(rows) != element.count:
-                raise ValueError(f"ply: expected {element.count} vertex lines, got {len(rows)}")
-            if any(p.count_type is not None for p in element.properties):
-                raise ValueError("ply: list properties in the vertex element are not supported")
-            try:
-                table = np.array([line.split() for line in rows], dtype=np.float64)
-                if not rows:
-                    table = table.reshape(0, len(element.properties))
-            except ValueError as exc:
-                raise ValueError(f"ply: vertex lines must hold {len(element.properties)} numbers each: {exc}") from None
-            if table.ndim != 2 or table.shape[1] != len(element.properties):
-                raise ValueError(f"ply: expected {len(element.properties)} numbers per vertex line, "
-                                 f"got lines of shape {table.shape}")
-            return ({p.name: table[:, k] for k, p in enumerate(element.properties)},
-                    {p.name: p.type for p in element.properties})
-    for element in elements:
-        has_lists = any(p.count_type is not None for p in element.properties)
-        if element.name == "vertex":
-            if has_lists:
-                raise ValueError("ply: list properties in the vertex element are not supported")
-            dtype = np.dtype([(p.name, order + p.type) for p in element.properties])
-            if pos + dtype.itemsize * element.count > len(data):
-                raise ValueError(f"ply: file too short for {element.count} vertices of {dtype.itemsize} bytes")
-            table = np.frombuffer(data, dtype, element.count, pos)
-            return ({p.name: table[p.name] for p in element.properties},
-                    {p.name: p.type for p in element.properties})
-        if has_lists:
-            pos = _skip_list_element_binary(data, pos, element, order)
-        else:
-            pos += element.count * sum(np.dtype(p.type).itemsize for p in element.properties)
-    raise AssertionError("unreachable")
-
-
-def _unit_scale(values: np.ndarray, type_code: str) -> np.ndarray:
-    """Integer channels to [0, 1] by the type's maximum; floats unchanged."""
-    if type_code[0] in "iu":
-        return values.astype(np.float64) / float(np.iinfo(np.dtype(type_code)).max)
+def _unit_scale(values: np.ndarray) -> np.ndarray:
+    """Integer channels to [0, 1] by the type's maximum; floats unchanged (float64)."""
+    if values.dtype.kind in "iu":
+        return values.astype(np.float64) / float(np.iinfo(values.dtype).max)
     return values.astype(np.float64)
+
+
+def _tensor(values: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32))
+
+
+class _Vertices:
+    """The vertex element's scalar properties, with errors that name the layout found."""
+
+    def __init__(self, element: Any) -> None:
+        self.names: List[str] = [p.name for p in element.properties]
+        self._scalars = {p.name for p in element.properties if not hasattr(p, "len_dtype")}
+        self._data = element.data
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.names
+
+    def error(self, problem: str) -> ValueError:
+        found = ", ".join(self.names) if self.names else "none"
+        return ValueError(f"ply: {problem}; the vertex element has the properties {found}; {EXPECTED_LAYOUTS}")
+
+    def column(self, name: str) -> np.ndarray:
+        if name not in self._scalars:
+            raise self.error(f"vertex property {name!r} is a list, expected a number per vertex")
+        return np.asarray(self._data[name])
+
+    def group(self, names: Sequence[str], what: str) -> Optional[np.ndarray]:
+        """[N, len(names)] float64 when every name is present, None when none is."""
+        present = [n for n in names if n in self]
+        if not present:
+            return None
+        if len(present) != len(names):
+            missing = [n for n in names if n not in self]
+            raise self.error(f"{what}: found {', '.join(present)} without {', '.join(missing)}")
+        return np.stack([self.column(n).astype(np.float64) for n in names], axis=-1)
+
+
+def _sh_rest(vertices: _Vertices) -> Optional[np.ndarray]:
+    """f_rest_* as [N, K, 3] (K = (degree + 1)^2 - 1), or None without them."""
+    rest = sorted((int(m.group(1)), name) for name in vertices.names
+                  if (m := re.fullmatch(r"f_rest_(\d+)", name)))
+    if not rest:
+        return None
+    count = len(rest)
+    if [k for k, _ in rest] != list(range(count)) or count not in (9, 24, 45):
+        raise vertices.error(f"expected f_rest_0 ... f_rest_{{R-1}} with R = 9, 24 or 45 (SH degree 1, 2 or 3), "
+                             f"got {count} f_rest properties numbered {rest[0][0]} to {rest[-1][0]}")
+    per_channel = count // 3
+    values = np.stack([vertices.column(name).astype(np.float64) for _, name in rest], axis=-1)
+    # 3DGS stores the coefficients channel by channel: [N, 3, K] -> [N, K, 3].
+    return values.reshape(-1, 3, per_channel).transpose(0, 2, 1)
+
+
+def _gaussian_scene(vertices: _Vertices, positions: np.ndarray) -> PointCloud:
+    dc = vertices.group(_SH_DC, "SH coefficients")
+    rest = _sh_rest(vertices)
+    coefficients = dc[:, None, :] if rest is None else np.concatenate([dc[:, None, :], rest], axis=1)
+    colours = np.maximum(SH_C0 * dc + 0.5, 0.0)
+    opacity = None
+    if "opacity" in vertices:
+        opacity = 1.0 / (1.0 + np.exp(-vertices.column("opacity").astype(np.float64)))
+    log_scales = vertices.group(_GAUSSIAN_SCALES, "Gaussian scales")
+    radii = None if log_scales is None else gaussian_radius(torch.from_numpy(log_scales)).numpy()
+    return PointCloud(_tensor(positions), _tensor(colours), None if radii is None else _tensor(radii),
+                      None if opacity is None else _tensor(opacity), _tensor(coefficients))
+
+
+def _point_cloud(vertices: _Vertices, positions: np.ndarray) -> PointCloud:
+    colours = None
+    for names in _COLOUR_NAMES:
+        if any(n in vertices for n in names):
+            present = [n for n in names if n in vertices]
+            if len(present) != 3:
+                missing = [n for n in names if n not in vertices]
+                raise vertices.error(f"colours: found {', '.join(present)} without {', '.join(missing)}")
+            colours = np.stack([_unit_scale(vertices.column(n)) for n in names], axis=-1)
+            break
+    radius_name = next((n for n in _RADIUS_NAMES if n in vertices), None)
+    opacity_name = next((n for n in _OPACITY_NAMES if n in vertices), None)
+    return PointCloud(_tensor(positions), None if colours is None else _tensor(colours),
+                      None if radius_name is None else _tensor(vertices.column(radius_name)),
+                      None if opacity_name is None else _tensor(_unit_scale(vertices.column(opacity_name))))
+
+
+def _from_plydata(data: Any) -> PointCloud:
+    names = [element.name for element in data.elements]
+    if "vertex" not in names:
+        raise ValueError(f"ply: expected a 'vertex' element, got the elements {', '.join(names) or 'none'}")
+    vertices = _Vertices(data["vertex"])
+    positions = vertices.group(("x", "y", "z"), "positions")
+    if positions is None:
+        raise vertices.error("no positions (x, y, z)")
+    if any(n in vertices for n in _SH_DC):
+        return _gaussian_scene(vertices, positions)
+    return _point_cloud(vertices, positions)
+
+
+def _parse(source: Any) -> PointCloud:
+    plyfile = _plyfile()
+    try:
+        data = plyfile.PlyData.read(source)
+    except plyfile.PlyHeaderParseError as exc:
+        if "expected 'ply'" in str(exc):
+            raise ValueError("ply: not a PLY file (it must start with the line 'ply')") from None
+        raise ValueError(f"ply: bad header: {exc}") from None
+    except plyfile.PlyParseError as exc:
+        raise ValueError(f"ply: bad data: {exc}") from None
+    return _from_plydata(data)
 
 
 def decode_ply(data: bytes) -> PointCloud:
     """Parse the bytes of a PLY file (see the module docstring for what is read)."""
-    props, types = _read_vertices(data)
-    missing = [axis for axis in "xyz" if axis not in props]
-    if missing:
-        raise ValueError(f"ply: vertex element needs properties x, y, z; missing {', '.join(missing)} "
-                         f"(has {', '.join(props)})")
-
-    def tensor(a: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
-
-    positions = tensor(np.stack([props[a] for a in "xyz"], axis=-1))
-    colours = None
-    for names in _COLOUR_NAMES:
-        if all(n in props for n in names):
-            colours = tensor(np.stack([_unit_scale(props[n], types[n]) for n in names], axis=-1))
-            break
-    radii = next((tensor(props[n]) for n in _RADIUS_NAMES if n in props), None)
-    opacity = next((tensor(_unit_scale(props[n], types[n])) for n in _OPACITY_NAMES if n in props), None)
-    return PointCloud(positions, colours, radii, opacity)
+    return _parse(io.BytesIO(data))
 
 
 def read_ply(path: PathLike) -> PointCloud:
-    """Read a PLY point cloud (ascii or binary; see ``decode_ply``)."""
+    """Read a PLY point cloud or 3DGS scene (ascii or binary; see the module docstring)."""
     with open(path, "rb") as f:
-        return decode_ply(f.read())
+        return _parse(f)
 
 
 def _column(name: str, t: Optional[torch.Tensor], n: int, width: int) -> Optional[np.ndarray]:
@@ -219,19 +263,8 @@ def _column(name: str, t: Optional[torch.Tensor], n: int, width: int) -> Optiona
     return t.detach().cpu().double().numpy()
 
 
-def encode_ply(positions: torch.Tensor, colours: Optional[torch.Tensor] = None,
-               radii: Optional[torch.Tensor] = None, opacity: Optional[torch.Tensor] = None,
-               binary: bool = True, colour_type: str = "uchar") -> bytes:
-    """The bytes of a PLY file with one vertex per point.
-
-    Args:
-        positions: [N, 3] (written as float).
-        colours: [N, 3] in [0, 1], or None; written as ``colour_type`` "uchar"
-            (0..255, rounded) or "float".
-        radii: [N] or None (property ``radius``, float).
-        opacity: [N] or None (property ``opacity``, float).
-        binary: binary little-endian (default) or ASCII.
-    """
+def _plydata(positions: torch.Tensor, colours: Optional[torch.Tensor], radii: Optional[torch.Tensor],
+             opacity: Optional[torch.Tensor], binary: bool, colour_type: str) -> Any:
     if not isinstance(positions, torch.Tensor) or positions.dim() != 2 or positions.shape[1] != 3:
         raise ValueError(f"positions: expected a tensor of shape [N, 3], got "
                          f"{tuple(positions.shape) if isinstance(positions, torch.Tensor) else type(positions).__name__}")
@@ -242,40 +275,54 @@ def encode_ply(positions: torch.Tensor, colours: Optional[torch.Tensor] = None,
     col = _column("colours", colours, n, 3)
     rad = _column("radii", radii, n, 1)
     opa = _column("opacity", opacity, n, 1)
-    fields: List[Tuple[str, str, np.ndarray]] = [("x", "float", pos[:, 0]), ("y", "float", pos[:, 1]),
-                                                 ("z", "float", pos[:, 2])]
+    fields: List[Tuple[str, str, np.ndarray]] = [("x", "f4", pos[:, 0]), ("y", "f4", pos[:, 1]),
+                                                 ("z", "f4", pos[:, 2])]
     if col is not None:
+        colour_code = "u1" if colour_type == "uchar" else "f4"
         if colour_type == "uchar":
             col = np.clip(np.round(col * 255), 0, 255)
-        fields += [(c, colour_type, col[:, k]) for k, c in enumerate(("red", "green", "blue"))]
+        fields += [(c, colour_code, col[:, k]) for k, c in enumerate(("red", "green", "blue"))]
     if rad is not None:
-        fields.append(("radius", "float", rad))
+        fields.append(("radius", "f4", rad))
     if opa is not None:
-        fields.append(("opacity", "float", opa))
-    header = ["ply", f"format {'binary_little_endian' if binary else 'ascii'} 1.0",
-              "comment written by pulsar_py", f"element vertex {n}"]
-    header += [f"property {kind} {name}" for name, kind, _ in fields]
-    header.append("end_header")
-    head = ("\n".join(header) + "\n").encode("ascii")
-    if binary:
-        dtype = np.dtype([(name, "<" + _TYPES[kind]) for name, kind, _ in fields])
-        table = np.empty(n, dtype)
-        for name, _, values in fields:
-            table[name] = values
-        return head + table.tobytes()
-    columns = [values.astype(np.int64).astype(str) if kind == "uchar" else np.char.mod("%.9g", values)
-               for _, kind, values in fields]
-    rows = [" ".join(items) for items in zip(*columns)] if n else []
-    return head + ("\n".join(rows) + ("\n" if rows else "")).encode("ascii")
+        fields.append(("opacity", "f4", opa))
+    table = np.empty(n, np.dtype([(name, code) for name, code, _ in fields]))
+    for name, _, values in fields:
+        table[name] = values
+    plyfile = _plyfile()
+    vertex = plyfile.PlyElement.describe(table, "vertex")
+    return plyfile.PlyData([vertex], text=not binary, byte_order="<", comments=["written by pulsar_py"])
+
+
+def encode_ply(positions: torch.Tensor, colours: Optional[torch.Tensor] = None,
+               radii: Optional[torch.Tensor] = None, opacity: Optional[torch.Tensor] = None,
+               binary: bool = True, colour_type: str = "uchar") -> bytes:
+    """The bytes of a PLY point cloud with one vertex per point.
+
+    Args:
+        positions: [N, 3] (written as float).
+        colours: [N, 3] in [0, 1], or None; written as ``colour_type`` "uchar"
+            (0..255, rounded) or "float".
+        radii: [N] or None (property ``radius``, float).
+        opacity: [N] or None (property ``opacity``, float).
+        binary: binary little-endian (default) or ASCII.
+    """
+    buffer = io.BytesIO()
+    _plydata(positions, colours, radii, opacity, binary, colour_type).write(buffer)
+    return buffer.getvalue()
 
 
 def write_ply(path: PathLike, positions: torch.Tensor, colours: Optional[torch.Tensor] = None,
               radii: Optional[torch.Tensor] = None, opacity: Optional[torch.Tensor] = None,
               binary: bool = True, colour_type: str = "uchar") -> None:
     """Write a point cloud to ``path`` (see ``encode_ply``); parent folders are created."""
-    data = encode_ply(positions, colours, radii, opacity, binary, colour_type)
+    data = _plydata(positions, colours, radii, opacity, binary, colour_type)
     folder = os.path.dirname(os.fspath(path))
     if folder:
         os.makedirs(folder, exist_ok=True)
     with open(path, "wb") as f:
-        f.write(data)
+        data.write(f)
+
+
+__all__ = ["PointCloud", "read_ply", "decode_ply", "write_ply", "encode_ply", "gaussian_radius",
+           "GAUSSIAN_RADIUS_FACTOR", "EXPECTED_LAYOUTS"]

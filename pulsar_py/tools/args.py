@@ -3,6 +3,17 @@
 from __future__ import annotations
 
 import argparse
+from typing import Optional
+
+#: The installed script's name: the program name of a command's help and usage lines
+#: when the command line did not say how it was invoked.
+SCRIPT = "pulsar-py"
+
+
+def command_prog(command: str, prog: Optional[str] = None) -> str:
+    """Program name for ``command``'s parser: ``prog`` (how the command line was invoked,
+    e.g. "python -m pulsar_py demo") or "pulsar-py <command>"."""
+    return prog if prog else f"{SCRIPT} {command}"
 
 
 def positive_int(text: str) -> int:

@@ -1,4 +1,4 @@
-"""``python -m pulsar_py demo``: joint optimisation of a camera and thousands of spheres.
+"""``pulsar-py demo``: joint optimisation of a camera and thousands of spheres.
 
 The problem (``pulsar_py.demo_setup``): a rainbow trefoil knot of spheres over a
 checkered floor of spheres (about 4700 in all), three cameras around it. The demo
@@ -14,8 +14,9 @@ settled (``DemoSettings.trust_start_fraction``); the last fifth of the run optim
 plain joint loss.
 
 Outputs in ``--out``: target.png, initial.png, final.png (the views side by side, view 0
-first), optimisation.gif (view 0: target, current render, difference), loss.png (image
-error and view 0's pose errors per step) and summary.json::
+first), optimisation.gif (view 0: target, current render, difference; imageio),
+loss.png (image error and view 0's rotation, position and focal length errors per step,
+one quantity per axis; matplotlib) and summary.json::
 
     {"initial": {"rotation_error_deg", "translation_error", "focal_error", "psnr_db"},
      "final": {...the same keys}, "steps", "seconds", "device"}
@@ -37,16 +38,15 @@ import math
 import os
 import sys
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 
-from .args import positive_int
+from ..io._deps import require
+from ..io.images import write_animation, write_image
+from .args import command_prog, positive_int
 from .demo_setup import DemoParameters, DemoScene, DemoSettings, build_scene, perturb, pose_errors
-from ..io.gif import write_gif
-from .plot import PALETTE, Series, draw_text, line_plot, stack_panels
-from ..io.png import write_png
-from .progress import ProgressLine
 
 __all__ = ["DemoSettings", "run_demo", "main"]
 
@@ -131,33 +131,109 @@ def side_by_side(images: Sequence[torch.Tensor], gap: int = 2, gap_value: float 
     return torch.cat(parts, dim=1)
 
 
-def gif_frame(target: torch.Tensor, current: torch.Tensor, step: int, steps: int) -> torch.Tensor:
-    """View 0: target | current | 4 x |difference|, under a caption bar; float [H + 14, 3 W + 4, 3]."""
-    target = target.detach().cpu().float()
-    current = current.detach().cpu().float().clamp(0, 1)
-    difference = ((current - target).abs() * 4).clamp(0, 1)
-    row = side_by_side([target, current, difference])
-    caption = torch.ones(14, row.shape[1], 3)
-    width = target.shape[1]
-    for k, text in enumerate(("target", f"step {step}/{steps}", "difference x4")):
-        draw_text(caption, text, k * (width + 2) + 3, 4, (0.1, 0.1, 0.1))
-    return torch.cat([caption, row], dim=0)
+def _figure(width_px: float, height_px: float, dpi: int = 100):
+    """A matplotlib Figure of that many pixels with an Agg canvas (no pyplot, no GUI)."""
+    require("matplotlib", "to draw the demo's plot and animation")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width_px / dpi, height_px / dpi), dpi=dpi)
+    FigureCanvasAgg(figure)
+    return figure
 
 
-def loss_figure(mse: Sequence[float], errors: Dict[str, Sequence[float]]) -> torch.Tensor:
-    """loss.png: the image error and view 0's pose errors per step, float [H, 480, 3]."""
-    return stack_panels([
-        line_plot([Series("mse", mse, PALETTE[0])], "image error (mean squared, all views)", height=150),
-        line_plot([Series("degrees", errors["rotation_error_deg"], PALETTE[1])], "view 0 rotation error",
-                  height=150),
-        line_plot([Series("translation (world units)", errors["translation_error"], PALETTE[2]),
-                   Series("focal (relative)", errors["focal_error"], PALETTE[3])],
-                  "view 0 position and focal length error", height=170),
-    ])
+class AnimationFrames:
+    """The frames of optimisation.gif: view 0's target | current render | 4 x |difference|,
+    each shown ``scale`` times its size (whole pixels), under captions that matplotlib
+    draws.
+
+    ``frame(target, current, step, steps)`` -> uint8 [H, W, 3]: the images are placed in
+    torch; only the caption strip is drawn again for every frame.
+    """
+
+    CAPTION_PX = 20
+    GAP_PX = 2
+
+    def __init__(self, height: int, width: int, scale: Optional[int] = None) -> None:
+        # Panels at least 160 pixels wide, so that the captions fit.
+        self.scale = max(1, math.ceil(160 / width)) if scale is None else scale
+        self.panel = (height * self.scale, width * self.scale)
+        total_w = 3 * self.panel[1] + 2 * self.GAP_PX
+        self.size = (self.panel[0] + self.CAPTION_PX, total_w)
+        self.figure = _figure(total_w, self.CAPTION_PX)
+        self.figure.patch.set_facecolor("white")
+        self.captions = [
+            self.figure.text((k * (self.panel[1] + self.GAP_PX) + self.panel[1] / 2) / total_w, 0.5, text,
+                             ha="center", va="center", fontsize=9, color="0.1")
+            for k, text in enumerate(("target", "", "difference \u00d74"))]
+
+    def _caption(self, text: str) -> torch.Tensor:
+        self.captions[1].set_text(text)
+        canvas = self.figure.canvas
+        canvas.draw()
+        return torch.from_numpy(np.asarray(canvas.buffer_rgba())[..., :3].copy())
+
+    def frame(self, target: torch.Tensor, current: torch.Tensor, step: int, steps: int) -> torch.Tensor:
+        target = target.detach().cpu().float().clamp(0, 1)
+        current = current.detach().cpu().float().clamp(0, 1)
+        difference = ((current - target).abs() * 4).clamp(0, 1)
+        panels = [(p * 255).round().to(torch.uint8).repeat_interleave(self.scale, 0)
+                  .repeat_interleave(self.scale, 1) for p in (target, current, difference)]
+        gap = torch.full((self.panel[0], self.GAP_PX, 3), 255, dtype=torch.uint8)
+        row = torch.cat([panels[0], gap, panels[1], gap, panels[2]], dim=1)
+        return torch.cat([self._caption(f"step {step}/{steps}"), row], dim=0)
+
+
+def loss_figure(path: str, mse: Sequence[float], errors: Dict[str, Sequence[float]]) -> None:
+    """Write loss.png: one axis each for the image error and view 0's rotation, position
+    and focal length errors, against the step (matplotlib). ``mse[k]`` and
+    ``errors[key][k]`` are the values before step k's update (the last after the run)."""
+    figure = _figure(720, 920)
+    from matplotlib import ticker
+
+    panels = (
+        (mse, "image error\n(mean squared,\nall views; log scale)", "log", 1.0),
+        (errors["rotation_error_deg"], "camera 0\nrotation error\n(degrees; log scale)", "log", 1.0),
+        (errors["translation_error"], "camera 0\nposition error\n(world units)", "linear", 1.0),
+        (errors["focal_error"], "camera 0\nfocal length error\n(% of the true one)", "linear", 100.0),
+    )
+    axes = figure.subplots(len(panels), 1, sharex=True)
+    colours = ("tab:blue", "tab:orange", "tab:green", "tab:red")
+    for ax, (values, label, scale, factor), colour in zip(axes, panels, colours):
+        ax.plot(range(len(values)), [v * factor for v in values], color=colour, linewidth=1.5)
+        ax.set_yscale(scale)
+        if scale == "log":
+            # Labelled ticks as plain numbers (0.02), as many per power of ten as the
+            # range leaves room for: every digit within one power of ten, 1, 2 and 5
+            # within two, 1 and 3 within four, else the powers of ten.
+            positive = [v * factor for v in values if v > 0]
+            decades = math.log10(max(positive) / min(positive)) if positive else 0.0
+            subs = ((1, 2, 3, 4, 5, 6, 7, 8, 9) if decades < 1 else (1, 2, 5) if decades < 2
+                    else (1, 3) if decades < 4 else (1,))
+            ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=subs))
+            ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+        ax.set_ylabel(label)
+        ax.grid(True, which="major", color="0.85")
+        ax.grid(True, which="minor", color="0.93", linewidth=0.5)
+    axes[-1].set_xlabel("optimisation step")
+    axes[0].set_title("pulsar_py demo: camera 0 and the spheres optimised together")
+    figure.align_ylabels(axes)
+    figure.tight_layout()
+    figure.savefig(path)
 
 
 # ---------------------------------------------------------------------------------------
 # The run
+
+def _progress_bar(total: int, label: str, enabled: bool):
+    """A tqdm bar on stderr (disabled: draws nothing). Redrawn at most 10 times a second
+    on a terminal; in a log or pipe every 5 seconds, so the log stays short."""
+    tqdm = require("tqdm", "for the demo's progress bar").tqdm
+    interactive = bool(getattr(sys.stderr, "isatty", None) and sys.stderr.isatty())
+    return tqdm(total=total, desc=label, unit="step", file=sys.stderr, disable=not enabled,
+                mininterval=0.1 if interactive else 5.0, dynamic_ncols=interactive)
+
 
 def _render_views(renderer, scene: DemoScene, settings: DemoSettings, params: DemoParameters,
                   view0_weight: float = 1.0) -> torch.Tensor:
@@ -178,7 +254,7 @@ def run_demo(settings: DemoSettings, device: torch.device, out_dir: Optional[str
              progress: bool = True) -> Dict[str, object]:
     """Run the demo on ``device``; write its files to ``out_dir`` (None: none) and
     return the summary (the content of summary.json)."""
-    from ..renderer import Renderer
+    from .. import Renderer
 
     settings.check()
     start = time.perf_counter()
@@ -197,10 +273,12 @@ def run_demo(settings: DemoSettings, device: torch.device, out_dir: Optional[str
     initial = dict(pose_errors(params, scene), psnr_db=psnr_db(initial_images, targets))
 
     frame_every = max(1, settings.steps // settings.gif_frames)
-    frames: List[torch.Tensor] = []
+    snapshots: List[Tuple[int, torch.Tensor]] = []  # (step, view 0's image) for the animation
     mse: List[float] = []  # plain mean squared error of all views, per step
-    errors: Dict[str, List[float]] = {key: [] for key in ("rotation_error_deg", "translation_error", "focal_error")}
-    bar = ProgressLine(settings.steps, f"demo ({device.type})", enabled=progress)
+    # Pose errors before each step's update: the initial ones first.
+    errors: Dict[str, List[float]] = {key: [initial[key]]
+                                      for key in ("rotation_error_deg", "translation_error", "focal_error")}
+    bar = _progress_bar(settings.steps, f"demo ({device.type})", progress)
     for step in range(settings.steps):
         optimiser.zero_grad(set_to_none=True)
         images = _render_views(renderer, scene, settings, params, view0_sphere_weight(settings, step))
@@ -213,21 +291,28 @@ def run_demo(settings: DemoSettings, device: torch.device, out_dir: Optional[str
         for key, value in pose_errors(params, scene).items():
             errors[key].append(value)
         if out_dir is not None and step % frame_every == 0:
-            frames.append(gif_frame(targets[0], images[0], step, settings.steps))
-        bar.update(step + 1, f"mse {mse[-1]:.2e}, rotation error {errors['rotation_error_deg'][-1]:5.2f} deg")
+            snapshots.append((step, images[0].detach().cpu()))
+        bar.set_postfix_str(f"mse {mse[-1]:.2e}, rotation error {errors['rotation_error_deg'][-1]:5.2f} deg",
+                            refresh=False)
+        bar.update(1)
     bar.close()
 
     with torch.no_grad():
         final_images = _render_views(renderer, scene, settings, params)
     final = dict(pose_errors(params, scene), psnr_db=psnr_db(final_images, targets))
+    mse.append(float(((final_images - targets) ** 2).mean()))
     if out_dir is not None:
-        frames.append(gif_frame(targets[0], final_images[0], settings.steps, settings.steps))
+        snapshots.append((settings.steps, final_images[0].cpu()))
         os.makedirs(out_dir, exist_ok=True)
-        write_png(os.path.join(out_dir, "target.png"), side_by_side(list(targets)))
-        write_png(os.path.join(out_dir, "initial.png"), side_by_side(list(initial_images)))
-        write_png(os.path.join(out_dir, "final.png"), side_by_side(list(final_images)))
-        write_gif(os.path.join(out_dir, "optimisation.gif"), frames, frame_ms=100)
-        write_png(os.path.join(out_dir, "loss.png"), loss_figure(mse, errors))
+        write_image(os.path.join(out_dir, "target.png"), side_by_side(list(targets)))
+        write_image(os.path.join(out_dir, "initial.png"), side_by_side(list(initial_images)))
+        write_image(os.path.join(out_dir, "final.png"), side_by_side(list(final_images)))
+        animation = AnimationFrames(settings.height, settings.width)
+        target0 = targets[0].cpu()
+        write_animation(os.path.join(out_dir, "optimisation.gif"),
+                        [animation.frame(target0, image, step, settings.steps) for step, image in snapshots],
+                        frame_ms=100)
+        loss_figure(os.path.join(out_dir, "loss.png"), mse, errors)
     summary: Dict[str, object] = {"initial": initial, "final": final, "steps": settings.steps,
                                   "seconds": round(time.perf_counter() - start, 3), "device": device.type}
     if out_dir is not None:
@@ -246,10 +331,10 @@ def _default_device() -> str:
     return "cuda" if "cuda" in build_info()["backends"] and torch.cuda.is_available() else "cpu"
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def _build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     defaults = DemoSettings()
     parser = argparse.ArgumentParser(
-        prog="python -m pulsar_py demo",
+        prog=command_prog("demo", prog),
         description="Joint optimisation of a camera (rotation, position, focal length) and thousands of "
                     "spheres (positions, colours, radii) from three views. Writes target.png, initial.png, "
                     "final.png, optimisation.gif, loss.png and summary.json to --out.")
@@ -263,20 +348,30 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--height", type=positive_int, default=defaults.height, help="image height (default 120)")
     parser.add_argument("--spheres", type=positive_int, default=defaults.n_spheres,
                         help=f"spheres on the knot (default {defaults.n_spheres}; the floor adds about 2000)")
-    parser.add_argument("--quiet", action="store_true", help="no progress line")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m pulsar_py demo [--device cpu|cuda] [--out DIR] [--steps N]``; returns the exit status."""
-    args = _build_parser().parse_args(argv)
-    from ..renderer import check_device_usable
+def _device_problem(device: torch.device) -> Optional[str]:
+    """Why ``device`` cannot run the demo here, or None."""
+    from .. import build_info
 
+    if device.type == "cuda":
+        if "cuda" not in build_info()["backends"]:
+            return "this build of pulsar_py has no CUDA backend (README.md, 'GPU build')"
+        if not torch.cuda.is_available():
+            return f"torch sees no CUDA device (torch {torch.__version__}, CUDA {torch.version.cuda})"
+    return None
+
+
+def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> int:
+    """``pulsar-py demo [--device cpu|cuda] [--out DIR] [--steps N]``; returns the exit status.
+    ``prog``: the program name for help and usage (default "pulsar-py demo")."""
+    args = _build_parser(prog).parse_args(argv)
     device = torch.device(args.device or _default_device())
-    try:
-        check_device_usable(device)
-    except ValueError as exc:
-        print(f"demo: --device {device.type}: {exc}", file=sys.stderr)
+    problem = _device_problem(device)
+    if problem is not None:
+        print(f"demo: --device {device.type}: {problem}", file=sys.stderr)
         return 1
     settings = DemoSettings(width=args.width, height=args.height, n_spheres=args.spheres, steps=args.steps,
                             seed=args.seed)

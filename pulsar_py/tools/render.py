@@ -1,8 +1,12 @@
-"""``python -m pulsar_py render``: a PLY point cloud to a PNG.
+"""``pulsar-py render``: a PLY point cloud or 3D Gaussian Splatting scene to an image.
 
 Each point becomes a sphere: its position, its colour (``red green blue``; grey when the
 file has none), its radius (``radius`` or ``scale``; otherwise estimated from the point
-spacing) and its opacity (``opacity`` or ``alpha``; otherwise opaque). The camera is a
+spacing) and its opacity (``opacity`` or ``alpha``; otherwise opaque). A 3DGS scene
+(``pulsar_py.io.ply``) gives each Gaussian's sphere its spherical-harmonics colour, seen
+along the view direction (``Renderer.render(..., sh_degree=)``), its opacity and one
+radius from its scales (``pulsar_py.io.ply.gaussian_radius``). The image format follows
+the extension of ``--out`` (``.png``, ``.jpg``, ...). The camera is a
 Pulsar camera vector (``--cam-params``), a look-at camera (``--eye``, ``--target``,
 ``--up``, ``--fov``) or, by default, one that fits the whole cloud in view from the +z
 side (``--azimuth``/``--elevation`` turn it around the cloud). The renderer runs in a
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -23,8 +28,9 @@ from typing import Optional, Sequence, Tuple
 import torch
 
 from ..cameras.look_at import look_at_params
+from ..io.images import write_image
 from ..io.ply import PointCloud, read_ply
-from ..io.png import write_png
+from .args import command_prog
 
 DEFAULT_COLOUR = (0.62, 0.64, 0.68)
 # Pixels of margin around the fitted cloud's bounding sphere, relative to the image.
@@ -90,6 +96,14 @@ def estimate_radius(positions: torch.Tensor, sample: int = 2048, seed: int = 0) 
     return 2.0 * spacing
 
 
+def _focal_length(distance: float, frame: CloudFrame) -> float:
+    """Focal length of a look-at camera ``distance`` from the cloud's centre: 1, or less
+    for a cloud that comes nearer (the renderer sees nothing in front of the image plane
+    at the focal length; the sensor width scales with it, so the view stays the same)."""
+    gap = distance - frame.radius * 1.01
+    return min(1.0, 0.5 * gap) if gap > 0 else min(1.0, 1e-3 * frame.radius)
+
+
 def fit_camera(frame: CloudFrame, width: int, height: int, fov_deg: float, azimuth_deg: float,
                elevation_deg: float, up: Sequence[float], right_handed: bool) -> Tuple[torch.Tensor, float, float]:
     """A look-at camera showing the whole bounding sphere.
@@ -112,7 +126,7 @@ def fit_camera(frame: CloudFrame, width: int, height: int, fov_deg: float, azimu
     half_v = math.atan(math.tan(half_h) * height / width)
     distance = _FIT_MARGIN * frame.radius / math.sin(min(half_h, half_v))
     eye = frame.centre + distance * direction
-    focal = 1.0
+    focal = _focal_length(distance, frame)
     sensor = 2 * focal * math.tan(half_h)
     cam = look_at_params(eye, frame.centre, up_t, focal, sensor, right_handed=right_handed)
     near = max(distance - frame.radius * 1.01, focal * 1.001 + 1e-6)
@@ -129,12 +143,14 @@ def render_point_cloud(cloud: PointCloud, width: int = 640, height: int = 480, d
                        min_depth: Optional[float] = None, max_depth: Optional[float] = None) -> torch.Tensor:
     """Render ``cloud`` to an image [height, width, 3] (float32, CPU).
 
-    Radii: ``radius`` if given, else the file's radii, else ``estimate_radius``; then
-    times ``radius_scale``. Camera: ``cam_params`` (a Pulsar camera vector) if given;
+    Colours: the cloud's spherical-harmonics coefficients where it has some of degree >= 1
+    (each camera sees the colour along its view direction), else its colours, else grey
+    shaded by distance. Radii: ``radius`` if given, else the file's radii, else
+    ``estimate_radius``; then times ``radius_scale``. Camera: ``cam_params`` (a Pulsar camera vector) if given;
     else a look-at camera from ``eye`` to ``target`` (default: the cloud's centre), or
     ``fit_camera`` when ``eye`` is None. The depth range defaults to the cloud's.
     """
-    from ..renderer import Renderer
+    from .. import Renderer
 
     n = len(cloud)
     if n == 0:
@@ -167,7 +183,7 @@ def render_point_cloud(cloud: PointCloud, width: int = 640, height: int = 480, d
     elif eye is not None:
         eye_t = torch.tensor(list(eye), dtype=torch.float64)
         target_t = frame.centre if target is None else torch.tensor(list(target), dtype=torch.float64)
-        focal = 1.0
+        focal = _focal_length(float((frame.centre - eye_t).norm()), frame)
         cam = look_at_params(eye_t, target_t, up, focal, 2 * focal * math.tan(math.radians(fov_deg) / 2),
                              right_handed=right_handed)
         distance = float((frame.centre - eye_t).norm())
@@ -190,22 +206,30 @@ def render_point_cloud(cloud: PointCloud, width: int = 640, height: int = 480, d
     far = max_depth if max_depth is not None else max(far, (near or focal) + 1e-3)
     renderer = Renderer(width, height, right_handed_system=right_handed, n_channels=3).to(device)
     f32 = dict(dtype=torch.float32, device=device)
+    scene = dict(gamma=gamma, max_depth=float(far), min_depth=float(near), bg_col=torch.tensor(list(background), **f32),
+                 opacity=None if opacity is None else opacity.to(**f32))
     with torch.no_grad():
-        image = renderer(positions.to(**f32), colours.to(**f32).contiguous(), radii.to(**f32), cam.to(**f32),
-                         gamma=gamma, max_depth=float(far), min_depth=float(near),
-                         bg_col=torch.tensor(list(background), **f32),
-                         opacity=None if opacity is None else opacity.to(**f32))
+        if cloud.sh_coefficients is not None and cloud.sh_degree >= 1:
+            image = renderer.render(positions.to(**f32), cloud.sh_coefficients.to(**f32).contiguous(),
+                                    radii.to(**f32), cam.to(**f32), sh_degree=cloud.sh_degree, **scene).image
+        else:
+            image = renderer(positions.to(**f32), colours.to(**f32).contiguous(), radii.to(**f32), cam.to(**f32),
+                             **scene)
     return image.cpu()
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def _build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m pulsar_py render",
-        description="Render a PLY point cloud (ascii or binary; x y z, optional red green blue, radius or "
-                    "scale, opacity or alpha) as spheres to a PNG. Default camera: the whole cloud in view "
-                    "from the +z side.")
+        prog=command_prog("render", prog),
+        description="Render a PLY file as spheres to an image: a point cloud (ascii or binary; x y z, optional "
+                    "red green blue, radius or scale, opacity or alpha) or a 3D Gaussian Splatting scene "
+                    "(f_dc_*, f_rest_* as view-dependent colour, opacity as a logit, scale_* as logs; "
+                    "rot_* ignored: spheres are isotropic). Default camera: the whole cloud in view from "
+                    "the +z side.")
     parser.add_argument("--ply", required=True, help="input PLY file")
-    parser.add_argument("--out", required=True, help="PNG file to write (folders are created)")
+    parser.add_argument("--out", required=True,
+                        help="image file to write, its format from the extension: .png, .jpg, ... "
+                             "(folders are created)")
     parser.add_argument("--width", type=int, default=640, help="image width in pixels (default 640)")
     parser.add_argument("--height", type=int, default=480, help="image height in pixels (default 480)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
@@ -238,9 +262,10 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m pulsar_py render --ply FILE --out FILE.png [options]``; returns the exit status."""
-    args = _build_parser().parse_args(argv)
+def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> int:
+    """``pulsar-py render --ply FILE --out FILE.png [options]``; returns the exit status.
+    ``prog``: the program name for help and usage (default "pulsar-py render")."""
+    args = _build_parser(prog).parse_args(argv)
     for name, value in (("--width", args.width), ("--height", args.height)):
         if value < 1:
             print(f"render: {name}: expected a positive integer, got {value}", file=sys.stderr)
@@ -253,6 +278,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     if args.device not in ("cpu", "cuda") and not args.device.startswith("cuda:"):
         print(f"render: --device: expected cpu or cuda, got {args.device!r}", file=sys.stderr)
+        return 2
+    if not os.path.splitext(args.out)[1]:
+        print(f"render: --out: expected a file name whose extension names the format (.png, .jpg, ...), "
+              f"got {args.out!r}", file=sys.stderr)
         return 2
     start = time.perf_counter()
     try:
@@ -274,9 +303,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"render: {exc}", file=sys.stderr)
         return 1
     try:
-        write_png(args.out, image)
+        write_image(args.out, image)
     except OSError as exc:
         print(f"render: --out: cannot write {args.out!r}: {exc}", file=sys.stderr)
+        return 1
+    except ValueError as exc:
+        print(f"render: --out: {exc}", file=sys.stderr)
         return 1
     print(f"wrote {args.out} ({args.width}x{args.height}, {len(cloud)} points, {args.device}) "
           f"in {time.perf_counter() - start:.2f} s")

@@ -1,4 +1,4 @@
-"""``python -m pulsar_py selftest``: does this build render what the model says?
+"""``pulsar-py selftest``: does this build render what the model says?
 
 Renders built-in scenes on every available backend (the CPU, and CUDA when the build has
 it and a GPU is present), in float32 and float64, and compares images and gradients with
@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from ..cameras.params import axis_angle_to_matrix, camera_from_params
+from .args import command_prog
 from .sample_scene import make_sample_scene
 
 REFERENCE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "selftest_reference.npz")
@@ -170,7 +171,7 @@ class Check:
 
 
 def _native_outputs(case: SelftestCase, device: torch.device, dtype: torch.dtype) -> Dict[str, torch.Tensor]:
-    from ..renderer import Renderer
+    from .. import Renderer
 
     renderer = Renderer(**case.renderer).to(device)
     wants_grad = case.gradient_weight is not None
@@ -246,9 +247,9 @@ def format_table(checks: Sequence[Check]) -> str:
     return "\n".join(lines)
 
 
-def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+def _parse_args(argv: Optional[Sequence[str]], prog: Optional[str] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m pulsar_py selftest",
+        prog=command_prog("selftest", prog),
         description="Render built-in scenes on every available backend (cpu; cuda when built and present), "
                     "in float32 and float64, and compare images and gradients with the stored reference "
                     "output of the pure-PyTorch reference renderer. Exit status 0 when all match, 1 otherwise.")
@@ -262,9 +263,10 @@ def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m pulsar_py selftest [--device all|cpu|cuda]``; returns the exit status."""
-    args = _parse_args(argv)
+def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> int:
+    """``pulsar-py selftest [--device all|cpu|cuda]``; returns the exit status.
+    ``prog``: the program name for help and usage (default "pulsar-py selftest")."""
+    args = _parse_args(argv, prog)
     from .. import build_info
 
     if args.write_reference:
@@ -297,7 +299,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if failed:
         print(f"selftest: FAILED: {len(failed)} of {len(checks)} comparisons do not match the reference "
               f"({seconds:.2f} s). This build renders wrong; please report it with the output of "
-              f"'python -m pulsar_py info'.")
+              f"'pulsar-py info'.")
         return 1
     print(f"selftest: passed: all {len(checks)} comparisons match the reference ({seconds:.2f} s)")
     return 0

@@ -1,4 +1,4 @@
-"""The command line (python -m pulsar_py) and the benchmark driver's inputs."""
+"""The command line (pulsar-py, python -m pulsar_py) and the benchmark driver's inputs."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pulsar_py
 from pulsar_py.tools import bench
 from pulsar_py.tools.cli import main
 from pulsar_py.cameras.params import camera_from_params
-from pulsar_py.io.png import read_png
+from pulsar_py.io.images import read_image
 from pulsar_py.tools.sample_scene import make_sample_scene
 
 SMALL = ["--width", "64", "--height", "48", "--spheres", "600"]
@@ -34,7 +34,7 @@ def test_module_sample_writes_a_png_of_the_scene(tmp_path):
                           cwd=tmp_path, env=_env_for(pulsar_py), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert str(out) in done.stdout and " ms" in done.stdout
-    image = read_png(out)
+    image = read_image(out)
     assert image.shape == (48, 64, 3) and image.dtype == torch.uint8
     scene = make_sample_scene(64, 48, n_spheres=600)
     background = (scene.bg_col * 255).round().to(torch.uint8)
@@ -55,6 +55,41 @@ def test_sample_is_deterministic(tmp_path):
     for p in paths:
         assert main(["sample", "--out", str(p), *SMALL]) == 0
     assert paths[0].read_bytes() == paths[1].read_bytes()
+
+
+def test_sample_writes_jpeg_for_a_jpg_name(tmp_path):
+    png, jpg = tmp_path / "s.png", tmp_path / "s.jpg"
+    assert main(["sample", "--out", str(png), *SMALL]) == 0
+    assert main(["sample", "--out", str(jpg), *SMALL]) == 0
+    assert jpg.read_bytes()[:3] == b"\xff\xd8\xff" and png.read_bytes()[:4] == b"\x89PNG"
+    # The same picture, up to JPEG's losses.
+    difference = (read_image(jpg).float() - read_image(png).float()).abs()
+    assert read_image(jpg).shape == (48, 64, 3) and float(difference.mean()) < 8.0
+
+
+def test_version(tmp_path, capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"pulsar_py {pulsar_py.__version__}"
+    done = subprocess.run([sys.executable, "-m", "pulsar_py", "--version"], cwd=tmp_path, env=_env_for(pulsar_py),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"pulsar_py {pulsar_py.__version__}"
+
+
+def test_help_names_the_program_as_invoked(tmp_path, capsys):
+    assert main(["--help"]) == 0
+    assert capsys.readouterr().out.startswith("usage: pulsar-py ")
+    for command in ("demo", "render", "selftest", "sample"):
+        assert main([command, "--help"]) == 0
+        assert capsys.readouterr().out.startswith(f"usage: pulsar-py {command} "), command
+        assert main([command, "--help"], prog="python -m pulsar_py") == 0
+        assert capsys.readouterr().out.startswith(f"usage: python -m pulsar_py {command} "), command
+    done = subprocess.run([sys.executable, "-m", "pulsar_py", "render", "--help"], cwd=tmp_path,
+                          env=_env_for(pulsar_py), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("usage: python -m pulsar_py render "), done.stdout
+    done = subprocess.run([sys.executable, "-m", "pulsar_py", "--help"], cwd=tmp_path, env=_env_for(pulsar_py),
+                          capture_output=True, text=True, timeout=120)
+    assert done.stdout.startswith("usage: python -m pulsar_py "), done.stdout
 
 
 def test_info_prints_version_and_backends(capsys):

@@ -1,9 +1,8 @@
-"""The demo (python -m pulsar_py demo) and its helpers: GIF writer, plots, look-at
-cameras, progress line."""
+"""The demo (pulsar-py demo) and its helpers: the animation's frames, the loss plot,
+look-at cameras."""
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import os
@@ -17,15 +16,12 @@ import torch
 import pulsar_py
 from pulsar_py.tools.cli import main as cli_main
 from pulsar_py.cameras.params import axis_angle_to_matrix, camera_from_params
-from pulsar_py.tools.demo import (_render_views, blur_sigma, gaussian_blur, learning_rate_factor, run_demo, scale_gradient,
-                            view0_sphere_weight)
+from pulsar_py.tools.demo import (AnimationFrames, _render_views, blur_sigma, gaussian_blur, learning_rate_factor,
+                                  loss_figure, run_demo, scale_gradient, view0_sphere_weight)
 from pulsar_py.tools.demo_setup import DemoSettings, build_scene, perturb, pose_errors
-from pulsar_py.io.gif import decode_gif, encode_gif, lzw_decode, lzw_encode, read_gif
+from pulsar_py.io.images import read_animation, read_image
 from pulsar_py.cameras.look_at import (look_at_matrix, look_at_params, matrix_to_axis_angle, rotation_angle_deg,
-                               rotation_from_params, sensor_width_for_fov)
-from pulsar_py.tools.plot import PALETTE, Series, draw_text, line_plot, stack_panels
-from pulsar_py.io.png import read_png
-from pulsar_py.tools.progress import ProgressLine
+                                       rotation_from_params, sensor_width_for_fov)
 
 SUMMARY_KEYS = {"initial", "final", "steps", "seconds", "device"}
 ERROR_KEYS = {"rotation_error_deg", "translation_error", "focal_error", "psnr_db"}
@@ -157,18 +153,21 @@ def test_demo_command_writes_every_output(tmp_path, capsys):
     assert summary["initial"]["translation_error"] == pytest.approx(0.6, abs=1e-4)
     assert summary["initial"]["focal_error"] == pytest.approx(0.06, abs=1e-5)
     for name in ("target.png", "initial.png", "final.png"):
-        assert read_png(out / name).shape == (36, 3 * 48 + 2 * 2, 3)  # three views, 2-pixel gaps
-    target, final = read_png(out / "target.png").float(), read_png(out / "final.png").float()
-    initial = read_png(out / "initial.png").float()
+        assert read_image(out / name).shape == (36, 3 * 48 + 2 * 2, 3)  # three views, 2-pixel gaps
+    target, final = read_image(out / "target.png").float(), read_image(out / "final.png").float()
+    initial = read_image(out / "initial.png").float()
     assert float((final - target).abs().mean()) < float((initial - target).abs().mean())
-    frames = read_gif(out / "optimisation.gif")
+    assert (out / "optimisation.gif").read_bytes()[:6] == b"GIF89a"
+    frames = read_animation(out / "optimisation.gif")
     assert len(frames) == 13  # every step (12 < gif_frames) and the end
-    assert all(f.shape == (36 + 14, 3 * 48 + 4, 3) for f in frames)
-    # The first frame's left third is the target (view 0) as in target.png, up to the palette.
-    assert float((frames[0][14:, :48].float() - target[:, :48]).abs().mean()) < 6.0
-    loss = read_png(out / "loss.png")
-    assert loss.shape == (150 + 150 + 170 + 2 * 4, 480, 3)
-    assert int((loss.int() - torch.tensor([255, 255, 255])).abs().sum(-1).ne(0).sum()) > 1000  # drawn on
+    # Panels 4 x 48 pixels wide (at least 160), 2-pixel gaps, a 20-pixel caption strip.
+    assert all(f.shape == (20 + 4 * 36, 3 * 4 * 48 + 2 * 2, 3) for f in frames)
+    # The first frame's left panel is the target (view 0) as in target.png, up to the
+    # palette: every 4th pixel of the panel.
+    assert float((frames[0][20::4, :192:4].float() - target[:, :48]).abs().mean()) < 6.0
+    loss = read_image(out / "loss.png")
+    assert loss.shape[0] > 400 and loss.shape[1] > 400 and loss.shape[2] in (3, 4)
+    assert int((loss[..., :3].int() - 255).abs().sum(-1).ne(0).sum()) > 5000  # drawn on
 
 
 def test_demo_command_errors(tmp_path, capsys):
@@ -191,85 +190,55 @@ def test_python_m_pulsar_py_demo_runs(tmp_path):
                            "--spheres", "120", "--steps", "3", "--device", "cpu"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "demo (cpu) [" in done.stderr  # the progress line
+    assert "demo (cpu): 100%" in done.stderr and "3/3" in done.stderr  # tqdm's progress bar
     assert json.loads((tmp_path / "o" / "summary.json").read_text())["steps"] == 3
 
 
 # ---------------------------------------------------------------------------------------
-# GIF
+# Pictures
 
 
-@pytest.mark.parametrize("data", [b"", b"\x07", bytes(range(256)) * 3, b"\x03" * 100000 + b"\x04" * 5])
-def test_lzw_round_trip_edge_cases(data):
-    assert lzw_decode(lzw_encode(data), 8, len(data)) == data
-
-
-def test_lzw_round_trip_through_table_resets():
+def test_animation_frame_holds_target_render_and_difference():
     gen = torch.Generator().manual_seed(0)
-    for alphabet in (2, 7, 256):
-        data = bytes(torch.randint(0, alphabet, (20000,), generator=gen).tolist())
-        assert lzw_decode(lzw_encode(data), 8, len(data)) == data
+    target = torch.rand(10, 16, 3, generator=gen)
+    current = (target + 0.1).clamp(0, 1)
+    frames = AnimationFrames(10, 16)
+    assert frames.scale == 10  # 160 / 16
+    frame = frames.frame(target, current, 3, 7)
+    assert frame.dtype == torch.uint8 and frame.shape == (20 + 100, 3 * 160 + 4, 3) == frames.size + (3,)
+    panels = frame[20:]
+    # Each panel: the image, every pixel drawn as a 10 x 10 block.
+    expected = [target, current, ((current - target).abs() * 4).clamp(0, 1)]
+    for k, image in enumerate(expected):
+        panel = panels[:, k * 162:k * 162 + 160]
+        want = (image * 255).round().to(torch.uint8).repeat_interleave(10, 0).repeat_interleave(10, 1)
+        assert torch.equal(panel, want), k
+    assert bool((panels[:, 160:162] == 255).all())  # the gaps
+    # The caption strip has dark text on white in each third; the middle one changes
+    # with the step.
+    caption = frame[:20].int()
+    for k in range(3):
+        assert int((caption[:, k * 162:(k + 1) * 162 - 2] < 100).all(-1).sum()) > 10, k
+    other = frames.frame(target, current, 4, 7)[:20]
+    assert not torch.equal(other[:, 162:322], frame[:20, 162:322])
+    assert torch.equal(other[:, :160], frame[:20, :160])
 
 
-def test_gif_with_few_colours_round_trips_exactly():
-    gen = torch.Generator().manual_seed(1)
-    palette = torch.randint(0, 256, (9, 3), generator=gen, dtype=torch.uint8)
-    frames = [palette[torch.randint(0, 9, (17, 23), generator=gen)] for _ in range(3)]
-    data = encode_gif(frames, frame_ms=50, loop=0)
-    assert data[:6] == b"GIF89a" and data[-1:] == b"\x3b" and b"NETSCAPE2.0" in data
-    decoded = decode_gif(data)
-    assert len(decoded) == 3
-    for got, want in zip(decoded, frames):
-        # Colours are quantised to 15-bit bins; 9 distinct colours keep their own entries.
-        assert int((got.int() - want.int()).abs().max()) <= 4
-
-
-def test_gif_of_smooth_images_is_close():
-    # Two-parameter colour ramps (like a rendered scene: few hues, many shades); one
-    # shared 256-colour palette for all frames.
-    y, x = torch.meshgrid(torch.linspace(0, 1, 40), torch.linspace(0, 1, 60), indexing="ij")
-    frames = [torch.stack([x, y * (1 - t / 8), torch.full_like(x, 0.3)], dim=-1) for t in range(4)]
-    decoded = decode_gif(encode_gif(frames))
-    for got, want in zip(decoded, frames):
-        assert float((got.float() / 255 - want).abs().mean()) < 0.02
-
-
-def test_gif_arguments_are_checked():
-    with pytest.raises(ValueError, match="frames"):
-        encode_gif([])
-    with pytest.raises(ValueError, match=r"frames\[1\]"):
-        encode_gif([torch.zeros(4, 4, 3), torch.zeros(4, 5, 3)])
-    with pytest.raises(ValueError, match="not a GIF"):
-        decode_gif(b"PNG....")
-
-
-# ---------------------------------------------------------------------------------------
-# Plots
-
-
-def test_line_plot_draws_the_curves_and_labels():
-    series = [Series("a", [1.0, 0.1, 0.01], PALETTE[0]), Series("b", [0.0, 2.0, 5.0], PALETTE[1])]
-    image = line_plot(series, "title", width=300, height=120)
-    assert image.shape == (120, 300, 3)
-    assert float(image.min()) >= 0 and float(image.max()) <= 1
-    for colour in (PALETTE[0], PALETTE[1]):
-        hit = (image - torch.tensor(colour, dtype=image.dtype)).abs().amax(-1) < 1e-6
-        assert int(hit.sum()) > 50  # the curve (and its legend entry)
-    ink = (image < 0.5).all(-1)
-    assert int(ink.sum()) > 200  # axes and text
-    with pytest.raises(ValueError, match="width, height"):
-        line_plot(series, "t", width=40, height=20)
-
-
-def test_draw_text_and_stack_panels():
-    canvas = torch.ones(9, 30, 3)
-    draw_text(canvas, "1", 0, 0, (0.0, 0.0, 0.0), scale=1)
-    assert int((canvas[:5, :3] == 0).all(-1).sum()) == 8  # the glyph "1" has 8 inked pixels
-    draw_text(canvas, "X", 28, 7)  # partly outside: clipped, no error
-    stacked = stack_panels([torch.zeros(3, 5, 3), torch.zeros(2, 5, 3)], gap=1)
-    assert stacked.shape == (6, 5, 3)
-    with pytest.raises(ValueError, match=r"panels\[1\]"):
-        stack_panels([torch.zeros(3, 5, 3), torch.zeros(3, 6, 3)])
+def test_loss_figure_draws_four_axes(tmp_path):
+    steps = 50
+    mse = [0.03 * math.exp(-k / 10) for k in range(steps + 1)]
+    errors = {"rotation_error_deg": [8 * math.exp(-k / 12) for k in range(steps + 1)],
+              "translation_error": [0.6 - 0.004 * k for k in range(steps + 1)],
+              "focal_error": [0.06 - 0.001 * k for k in range(steps + 1)]}
+    path = tmp_path / "loss.png"
+    loss_figure(str(path), mse, errors)
+    image = read_image(path)[..., :3].int()
+    # Four curves, each in its own colour (matplotlib's tab:blue, orange, green, red).
+    for colour in ((31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40)):
+        hit = (image - torch.tensor(colour)).abs().amax(-1) <= 8
+        assert int(hit.sum()) > 100, colour
+    rows = [int(r) for r in torch.nonzero((image - torch.tensor((31, 119, 180))).abs().amax(-1) <= 8)[:, 0]]
+    assert max(rows) < image.shape[0] / 3  # the image error in the top panel
 
 
 # ---------------------------------------------------------------------------------------
@@ -318,32 +287,3 @@ def test_rotation_helpers():
     assert sensor_width_for_fov(90.0, 2.0) == pytest.approx(4.0)
     with pytest.raises(ValueError, match="cam_params"):
         rotation_from_params(torch.zeros(9))
-
-
-# ---------------------------------------------------------------------------------------
-# Progress line
-
-
-def test_progress_line_in_a_log_prints_about_ten_lines():
-    stream = io.StringIO()
-    bar = ProgressLine(200, "job", stream=stream)
-    for i in range(1, 201):
-        bar.update(i, f"loss {i}")
-    bar.close()
-    lines = stream.getvalue().splitlines()
-    assert 10 <= len(lines) <= 11
-    assert lines[-1].startswith("job [########################] 200/200 loss 200")
-
-
-def test_progress_line_on_a_terminal_redraws_in_place():
-    class Terminal(io.StringIO):
-        def isatty(self):
-            return True
-
-    stream = Terminal()
-    bar = ProgressLine(3, stream=stream)
-    for i in range(1, 4):
-        bar.update(i)
-    bar.close()
-    text = stream.getvalue()
-    assert text.startswith("\r[") and "3/3" in text and text.endswith("\n") and text.count("\n") == 1

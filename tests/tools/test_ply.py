@@ -1,7 +1,9 @@
-"""pulsar_py.ply (PLY reader and writer) and python -m pulsar_py render."""
+"""pulsar_py.io.ply (PLY point clouds and 3D Gaussian Splatting scenes, through plyfile)
+and pulsar-py render."""
 
 from __future__ import annotations
 
+import math
 import os
 import struct
 import subprocess
@@ -12,12 +14,15 @@ import numpy as np
 import pytest
 import torch
 
-import pulsar_py
-from pulsar_py.tools.cli import main as cli_main
-from pulsar_py.cameras.params import camera_from_params
-from pulsar_py.io.ply import decode_ply, encode_ply, read_ply, write_ply
-from pulsar_py.io.png import read_png
-from pulsar_py.tools.render import bounding_sphere, estimate_radius, fit_camera, render_point_cloud
+plyfile = pytest.importorskip("plyfile")
+
+import pulsar_py  # noqa: E402
+from pulsar_py.io.images import read_image  # noqa: E402
+from pulsar_py.io.ply import (GAUSSIAN_RADIUS_FACTOR, decode_ply, encode_ply, gaussian_radius, read_ply,  # noqa: E402
+                              write_ply)
+from pulsar_py.sh import SH_C0, sh_to_color  # noqa: E402
+from pulsar_py.tools.cli import main as cli_main  # noqa: E402
+from pulsar_py.tools.render import render_point_cloud  # noqa: E402
 
 
 def _cloud(n=50, seed=0):
@@ -107,16 +112,18 @@ def test_windows_line_endings_in_the_header():
 
 @pytest.mark.parametrize("data, message", [
     (b"PK\x03\x04", "not a PLY"),
-    (b"ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\n", "end_header"),
-    (b"ply\nformat binary_middle_endian 1.0\nend_header\n", "format"),
-    (b"ply\nelement vertex 1\nproperty float x\nend_header\n1\n", "format"),
-    (b"ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\nproperty float y\nend_header\n1 2\n", "missing z"),
-    (b"ply\nformat ascii 1.0\nelement face 1\nproperty list uchar int v\nend_header\n0\n", "vertex"),
+    (b"ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\n", "bad header: .*end-of-file"),
+    (b"ply\nformat binary_middle_endian 1.0\nend_header\n", "bad header: .*format"),
+    (b"ply\nelement vertex 1\nproperty float x\nend_header\n1\n", "bad header: .*format"),
+    (b"ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\nproperty float y\nend_header\n1 2\n",
+     "positions: found x, y without z"),
+    (b"ply\nformat ascii 1.0\nelement face 1\nproperty list uchar int v\nend_header\n3 0 1 2\n",
+     "expected a 'vertex' element, got the elements face"),
     (b"ply\nformat binary_little_endian 1.0\nelement vertex 5\nproperty float x\nproperty float y\n"
-     b"property float z\nend_header\n" + b"\x00" * 12, "too short"),
+     b"property float z\nend_header\n" + b"\x00" * 12, "bad data: .*vertex.*end-of-file"),
     (b"ply\nformat ascii 1.0\nelement vertex 2\nproperty float x\nproperty float y\nproperty float z\n"
-     b"end_header\n1 2 3\n", "vertex lines"),
-    (b"ply\nformat ascii 1.0\nelement vertex 1\nproperty quad x\nend_header\n", "property"),
+     b"end_header\n1 2 3\n", "bad data: .*vertex.*row 1"),
+    (b"ply\nformat ascii 1.0\nelement vertex 1\nproperty quad x\nend_header\n", "bad header: .*'quad'"),
 ])
 def test_bad_files_are_clear_errors(data, message):
     with pytest.raises(ValueError, match=message):
@@ -136,36 +143,6 @@ def test_writer_checks_its_arguments():
 # Rendering
 
 
-def test_fitted_camera_sees_the_whole_cloud():
-    pos = _cloud(200)[0].double() + torch.tensor([10.0, -3.0, 4.0], dtype=torch.float64)
-    radii = torch.full((200,), 0.1, dtype=torch.float64)
-    frame = bounding_sphere(pos, radii)
-    for azimuth, elevation, up in ((0, 0, (0, 1, 0)), (60, 30, (0, 1, 0)), (10, -20, (0, 0, 1))):
-        cam, near, far = fit_camera(frame, 64, 48, 50.0, azimuth, elevation, up, right_handed=True)
-        native = camera_from_params(cam[None], 64, 48, right_handed=True)
-        # Project every point: the film coordinates (column, row) lie inside the image.
-        rel = pos - native.eye
-        axis = native.optical_axis()[0]
-        depth = rel @ axis
-        assert float(depth.min()) > near and float(depth.max()) < far
-        on_film = rel * (native.focal / depth)[:, None] - native.p00_rel
-        col = on_film @ native.pdx[0] / native.pdx[0].dot(native.pdx[0])
-        row = on_film @ native.pdy[0] / native.pdy[0].dot(native.pdy[0])
-        assert float(col.min()) > 0 and float(col.max()) < 63
-        assert float(row.min()) > 0 and float(row.max()) < 47
-
-
-def test_radius_estimate_follows_the_point_spacing():
-    # A square grid of spacing h: the nearest neighbour is h away; the estimate closes gaps.
-    h = 0.1
-    g = torch.arange(40, dtype=torch.float64) * h
-    x, y = torch.meshgrid(g, g, indexing="ij")
-    grid = torch.stack([x.reshape(-1), y.reshape(-1), torch.zeros(1600, dtype=torch.float64)], dim=-1)
-    assert 1.5 * h <= estimate_radius(grid) <= 2.5 * h
-    # A random subset of the points is scaled back to the full density.
-    assert 1.0 * h <= estimate_radius(grid, sample=400) <= 3.0 * h
-
-
 def test_render_command_draws_the_cloud(tmp_path, capsys):
     pos, col, rad, _ = _cloud(300)
     col[:] = torch.tensor([0.9, 0.1, 0.1])  # all red
@@ -174,27 +151,13 @@ def test_render_command_draws_the_cloud(tmp_path, capsys):
     out = tmp_path / "out" / "render.png"
     assert cli_main(["render", "--ply", str(ply), "--out", str(out), "--width", "48", "--height", "36"]) == 0
     assert str(out) in capsys.readouterr().out
-    image = read_png(out).int()
+    image = read_image(out).int()
     assert image.shape == (36, 48, 3)
     white = (image == 255).all(-1)
     assert bool(white[0, 0]) and bool(white[-1, -1])  # background corners
     red = (image[..., 0] > 150) & (image[..., 1] < 80) & (image[..., 2] < 80)
     assert 0.05 < float(red.float().mean()) < 0.9
     assert bool(red[18, 24])  # the cloud is centred
-
-
-def test_render_with_cam_params_and_look_at_agree(tmp_path):
-    pos, col, rad, opa = _cloud(100)
-    from pulsar_py.io.ply import PointCloud
-    from pulsar_py.cameras.look_at import look_at_params
-
-    cloud = PointCloud(pos, col, rad, opa)
-    eye, target = (0.5, 1.0, 12.0), (0.0, 0.0, 0.0)
-    by_eye = render_point_cloud(cloud, 40, 30, eye=eye, target=target, min_depth=2.0, max_depth=20.0)
-    cam = look_at_params(eye, target, sensor_width=2 * np.tan(np.radians(25.0)), right_handed=True)
-    by_params = render_point_cloud(cloud, 40, 30, cam_params=cam.tolist(), min_depth=2.0, max_depth=20.0)
-    assert torch.allclose(by_eye, by_params, atol=1e-5)
-    assert float((by_eye - 1).abs().max()) > 0.5  # something was drawn
 
 
 def test_render_command_errors(tmp_path, capsys):
@@ -227,4 +190,148 @@ def test_python_m_pulsar_py_render(tmp_path):
                            "--width", "32", "--height", "24", "--azimuth", "45", "--elevation", "10"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert read_png(tmp_path / "c.png").shape == (24, 32, 3)
+    assert read_image(tmp_path / "c.png").shape == (24, 32, 3)
+
+
+# ---------------------------------------------------------------------------------------
+# 3D Gaussian Splatting scenes
+
+
+def _write_gaussians(path, positions, f_dc, log_scales, opacity_logit, f_rest=None, extra=()):
+    """A PLY file in the layout 3D Gaussian Splatting writes (plyfile, binary).
+
+    f_rest: [N, K, 3] coefficients of degree >= 1 (K = 3, 8 or 15), stored channel by
+    channel as 3DGS does: f_rest_{c K + k} = f_rest[:, k, c].
+    """
+    n = positions.shape[0]
+    columns = [("x", positions[:, 0]), ("y", positions[:, 1]), ("z", positions[:, 2])]
+    columns += [(f"n{a}", np.zeros(n)) for a in "xyz"]
+    columns += [(f"f_dc_{c}", f_dc[:, c]) for c in range(3)]
+    if f_rest is not None:
+        k_count = f_rest.shape[1]
+        columns += [(f"f_rest_{c * k_count + k}", f_rest[:, k, c]) for c in range(3) for k in range(k_count)]
+    columns += [("opacity", opacity_logit)]
+    columns += [(f"scale_{a}", log_scales[:, a]) for a in range(3)]
+    columns += [(f"rot_{a}", np.full(n, 1.0 if a == 0 else 0.0)) for a in range(4)]
+    columns += list(extra)
+    table = np.empty(n, [(name, "f4") for name, _ in columns])
+    for name, values in columns:
+        table[name] = values
+    plyfile.PlyData([plyfile.PlyElement.describe(table, "vertex")]).write(str(path))
+
+
+def test_gaussian_scene_is_read_with_its_conventions(tmp_path):
+    gen = np.random.default_rng(0)
+    n = 5
+    positions = gen.normal(size=(n, 3))
+    f_dc = gen.normal(size=(n, 3))
+    f_rest = gen.normal(size=(n, 15, 3))  # degree 3
+    log_scales = gen.normal(-2, 0.5, size=(n, 3))
+    logit = gen.normal(size=n)
+    _write_gaussians(tmp_path / "g.ply", positions, f_dc, log_scales, logit, f_rest)
+    cloud = read_ply(tmp_path / "g.ply")
+    assert len(cloud) == n and cloud.sh_degree == 3 and cloud.sh_coefficients.shape == (n, 16, 3)
+    assert torch.allclose(cloud.positions, torch.tensor(positions, dtype=torch.float32))
+    assert torch.allclose(cloud.sh_coefficients[:, 0], torch.tensor(f_dc, dtype=torch.float32))
+    assert torch.allclose(cloud.sh_coefficients[:, 1:], torch.tensor(f_rest, dtype=torch.float32))
+    assert torch.allclose(cloud.opacity, torch.tensor(1 / (1 + np.exp(-logit)), dtype=torch.float32))
+    assert torch.allclose(cloud.colours, torch.tensor(np.maximum(SH_C0 * f_dc + 0.5, 0), dtype=torch.float32))
+    assert torch.allclose(cloud.radii, gaussian_radius(torch.tensor(log_scales)).float())
+    # Degree 1 and 0.
+    _write_gaussians(tmp_path / "g1.ply", positions, f_dc, log_scales, logit, f_rest[:, :3])
+    assert read_ply(tmp_path / "g1.ply").sh_degree == 1
+    _write_gaussians(tmp_path / "g0.ply", positions, f_dc, log_scales, logit)
+    assert read_ply(tmp_path / "g0.ply").sh_degree == 0
+
+
+def test_gaussian_radius_rule():
+    # Round Gaussians: sqrt(2) times the standard deviation.
+    s = torch.tensor([0.1, 1.0, 3.0], dtype=torch.float64)
+    log_round = torch.log(s)[:, None].expand(3, 3)
+    assert torch.allclose(gaussian_radius(log_round), GAUSSIAN_RADIUS_FACTOR * s)
+    assert GAUSSIAN_RADIUS_FACTOR == pytest.approx(math.sqrt(2))
+    # Elongated and flat ones: a sphere with the ellipsoid's mean projected area (to
+    # about 1 %), by direct averaging of the ellipse areas over many directions.
+    gen = torch.Generator().manual_seed(0)
+    u = torch.nn.functional.normalize(torch.randn(200000, 3, generator=gen, dtype=torch.float64), dim=-1)
+    for axes in ((1.0, 1.0, 1e-4), (2.0, 0.5, 0.25), (1.0, 0.2, 0.2)):
+        a, b, c = axes
+        area = math.pi * torch.sqrt((b * c * u[:, 0]) ** 2 + (a * c * u[:, 1]) ** 2 + (a * b * u[:, 2]) ** 2)
+        equal_area_radius = math.sqrt(float(area.mean()) / math.pi)
+        radius = float(gaussian_radius(torch.log(torch.tensor(axes, dtype=torch.float64))))
+        assert radius == pytest.approx(GAUSSIAN_RADIUS_FACTOR * equal_area_radius, rel=0.015), axes
+    # A flat splat keeps its size: the geometric mean would be 0.046 here.
+    assert float(gaussian_radius(torch.log(torch.tensor([1.0, 1.0, 1e-4])))) > 0.99
+
+
+def test_pulsar_py_render_draws_a_gaussian_scene_with_view_dependent_colour(tmp_path, capsys):
+    # Two Gaussians with the same coefficients at x = -1 and x = +1, seen from (0, 0, 10):
+    # only red's degree-1 coefficient of the x term (f_rest_2 in 3DGS's channel-major
+    # layout) is set, so they differ in red alone, by the view direction.
+    positions = np.array([[-1.0, 0.0, 0.0], [1.0, 0.0, 0.0]])
+    f_dc = np.array([[0.4, -0.3, 0.0], [0.4, -0.3, 0.0]])
+    f_rest = np.zeros((2, 3, 3))
+    f_rest[:, 2, 0] = -3.0
+    log_scales = np.log(np.full((2, 3), 0.5))
+    ply = tmp_path / "scene.ply"
+    _write_gaussians(ply, positions, f_dc, log_scales, np.full(2, 8.0), f_rest)
+    out = tmp_path / "scene.png"
+    assert cli_main(["render", "--ply", str(ply), "--out", str(out), "--width", "96", "--height", "64",
+                     "--eye", "0,0,10", "--target", "0,0,0", "--fov", "50", "--background", "0,0,0"]) == 0
+    assert str(out) in capsys.readouterr().out
+    image = read_image(out).float() / 255
+    assert image.shape == (64, 96, 3)
+    eye = torch.tensor([0.0, 0.0, 10.0], dtype=torch.float64)
+    coefficients = torch.cat([torch.tensor(f_dc)[:, None], torch.tensor(f_rest)], dim=1)
+    expected = sh_to_color(coefficients, torch.tensor(positions) - eye, 1)
+    # The spheres' centres: 0.1 / tan(25 deg) of the half width from the image's centre.
+    offset = 0.1 / math.tan(math.radians(25)) * 48
+    for k, column in enumerate((47.5 - offset, 47.5 + offset)):
+        pixel = image[31:33, round(column) - 1:round(column) + 1].reshape(-1, 3).mean(0)
+        assert torch.allclose(pixel.double(), expected[k], atol=4 / 255), (k, pixel, expected[k])
+    assert float(expected[1, 0] - expected[0, 0]) > 0.25  # the view direction changes red a lot
+    assert float(image[0, 0].max()) == 0.0 and float(image[-1, -1].max()) == 0.0  # background
+    # A sphere's radius: sqrt(2) * 0.5 world units = 7.3 pixels at depth 10.
+    row = image[32, :, 1] > 0.1
+    assert 12 <= int(row[:48].sum()) <= 17
+
+
+def test_gaussian_scene_without_higher_degrees_renders_its_dc_colour(tmp_path):
+    positions = np.zeros((1, 3))
+    f_dc = np.array([[1.0, -1.0, 0.2]])
+    _write_gaussians(tmp_path / "g.ply", positions, f_dc, np.log(np.full((1, 3), 0.3)), np.array([9.0]))
+    cloud = read_ply(tmp_path / "g.ply")
+    image = render_point_cloud(cloud, 32, 24, background=(0.0, 0.0, 0.0))
+    expected = torch.tensor(np.maximum(SH_C0 * f_dc[0] + 0.5, 0.0), dtype=torch.float32)
+    assert torch.allclose(image[12, 16], expected, atol=2e-3)
+
+
+def test_unknown_layout_names_what_was_found_and_what_is_expected(tmp_path, capsys):
+    table = np.zeros(3, [("a", "f4"), ("b", "f4"), ("c", "u1")])
+    plyfile.PlyData([plyfile.PlyElement.describe(table, "vertex")], text=True).write(str(tmp_path / "u.ply"))
+    with pytest.raises(ValueError) as caught:
+        read_ply(tmp_path / "u.ply")
+    message = str(caught.value)
+    assert "no positions (x, y, z)" in message and "the vertex element has the properties a, b, c" in message
+    assert "expected a point cloud (x, y, z" in message and "3D Gaussian Splatting scene" in message
+    assert cli_main(["render", "--ply", str(tmp_path / "u.ply"), "--out", str(tmp_path / "u.png")]) == 1
+    err = capsys.readouterr().err
+    assert "the vertex element has the properties a, b, c" in err and "f_dc_0" in err
+    assert not (tmp_path / "u.png").exists()
+
+
+def test_partial_layouts_are_errors(tmp_path):
+    positions, f_dc = np.zeros((2, 3)), np.zeros((2, 3))
+    log_scales, logit = np.zeros((2, 3)), np.zeros(2)
+    _write_gaussians(tmp_path / "r.ply", positions, f_dc, log_scales, logit,
+                     extra=[(f"f_rest_{k}", np.zeros(2)) for k in range(5)])
+    with pytest.raises(ValueError, match=r"R = 9, 24 or 45 .* got 5 f_rest properties.*f_rest_4"):
+        read_ply(tmp_path / "r.ply")
+    table = np.zeros(2, [("x", "f4"), ("y", "f4"), ("z", "f4"), ("f_dc_0", "f4"), ("f_dc_1", "f4")])
+    plyfile.PlyData([plyfile.PlyElement.describe(table, "vertex")]).write(str(tmp_path / "d.ply"))
+    with pytest.raises(ValueError, match="found f_dc_0, f_dc_1 without f_dc_2; the vertex element has"):
+        read_ply(tmp_path / "d.ply")
+    table = np.zeros(2, [("x", "f4"), ("y", "f4"), ("z", "f4"), ("red", "u1"), ("green", "u1")])
+    plyfile.PlyData([plyfile.PlyElement.describe(table, "vertex")]).write(str(tmp_path / "c.ply"))
+    with pytest.raises(ValueError, match="colours: found red, green without blue"):
+        read_ply(tmp_path / "c.ply")
