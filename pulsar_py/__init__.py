@@ -11,8 +11,7 @@ from __future__ import annotations
 import torch  # noqa: F401
 
 from . import _native
-from .cameras.camera import Camera
-from .cameras.params import NativeCamera, camera_from_params
+from .cameras import Camera, NativeCamera, camera_from_params
 from .debug import replay
 from .outputs import RenderResult
 from .renderer import Renderer

@@ -1,11 +1,12 @@
 """Type stub of the pybind11 module pulsar_py._native (native/bindings/).
 
 Pointers are passed as integers (``tensor.data_ptr()``); pulsar_py validates every tensor
-behind them before calling. Shapes and layouts: include/pulsar/renderer.h and camera.h.
+behind them before calling, and only pulsar_py/ops.py calls this module. Shapes and
+layouts: include/pulsar/renderer.h and camera.h.
 """
 
 from enum import Enum
-from typing import Dict, Tuple, Union
+from typing import Callable, Dict, Tuple, Union, overload
 
 CAMERA_PARAMS: int  # 15 values per packed camera
 MAX_IMAGE_SIDE: int  # 16384
@@ -37,7 +38,10 @@ class RenderOptions:
     percent_allowed_difference: float
     max_n_hits: int  # < 0: unlimited
     stream: int  # cudaStream_t as an integer; 0 on the CPU
+    @overload
     def __init__(self) -> None: ...
+    @overload
+    def __init__(self, gamma: float, percent_allowed_difference: float, max_n_hits: int, stream: int) -> None: ...
 
 class SceneArgs:
     dtype: DType
@@ -50,8 +54,15 @@ class SceneArgs:
     radii: int  # [B?, N]
     opacities: int  # [B?, N] or 0
     background: int  # [C]
-    cameras: int  # [B, 15]
+    cameras: int  # [B, 15] packed, or [B, L] camera vectors
+    @overload
     def __init__(self) -> None: ...
+    @overload
+    def __init__(self, dtype: DType, batch_size: int, n_spheres: int, shared_spheres: bool, positions: int,
+                 features: int, radii: int, opacities: int, background: int, cameras: int, right_handed: bool,
+                 camera_length: int, first_R_then_T: bool, min_depth: float, max_depth: float) -> None:
+        """camera_length 0: cameras are packed [B, 15]; else L of Pulsar camera vectors
+        [B, L], converted by the renderer with first_R_then_T, min_depth, max_depth."""
 
 class ForwardOutputs:
     image: int  # [B, H, W, C]
@@ -60,7 +71,11 @@ class ForwardOutputs:
     traversal_end: int  # int32 [B, H, W]
     forward_info: int  # [B, H, W, 3 + 2K] or 0
     depth_moments: int  # [B, H, W, 3] or 0
+    @overload
     def __init__(self) -> None: ...
+    @overload
+    def __init__(self, image: int, blend_state: int, hit_count: int, traversal_end: int, forward_info: int,
+                 depth_moments: int) -> None: ...
 
 class BackwardArgs:
     grad_image: int
@@ -69,7 +84,11 @@ class BackwardArgs:
     traversal_end: int
     depth_moments: int
     grad_depth_moments: int
+    @overload
     def __init__(self) -> None: ...
+    @overload
+    def __init__(self, grad_image: int, image: int, blend_state: int, traversal_end: int, depth_moments: int,
+                 grad_depth_moments: int) -> None: ...
 
 class GradientOutputs:
     positions: int
@@ -78,7 +97,11 @@ class GradientOutputs:
     opacities: int
     background: int
     cameras: int
+    @overload
     def __init__(self) -> None: ...
+    @overload
+    def __init__(self, positions: int, features: int, radii: int, opacities: int, background: int,
+                 cameras: int) -> None: ...
 
 class CameraParamsArgs:
     """Pulsar camera vectors [B, L] -> packed cameras [B, 15] (include/pulsar/camera_params.h)."""
@@ -105,22 +128,18 @@ def camera_params_backward(args: CameraParamsArgs, grad_packed: int, grad_params
     """Writes grad_params [B, L] = (d packed / d params)^T grad_packed [B, 15]."""
 
 class Renderer:
+    """One per Renderer module, device and configuration (pulsar_py.ops.native_renderer).
+    A call made while another call of the same renderer runs raises RuntimeError."""
     def __init__(self, config: RendererConfig) -> None: ...
-    def forward(self, scene: SceneArgs, options: RenderOptions, outputs: ForwardOutputs) -> int: ...
-    def begin_forward(self, scene: SceneArgs, options: RenderOptions) -> None:
-        """Starts forward's binning (CUDA: enqueues it up to its one host sync)."""
-    def begin_forward_from_vectors(self, scene: SceneArgs, options: RenderOptions,
-                                   camera_vectors: CameraParamsArgs, params: int) -> None:
-        """use_camera_vectors, then begin_forward, in one call."""
-    def use_camera_vectors(self, scene: SceneArgs, options: RenderOptions, camera_vectors: CameraParamsArgs,
-                           params: int) -> None:
-        """Converts the camera vectors at ``params`` ([B, L], camera_vectors' layout) into
-        the renderer's own packed cameras [B, 15] on options.stream and points
-        scene.cameras at them (rewritten by the next conversion)."""
-    def finish_forward(self, scene: SceneArgs, options: RenderOptions, outputs: ForwardOutputs) -> int:
-        """Completes the binning begin_forward started and renders; returns forward's token."""
+    @overload
+    def forward(self, scene: SceneArgs, options: RenderOptions,
+                make_outputs: Callable[[], ForwardOutputs]) -> None:
+        """Renders; make_outputs is called once the binning's device work is enqueued."""
+    @overload
+    def forward(self, scene: SceneArgs, options: RenderOptions, outputs: ForwardOutputs) -> None: ...
     def backward(self, scene: SceneArgs, options: RenderOptions, args: BackwardArgs,
-                 grads: GradientOutputs, forward_token: int) -> None: ...
+                 grads: GradientOutputs) -> None:
+        """Exact gradients; reuses the forward's binning when args are its last forward's."""
     @property
     def config(self) -> RendererConfig: ...
     @property

@@ -1,23 +1,28 @@
-"""``pulsar_py.Renderer``: PyTorch3D Pulsar's renderer API over the native core."""
+"""``pulsar_py.Renderer``: PyTorch3D Pulsar's renderer API over the native core.
+
+Every entry point (``forward``, ``render``, ``visible``) checks its inputs once
+(pulsar_py/_checks.py), turns its camera into one form the operators take (Pulsar camera
+vectors [B, L] with plain-number depths, converted natively inside the render call; any
+other camera as packed cameras [B, 15]) and calls the torch.library operators of
+pulsar_py/ops.py, which alone reach the native core.
+"""
 
 from __future__ import annotations
 
+import itertools
+import math
 import warnings
+import weakref
 from typing import NamedTuple, Optional, Tuple, Union
 
 import torch
 
-from . import _checks, _native
-from ._autograd import (CallSettings, CameraParamsFunction, RenderFunction, begin_forward,
-                        camera_conversion_args, convert_camera_vectors)
+from . import _checks, _native, ops
 from .cameras.camera import Camera
-from .cameras.params import NativeCamera, VALID_PARAM_LENGTHS, camera_from_params
+from .cameras.params import NativeCamera
 from .outputs import RenderResult, depth_from_moments
 from .sh import check_sh_degree, sh_n_coefficients, sh_to_color
 from .visibility import visible_spheres
-
-# Pulsar's "unlimited" max_n_hits.
-_UNLIMITED_HITS = 2**32 - 1
 
 
 def check_device_usable(device: torch.device) -> None:
@@ -33,39 +38,34 @@ def check_device_usable(device: torch.device) -> None:
         raise ValueError(f"device: expected cpu or cuda, got {device}")
 
 
-def _device_key(device: torch.device) -> Tuple[str, int]:
-    if device.type == "cuda":
-        return ("cuda", device.index if device.index is not None else torch.cuda.current_device())
-    return (device.type, 0)
-
-
-class _CheckedCall(NamedTuple):
-    """What the hot path's plain arguments resolve to (Renderer._checked_call), with the
-    native renderer they pick (its look-up, _native_for, took 1.0 us of Python per frame
-    on the project's machine before the first kernel; the lent GPU machine's host runs
-    such Python several times slower)."""
-
-    settings: CallSettings
-    camera_args: "_native.CameraParamsArgs"
-    mode: int
-    native: "_native.Renderer"
-
-
-class _RawOutputs(NamedTuple):
-    """Outputs of the shared native call, with the depth range it used."""
-
-    image: torch.Tensor  # [B, H, W, C]
-    hit_count: torch.Tensor  # [B, H, W] int32
-    forward_info: torch.Tensor  # [B, H, W, 3 + 2K] or empty
-    depth_moments: torch.Tensor  # [B, H, W, 3] or empty
-    near: torch.Tensor  # [B] resolved min_depth
-    far: torch.Tensor  # [B] max_depth
-
-
 # Masked-out spheres (Renderer.render's mask) are moved behind the camera, where culling
 # drops them: this many world units plus a share of the eye's coordinates (float32 safe).
 _MASKED_DISTANCE = 2.0
 _MASKED_DISTANCE_REL = 1e-3
+
+# Each Renderer module has an id of its own: its native renderers (ops.native_renderer)
+# are keyed by it, so two modules never share scratch, and a copy gets a new one.
+_renderer_ids = itertools.count(1)
+
+
+class CameraInput(NamedTuple):
+    """A call's cameras in the form the render operator takes."""
+
+    cameras: torch.Tensor  # [B, L] Pulsar camera vectors (length L), or [B, 15] packed (length 0)
+    length: int
+    batched: bool  # the caller gave a batch of cameras
+    right_handed: bool
+    orthographic: bool
+
+
+class RawOutputs(NamedTuple):
+    """The render operator's outputs a caller uses ([B?, H, W, ...])."""
+
+    image: torch.Tensor
+    hit_count: torch.Tensor  # int32
+    forward_info: torch.Tensor  # or [0]
+    depth_moments: torch.Tensor  # or [0]
+    batched: bool  # outputs carry the leading B
 
 
 class Renderer(torch.nn.Module):
@@ -81,15 +81,18 @@ class Renderer(torch.nn.Module):
         orthogonal_projection: orthographic instead of perspective projection.
         right_handed_system: interpret ``cam_params`` in a right-handed system.
         background_normalized_depth: beta, the background's normalised depth, in (0, 1).
-        n_channels: C, feature channels per sphere (>= 1).
+        n_channels: C, feature channels per sphere (1..2^20).
         n_track: K, closest hits per pixel reported in forward info (1..128).
-        num_threads: CPU threads for the CPU backend; 0 uses every core.
+        num_threads: CPU threads for the CPU backend (0..4096); 0 uses every core.
         deterministic: ask for bitwise reproducible results. Honoured at no cost: both
             backends are deterministic by construction (fixed-order reductions, no
             atomics), with or without this flag or torch.use_deterministic_algorithms.
         debug: when a native call fails, save its inputs to a file named in the error
             (pulsar_py.replay(path) repeats it); also PULSAR_PY_DEBUG=1. See
             docs/reliability.md.
+
+    A renderer serves one call at a time: a call made while another thread's call on the
+    same renderer runs raises RuntimeError (give each thread its own renderer).
     """
 
     def __init__(
@@ -114,32 +117,36 @@ class Renderer(torch.nn.Module):
         self.right_handed_system = _checks.check_bool("right_handed_system", right_handed_system)
         self.background_normalized_depth = _checks.check_float(
             "background_normalized_depth", background_normalized_depth, 0.0, 1.0, low_open=True, high_open=True)
-        self.n_channels = _checks.check_int("n_channels", n_channels, 1)
+        self.n_channels = _checks.check_int("n_channels", n_channels, 1, _checks.MAX_CHANNELS)
         self.n_track = _checks.check_int("n_track", n_track, 1, _checks.MAX_TRACK)
-        self.num_threads = _checks.check_int("num_threads", num_threads, 0)
+        self.num_threads = _checks.check_int("num_threads", num_threads, 0, _checks.MAX_THREADS)
         #: Always True in effect (docs/reliability.md, "Determinism"); kept for the record.
         self.deterministic = _checks.check_bool("deterministic", deterministic)
         #: Save a failing native call's inputs for pulsar_py.replay (pulsar_py/debug.py).
         self.debug = _checks.check_bool("debug", debug)
         #: Check tensor values (NaN/Inf, magnitudes, ranges) on every call: one device
-        #: sync per call on CUDA. False skips them (docs/reliability.md, "check_values").
+        #: synchronisation per call on CUDA. False skips them (docs/reliability.md).
         self.check_values = True
         # CUDA backward: bytes of gradient rows per window (0: default). For tests that
         # exercise many windows; any budget computes the same gradients.
         self._backward_row_budget = 0
         # Tracks the module's device through .to(), .cuda(), .cpu().
         self.register_buffer("_device_tracker", torch.empty(0), persistent=False)
-        # Its device as a plain attribute, refreshed by _apply (which .to(), .cuda() and
-        # .cpu() go through): a buffer's lookup takes nn.Module.__getattr__, about 0.8 us
-        # per call on the project's machine, twice or more per frame.
         self._device = self._device_tracker.device
-        self._natives: dict = {}
         self._warned_small_gamma = False
-        # The last call's CallSettings, and the hot path's checked call, with their keys:
-        # rebuilt only when a call's settings differ (saves checks, pybind and dataclass
-        # work per frame).
-        self._last_settings: Optional[tuple] = None
-        self._last_call: Optional[tuple] = None  # (key, _CheckedCall)
+        self._warned_setting_grad = False
+        self._new_id()
+
+    def _new_id(self) -> None:
+        self._renderer_id = next(_renderer_ids)
+        # The native renderers (and their scratch) go with the module.
+        weakref.finalize(self, ops.release_natives, self._renderer_id)
+
+    def __setstate__(self, state: dict) -> None:
+        # Unpickled or deep-copied: a module of its own, whose native renderers are made
+        # again on first use.
+        super().__setstate__(state)
+        self._new_id()
 
     @property
     def device(self) -> torch.device:
@@ -161,36 +168,12 @@ class Renderer(torch.nn.Module):
                             if isinstance(device, int) else torch.device(device))
         return super().cuda(device)
 
-    def _native_for(self, device: torch.device, orthographic: Optional[bool] = None) -> "_native.Renderer":
-        # One native renderer per device and projection (a Camera carries its own
-        # projection; None: the renderer's); the renderer's own keeps the plain device key.
-        if orthographic is None:
-            orthographic = self.orthogonal_projection
-        key = _device_key(device)
-        if bool(orthographic) != self.orthogonal_projection:
-            key = key + ("orthographic" if orthographic else "perspective",)
-        native = self._natives.get(key)
-        if native is None:
-            check_device_usable(device)
-            cfg = _native.RendererConfig()
-            cfg.width, cfg.height = self.width, self.height
-            cfg.n_channels, cfg.n_track = self.n_channels, self.n_track
-            cfg.orthographic = bool(orthographic)
-            cfg.background_normalized_depth = self.background_normalized_depth
-            cfg.device = _native.DeviceKind.cuda if device.type == "cuda" else _native.DeviceKind.cpu
-            cfg.device_index = key[1]
-            cfg.num_threads = self.num_threads
-            cfg.backward_row_budget = self._backward_row_budget
-            native = _native.Renderer(cfg)
-            self._natives[key] = native
-        return native
-
     def forward(
         self,
         vert_pos: torch.Tensor,
         vert_col: torch.Tensor,
         vert_rad: torch.Tensor,
-        cam_params: torch.Tensor,
+        cam_params: Union[torch.Tensor, Camera],
         gamma: float,
         max_depth: float,
         min_depth: float = 0.0,
@@ -211,8 +194,9 @@ class Renderer(torch.nn.Module):
             cam_params: [B?, L], L in {8, 10, 11, 13}: Pulsar camera vectors (the
                 renderer's projection and handedness apply), or a ``pulsar_py.Camera``
                 (its own projection and handedness apply; docs/cameras.md).
-            gamma: blending softness in [1e-5, 1] (small: hard, 1: soft).
-            max_depth: far depth (world units).
+            gamma: blending softness in [1e-5, 1] (small: hard, 1: soft); a float or a
+                one-element tensor (read at every call; it gets no gradient).
+            max_depth: far depth (world units); a float or a one-element tensor.
             min_depth: near depth; 0 means focal length + 2e-6.
             bg_col: [C] background features (default ones).
             opacity: [B?, N] in [0, 1] (default ones).
@@ -227,114 +211,125 @@ class Renderer(torch.nn.Module):
             forward info when requested. The batch dimension is present when any input
             was batched.
         """
-        depths = _checks.depth_numbers(max_depth, min_depth)
-        if depths is not None and isinstance(cam_params, torch.Tensor):
-            return self._forward_camera_vectors(vert_pos, vert_col, vert_rad, cam_params, gamma, max_depth, min_depth,
-                                                depths, bg_col, opacity, percent_allowed_difference, max_n_hits,
-                                                mode, return_forward_info, first_R_then_T)
-        checks = _checks.DeferredValueChecks() if self.check_values else None
-        pos, col, rad, opacity, bg, batched = self._check_scene(vert_pos, vert_col, vert_rad, opacity, bg_col, checks)
-        camera, camera_batched = self._resolve_camera(cam_params, pos, checks, first_R_then_T, "cam_params",
-                                                      depths=depths)
-        raw = self._render(pos, col, rad, opacity, bg, camera, gamma, max_depth, min_depth,
-                           percent_allowed_difference, max_n_hits, mode, return_forward_info, checks)
-        info = raw.forward_info
-        result = raw.image if mode == 0 else raw.hit_count[..., None].to(pos.dtype)
-        if not (batched or camera_batched):
-            result = _drop_batch(result)
-            info = _drop_batch(info) if return_forward_info else info
-        return (result, info) if return_forward_info else result
+        mode = _checks.check_int("mode", mode, 0, 1)
+        want_info = _checks.check_bool("return_forward_info", return_forward_info)
+        raw = self._call(vert_pos, vert_col, vert_rad, opacity, bg_col, cam_params, gamma, max_depth, min_depth,
+                         percent_allowed_difference, max_n_hits, first_R_then_T, want_info, False, "cam_params")
+        result = raw.image if mode == 0 else raw.hit_count[..., None].to(raw.image.dtype)
+        return (result, raw.forward_info) if want_info else result
 
-    def _forward_camera_vectors(self, vert_pos, vert_col, vert_rad, cam_params: torch.Tensor, gamma, max_depth,
-                                min_depth, depths: Tuple[float, float], bg_col, opacity, percent_allowed_difference,
-                                max_n_hits, mode, return_forward_info, first_R_then_T):
-        """``forward`` with camera vectors and plain-number depths: the hot path.
+    # ----------------------------------------------------------------------------------
+    def _call(self, vert_pos, vert_col, vert_rad, opacity, bg_col, camera, gamma, max_depth, min_depth,
+              percent_allowed_difference, max_n_hits, first_R_then_T, want_info: bool, want_moments: bool,
+              camera_name: str, scene: Optional[_checks.SceneTensors] = None,
+              camera_input: Optional[CameraInput] = None, batched: bool = False) -> RawOutputs:
+        """The one checked call into the render operator, shared by every entry point.
 
-        The same checks and the same native calls as the general path, with the camera
-        conversion outside the autograd graph: RenderFunction carries the camera gradient
-        back through the conversion's exact derivative, so a frame is one autograd node
-        and its outputs are allocated in their final shape (no squeeze node). On the lent
-        GPU machine's host the Python of a small frame is most of its time
-        (benchmarks/host_path.py, docs/benchmarks.md).
+        ``scene`` and ``camera_input``: already checked and resolved (render() with a mask
+        or SH features), else checked here; ``batched``: the outputs keep B even when
+        neither the spheres nor the cameras were batched.
         """
-        checks = _checks.DeferredValueChecks() if self.check_values else None
-        pos, col, rad, opacity, bg, batched = self._check_scene(vert_pos, vert_col, vert_rad, opacity, bg_col, checks)
-        # cam_params itself enters RenderFunction; the conversion reads its values only.
-        batch = _checks.plain_camera_batch(cam_params, pos, self.device) if checks is None else 0
-        if batch:
-            cams = cam_params  # [L] or [B, L] as they are (their pointer is read)
-        else:
-            # Checked and shaped [B, L] outside the graph.
-            cams = self._check_cam_params(cam_params.detach(), pos, checks).contiguous()
-            batch = cams.shape[0]
-        call = self._checked_call((gamma, percent_allowed_difference, max_n_hits, mode, return_forward_info,
-                                   first_R_then_T, max_depth, min_depth), depths, batch, cams.shape[-1], pos,
-                                  batched or cam_params.dim() == 2)
-        # Vectors used as they are: the renderer converts them itself in begin_forward's
-        # native call (and the backward again from cam_params). Checked ones (their values
-        # are read below) or reshaped ones are converted here.
-        packed = None if cams is cam_params else convert_camera_vectors(cams, call.camera_args)
-        if checks is not None:
-            _checks.run_camera_checks(checks, packed[:, 13], packed[:, 14], packed[:, 12], packed[:, :13],
-                                      self.orthogonal_projection, max_depth, min_depth, "cam_params")
-        # The binning starts before the autograd node is built: the device works while
-        # the host builds it and allocates the outputs.
-        native = call.native
-        begun = begin_forward(native, call.settings, pos, col, rad, opacity, bg, packed, cams, call.camera_args)
-        self._warn_if_sharp(call.settings.gamma, pos, rad, cam_params)
-        image, hits, info, _ = RenderFunction.apply(native, call.settings, pos, col, rad, opacity, bg, packed,
-                                                    cam_params, call.camera_args, begun)
-        result = image if call.mode == 0 else hits[..., None].to(pos.dtype)
-        return (result, info) if call.settings.want_forward_info else result
+        eager = not torch.compiler.is_compiling()
+        if eager and torch._C._are_functorch_transforms_active():
+            raise RuntimeError("pulsar_py.Renderer: torch.func transforms (vmap, grad, jacrev, ...) are not "
+                               "supported; use torch.autograd (backward(), torch.autograd.grad) instead")
+        if scene is None:
+            scene = self._check_scene(vert_pos, vert_col, vert_rad, opacity, bg_col)
+        gamma_arg, percent_arg = gamma, percent_allowed_difference
+        settings = _checks.check_call_settings(gamma, percent_allowed_difference, max_n_hits)
+        depths = _checks.check_depths(max_depth, min_depth)
+        if camera_input is None:
+            camera_input = self._camera_input(camera, scene.positions, depths, first_R_then_T, camera_name)
+        cams = camera_input.cameras
+        _checks.check_batch(cams.shape[0], self.width, self.height)
+        batched = batched or scene.batched or camera_input.batched
+        if eager:
+            self._warn_once(gamma_arg, percent_arg, settings.gamma, scene, cams)
+        vectors = camera_input.length > 0
+        encoded = ops.RenderSettings(
+            self._renderer_id, self.width, self.height, self.n_track, camera_input.orthographic,
+            self.background_normalized_depth, self.num_threads, self._backward_row_budget, settings.gamma,
+            settings.percent_allowed_difference, settings.max_n_hits, camera_input.right_handed, want_info,
+            want_moments, batched, self.check_values, self.debug, camera_input.length,
+            vectors and bool(first_R_then_T), depths.min_depth if vectors else 0.0,
+            depths.max_depth if vectors else 0.0, _checks.CAMERA_ARGUMENTS.index(camera_name)).encode()
+        render = ops.render_eager if eager else ops.render
+        image, _state, hits, _ends, info, moments = render(
+            scene.positions, scene.features, scene.radii, scene.opacities, scene.background, cams, encoded)
+        return RawOutputs(image, hits, info, moments, batched)
 
-    def _checked_call(self, scalars: tuple, depths: Tuple[float, float], batch: int, length: int,
-                      pos: torch.Tensor, batch_dim: bool) -> "_CheckedCall":
-        """The hot path's checked settings and camera-conversion arguments for the
-        call's plain arguments ``scalars`` (gamma,
-        percent_allowed_difference, max_n_hits, mode, return_forward_info, first_R_then_T,
-        max_depth, min_depth), reused while calls repeat them. On the lent GPU machine's
-        host these checks and look-ups took about 30 us before the first kernel of every
-        frame (benchmarks/host_stamps.py, docs/benchmarks.md). The key holds the
-        arguments' types ahead of their values: a value equal to a checked one but of
-        another type (True for 1, a tensor for a number) is checked again, and compared
-        with nothing."""
-        key = (tuple(map(type, scalars)), scalars, batch, length, pos.dtype, pos.device, batch_dim, self.debug,
-               self.right_handed_system, self.orthogonal_projection, self.width, self.height)
-        last = self._last_call
-        if last is not None and last[0] == key:
-            return last[1]
-        gamma, percent, max_n_hits, mode, return_forward_info, first_R_then_T, max_depth, min_depth = scalars
+    def _check_scene(self, vert_pos, vert_col, vert_rad, opacity, bg_col) -> _checks.SceneTensors:
+        return _checks.check_scene(vert_pos, vert_col, vert_rad, opacity, bg_col, n_channels=self.n_channels,
+                                   device=self.device, max_num_balls=self.max_num_balls)
+
+    def _resolve_camera(self, camera, pos: torch.Tensor, first_R_then_T: object,
+                        name: str) -> Tuple[Union[torch.Tensor, NativeCamera], bool, bool, bool]:
+        """(cameras, batched, right_handed, orthographic) of a ``Camera`` (a NativeCamera,
+        expanded to batched spheres) or of Pulsar camera vectors (checked [B, L])."""
         first_R_then_T = _checks.check_bool("first_R_then_T", first_R_then_T)
-        gamma, percent, hit_cap, mode, want_info = _checks.check_call_settings(
-            gamma, percent, max_n_hits, mode, return_forward_info)
-        _checks.check_batch(batch, self.width, self.height)
-        _checks.check_depth_numbers(max_depth, min_depth)
-        call = _CheckedCall(
-            settings=self._call_settings(gamma, percent, hit_cap, self.right_handed_system, want_info,
-                                         batch_dim=batch_dim),
-            camera_args=camera_conversion_args(batch, length, pos.dtype, pos.device, self.width, self.height,
-                                               self.orthogonal_projection, self.right_handed_system,
-                                               first_R_then_T, *depths),
-            mode=mode, native=self._native_for(pos.device))
-        self._last_call = (key, call)
-        return call
+        if isinstance(camera, Camera):
+            if first_R_then_T:
+                raise ValueError("first_R_then_T: applies to camera vectors only, not to a pulsar_py.Camera; got True")
+            if camera.dtype != pos.dtype:
+                raise TypeError(f"{name}: expected a Camera of dtype {pos.dtype} like vert_pos (mixed dtypes are "
+                                f"not cast), got {camera.dtype}")
+            if camera.device != self.device:
+                raise ValueError(f"{name}: expected a Camera on {self.device} (the renderer's device), "
+                                 f"got {camera.device}")
+            if self.check_values and not torch.compiler.is_compiling():
+                camera.validate()
+            native = camera.native(self.width, self.height)
+            if pos.dim() == 3:
+                native = _expand_camera(native, pos.shape[0], name)
+            return native, camera.batched, camera.right_handed, camera.orthographic
+        if not isinstance(camera, torch.Tensor):
+            raise TypeError(f"{name}: expected a pulsar_py.Camera or camera vectors (torch.Tensor [B?, L]), "
+                            f"got {type(camera).__name__}")
+        cams = _checks.check_cam_params(camera, pos, device=self.device, name=name)
+        return cams, camera.dim() == 2, self.right_handed_system, self.orthogonal_projection
 
-    def _call_settings(self, gamma: float, percent: float, hit_cap: int, right_handed: bool, want_info: bool,
-                       want_moments: bool = False, batch_dim: bool = True) -> CallSettings:
-        """The call's CallSettings, reused while they stay the same (they are frozen)."""
-        key = (gamma, percent, hit_cap, right_handed, want_info, want_moments, self.debug, batch_dim)
-        if self._last_settings is None or self._last_settings[0] != key:
-            self._last_settings = (key, CallSettings(
-                gamma=gamma, percent_allowed_difference=percent, max_n_hits=hit_cap, right_handed=right_handed,
-                want_forward_info=want_info, want_depth_moments=want_moments, debug=self.debug,
-                batch_dim=batch_dim))
-        return self._last_settings[1]
+    def _native_camera(self, cams: Union[torch.Tensor, NativeCamera], depths: _checks.DepthRange,
+                       first_R_then_T: bool) -> NativeCamera:
+        """The NativeCamera of resolved cameras: Pulsar camera vectors [B, L] converted by
+        ``pulsar::pack_cameras`` (differentiable)."""
+        if isinstance(cams, NativeCamera):
+            return cams
+        plain = lambda d: d if not isinstance(d, torch.Tensor) else 0.0  # noqa: E731
+        pack = ops.PackSettings(self.width, self.height, self.orthogonal_projection, self.right_handed_system,
+                                bool(first_R_then_T), plain(depths.min_depth), plain(depths.max_depth) or 1.0)
+        packed = ops.pack_cameras(cams.contiguous(), pack.encode())
+        return NativeCamera.from_packed(packed, self.right_handed_system, self.orthogonal_projection)
 
-    def _warn_if_sharp(self, gamma: float, pos: torch.Tensor, rad: torch.Tensor, camera_leaf: torch.Tensor) -> None:
-        """Warns once per renderer when a small gamma meets geometry or camera gradients."""
+    @staticmethod
+    def _pack(native: NativeCamera, depths: _checks.DepthRange) -> torch.Tensor:
+        """Packed cameras [B, 15] of a NativeCamera and the call's depth range (min_depth 0:
+        focal length + 2e-6; tensor depths keep their graph)."""
+        near = _checks.resolve_near(depths.min_depth, native.focal)
+        far = depths.max_depth
+        far = far.to(native.focal.dtype).expand_as(near) if isinstance(far, torch.Tensor) else torch.full_like(near, far)
+        return native.pack(near, far)
+
+    def _camera_input(self, camera, pos: torch.Tensor, depths: _checks.DepthRange, first_R_then_T: object,
+                      name: str) -> CameraInput:
+        cams, batched, right_handed, orthographic = self._resolve_camera(camera, pos, first_R_then_T, name)
+        if isinstance(cams, torch.Tensor) and not depths.differentiable:
+            return CameraInput(cams, cams.shape[-1], batched, right_handed, orthographic)
+        native = self._native_camera(cams, depths, bool(first_R_then_T))
+        return CameraInput(self._pack(native, depths), 0, batched, right_handed, orthographic)
+
+    def _warn_once(self, gamma_arg, percent_arg, gamma: float, scene: _checks.SceneTensors,
+                   cams: torch.Tensor) -> None:
+        """Warnings, once per renderer: a small gamma with geometry or camera gradients,
+        and a gamma or percent_allowed_difference tensor that requires grad (it gets none)."""
+        if not self._warned_setting_grad:
+            for name, value in (("gamma", gamma_arg), ("percent_allowed_difference", percent_arg)):
+                if isinstance(value, torch.Tensor) and value.requires_grad:
+                    warnings.warn(f"{name}: a tensor that requires grad was given; the renderer reads its value "
+                                  "and gives it no gradient", stacklevel=4)
+                    self._warned_setting_grad = True
         if gamma >= 1e-3 or self._warned_small_gamma or not torch.is_grad_enabled():
             return
-        if pos.requires_grad or rad.requires_grad or camera_leaf.requires_grad:
+        if scene.positions.requires_grad or scene.radii.requires_grad or cams.requires_grad:
             warnings.warn(f"gamma={gamma} < 1e-3: geometry and camera gradients become very sharp and "
                           "may be unstable for optimisation", stacklevel=4)
             self._warned_small_gamma = True
@@ -385,10 +380,32 @@ class Renderer(torch.nn.Module):
             B is present when spheres, camera or mask were batched; a batch of cameras
             with unbatched spheres renders the same spheres from every camera.
         """
-        checks = _checks.DeferredValueChecks() if self.check_values else None
+        want_info = _checks.check_bool("return_forward_info", return_forward_info)
         pos = _checks.check_tensor("vert_pos", vert_pos, dims=(2, 3), last=3, device=self.device)
-        camera_native, camera_batched = self._resolve_camera(camera, pos, checks, first_R_then_T, "camera",
-                                                             depths=_checks.depth_numbers(max_depth, min_depth))
+        depths = _checks.check_depths(max_depth, min_depth)
+        mask_batched = False
+        if sh_degree is None and mask is None:
+            scene = self._check_scene(vert_pos, vert_col, vert_rad, opacity, bg_col)
+            camera_input = self._camera_input(camera, pos, depths, first_R_then_T, "camera")
+        else:
+            scene, camera_input, mask_batched = self._masked_sh_scene(
+                pos, vert_col, vert_rad, opacity, bg_col, camera, depths, first_R_then_T, sh_degree, mask)
+        raw = self._call(None, None, None, None, None, camera, gamma, max_depth, min_depth,
+                         percent_allowed_difference, max_n_hits, first_R_then_T, want_info, True, "camera",
+                         scene=scene, camera_input=camera_input, batched=mask_batched)
+        near, far = _near_far(camera_input, depths)
+        if raw.batched:
+            near, far = near[:, None, None], far[:, None, None]
+        else:
+            near, far = near[0], far[0]
+        depth, distortion = depth_from_moments(raw.depth_moments, near, far)
+        return RenderResult(image=raw.image, depth=depth, coverage=raw.depth_moments[..., 0], distortion=distortion,
+                            hit_count=raw.hit_count, forward_info=raw.forward_info if want_info else None)
+
+    def _masked_sh_scene(self, pos, vert_col, vert_rad, opacity, bg_col, camera, depths, first_R_then_T,
+                         sh_degree, mask):
+        """render() with SH features or a mask: (scene, packed camera input, mask batched).
+        Both need the cameras' eyes, so the cameras are packed first."""
         col, rad = vert_col, vert_rad
         if sh_degree is not None:
             sh_degree = check_sh_degree(sh_degree)
@@ -398,29 +415,21 @@ class Renderer(torch.nn.Module):
                 raise ValueError(f"vert_col: expected SH coefficients of shape {want} for sh_degree {sh_degree}, "
                                  f"got {tuple(col.shape)}")
         # Types, dtypes, devices and shapes now (values are checked on what is rendered).
-        self._check_scene(pos, col if sh_degree is None else col[..., 0, :], rad, opacity, bg_col, None)
+        self._check_scene(pos, col if sh_degree is None else col[..., 0, :], rad, opacity, bg_col)
+        cams, batched, right_handed, orthographic = self._resolve_camera(camera, pos, first_R_then_T, "camera")
+        native = self._native_camera(cams, depths, bool(first_R_then_T))
         mask_batched = False
         if mask is not None:
-            mask, camera_native = self._check_mask(mask, pos, camera_native)
+            mask, native = self._check_mask(mask, pos, native)
             mask_batched = mask.dim() == 2
-            pos, col, rad, opacity = self._apply_mask(mask, pos, col, rad, opacity, camera_native,
-                                                      sh_degree is not None)
+            pos, col, rad, opacity = self._apply_mask(mask, pos, col, rad, opacity, native, sh_degree is not None)
         if sh_degree is not None:
-            col = self._sh_features(col, pos, camera_native, sh_degree)
+            col = self._sh_features(col, pos, native, sh_degree)
         pos, col, rad, opacity = _unify_sphere_batch(pos, col, rad, opacity)
-        pos, col, rad, opacity, bg, _ = self._check_scene(pos, col, rad, opacity, bg_col, checks)
+        scene = self._check_scene(pos, col, rad, opacity, bg_col)
         if pos.dim() == 3:
-            camera_native = _expand_camera(camera_native, pos.shape[0], "camera")
-        raw = self._render(pos, col, rad, opacity, bg, camera_native, gamma, max_depth, min_depth,
-                           percent_allowed_difference, max_n_hits, 0, return_forward_info, checks,
-                           want_depth_moments=True)
-        moments = raw.depth_moments
-        depth, distortion = depth_from_moments(moments, raw.near[:, None, None], raw.far[:, None, None])
-        result = RenderResult(image=raw.image, depth=depth, coverage=moments[..., 0], distortion=distortion,
-                              hit_count=raw.hit_count, forward_info=raw.forward_info if return_forward_info else None)
-        if not (vert_pos.dim() == 3 or camera_batched or mask_batched):
-            result = RenderResult(**{k: (None if v is None else _drop_batch(v)) for k, v in result.__dict__.items()})
-        return result
+            native = _expand_camera(native, pos.shape[0], "camera")
+        return scene, CameraInput(self._pack(native, depths), 0, batched, right_handed, orthographic), mask_batched
 
     @torch.no_grad()
     def visible(
@@ -451,97 +460,17 @@ class Renderer(torch.nn.Module):
         if rad.shape != pos.shape[:-1]:
             raise ValueError(f"vert_rad: expected shape {tuple(pos.shape[:-1])} to match vert_pos, "
                              f"got {tuple(rad.shape)}")
-        camera_native, camera_batched = self._resolve_camera(camera, pos, None, first_R_then_T, "camera")
-        min_depth_t = torch.as_tensor(min_depth, dtype=pos.dtype, device=pos.device)
-        near = torch.where(min_depth_t == 0, camera_native.focal + 2e-6, min_depth_t)
-        far = torch.full_like(near, float("inf") if max_depth is None else float(max_depth))
-        result = visible_spheres(pos, rad, camera_native, self.width, self.height, near, far)
-        return result if (pos.dim() == 3 or camera_batched) else result[0]
+        if max_depth is None:  # no far culling
+            depths = _checks.DepthRange(_checks.check_depth("min_depth", min_depth), math.inf)
+        else:
+            depths = _checks.check_depths(max_depth, min_depth)
+        cams, batched, _, _ = self._resolve_camera(camera, pos, first_R_then_T, "camera")
+        native = self._native_camera(cams, depths, bool(first_R_then_T))
+        packed = self._pack(native, depths)
+        result = visible_spheres(pos, rad, native, self.width, self.height, packed[:, 13], packed[:, 14])
+        return result if (pos.dim() == 3 or batched) else result[0]
 
     # ----------------------------------------------------------------------------------
-    def _check_scene(self, vert_pos, vert_col, vert_rad, opacity, bg_col, checks):
-        """Contiguous (pos, col, rad, opacity, bg, batched) after _checks.check_scene."""
-        return _checks.check_scene(vert_pos, vert_col, vert_rad, opacity, bg_col, n_channels=self.n_channels,
-                                   device=self.device, max_num_balls=self.max_num_balls, checks=checks)
-
-    def _check_cam_params(self, cam_params, pos, checks, name: str = "cam_params") -> torch.Tensor:
-        """Camera vectors [B, L] after _checks.check_cam_params."""
-        return _checks.check_cam_params(cam_params, pos, device=self.device, orthographic=self.orthogonal_projection,
-                                        checks=checks, name=name)
-
-    def _render(self, pos, col, rad, opacity, bg, camera: NativeCamera, gamma, max_depth, min_depth,
-                percent_allowed_difference, max_n_hits, mode, return_forward_info, checks=None,
-                want_depth_moments: bool = False) -> _RawOutputs:
-        """Shared by every entry point: depth range, settings, and the native call."""
-        gamma, percent, hit_cap, mode, return_forward_info = _checks.check_call_settings(
-            gamma, percent_allowed_difference, max_n_hits, mode, return_forward_info)
-        _checks.check_batch(camera.batch_size, self.width, self.height)
-        depths = _checks.depth_numbers(max_depth, min_depth)
-        if camera.native_packed is not None and depths is not None and camera.native_depths == depths:
-            # Camera vectors with number depths (render()): CameraParamsFunction already
-            # resolved near/far into the packed cameras [B, 15]; no tensor is built from
-            # the depth numbers. (forward() takes _forward_camera_vectors instead.)
-            _checks.check_depth_numbers(max_depth, min_depth)
-            cameras = camera.native_packed.contiguous()  # a copy only when expanded
-            near, far = cameras[:, 13], cameras[:, 14]
-        else:
-            max_depth_t, min_depth_t = _checks.check_depth_range(max_depth, min_depth, pos.dtype, pos.device)
-            near = torch.where(min_depth_t == 0, camera.focal + 2e-6, min_depth_t.expand_as(camera.focal))
-            far = max_depth_t.expand_as(camera.focal)
-            cameras = None
-        if checks is not None:
-            _checks.run_camera_checks(checks, near, far, camera.focal, camera.packed(), camera.orthographic,
-                                      max_depth, min_depth, "cam_params or the Camera")
-        if cameras is None:
-            cameras = torch.cat([camera.packed(), near[:, None], far[:, None]], dim=-1).contiguous()
-        self._warn_if_sharp(gamma, pos, rad, cameras)
-        settings = self._call_settings(gamma, percent, hit_cap, camera.right_handed, bool(return_forward_info),
-                                       bool(want_depth_moments))
-        native = self._native_for(pos.device, camera.orthographic)
-        image, hits, info, moments = RenderFunction.apply(native, settings, pos, col, rad, opacity, bg, cameras)
-        return _RawOutputs(image, hits, info, moments, near, far)
-
-    def _resolve_camera(self, camera, pos: torch.Tensor, checks, first_R_then_T: bool, name: str,
-                        depths: Optional[Tuple[float, float]] = None) -> Tuple[NativeCamera, bool]:
-        """(native camera, whether the camera input was batched) of a Camera or camera
-        vectors; expanded to pos's batch when spheres are batched and the camera is one.
-
-        Camera vectors with ``depths`` = (min_depth, max_depth) given as numbers are
-        converted by one native op (CameraParamsFunction) into packed cameras [B, 15],
-        near/far included, which the returned camera carries for ``_render``; without
-        ``depths`` (tensor depths, ``visible``) the torch reference camera_from_params
-        converts them.
-        """
-        first_R_then_T = _checks.check_bool("first_R_then_T", first_R_then_T)
-        if isinstance(camera, Camera):
-            if first_R_then_T:
-                raise ValueError("first_R_then_T: applies to camera vectors only, not to a pulsar_py.Camera; got True")
-            if camera.dtype != pos.dtype:
-                raise TypeError(f"{name}: expected a Camera of dtype {pos.dtype} like vert_pos (mixed dtypes are "
-                                f"not cast), got {camera.dtype}")
-            if camera.device != self.device:
-                raise ValueError(f"{name}: expected a Camera on {self.device} (the renderer's device), "
-                                 f"got {camera.device}")
-            if checks is not None:
-                camera.add_value_checks(checks)
-            native = camera.native(self.width, self.height)
-            if pos.dim() == 3:
-                native = _expand_camera(native, pos.shape[0], name)
-            return native, camera.batched
-        if not isinstance(camera, torch.Tensor):
-            raise TypeError(f"{name}: expected a pulsar_py.Camera or camera vectors (torch.Tensor [B?, L]), "
-                            f"got {type(camera).__name__}")
-        cams = self._check_cam_params(camera, pos, checks, name)
-        if depths is not None:
-            min_depth, max_depth = depths
-            packed = CameraParamsFunction.apply(cams, self.width, self.height, self.orthogonal_projection,
-                                                self.right_handed_system, first_R_then_T, min_depth, max_depth)
-            native = NativeCamera.from_packed(packed, self.right_handed_system, self.orthogonal_projection, depths)
-        else:
-            native = camera_from_params(cams, self.width, self.height, self.orthogonal_projection,
-                                        self.right_handed_system, first_R_then_T)
-        return native, camera.dim() == 2
-
     def _check_mask(self, mask, pos: torch.Tensor, camera: NativeCamera) -> Tuple[torch.Tensor, NativeCamera]:
         """The validated mask [B?, N] and the camera expanded to its batch."""
         if not isinstance(mask, torch.Tensor):
@@ -596,7 +525,6 @@ class Renderer(torch.nn.Module):
             directions = pos - (camera.eye[:, None, :] if per_camera else camera.eye[0])
         return sh_to_color(coefficients, directions, degree)
 
-    # ----------------------------------------------------------------------------------
     @staticmethod
     def sphere_ids_from_result_info_nograd(result_info: torch.Tensor) -> torch.Tensor:
         """Sphere ids of the K closest hits: int32 [B?, H, W, K], -1 where empty.
@@ -622,26 +550,29 @@ class Renderer(torch.nn.Module):
                 f"right_handed_system={self.right_handed_system}")
 
 
-def _drop_batch(t: torch.Tensor) -> torch.Tensor:
-    """[1, ...] -> [...] as a view. Indexing ``t[0]`` gives the same values, but its
-    backward allocates and zeroes a tensor of the full batch (two kernels per call)."""
-    return t.squeeze(0)
+    def extra_repr(self) -> str:
+        return (f"width={self.width}, height={self.height}, n_channels={self.n_channels}, n_track={self.n_track}, "
+                f"orthogonal_projection={self.orthogonal_projection}, "
+                f"right_handed_system={self.right_handed_system}")
 
 
 def _expand_camera(camera: NativeCamera, batch: int, name: str) -> NativeCamera:
     """``camera`` with batch size ``batch``: unchanged, or its single camera repeated."""
-    if camera.batch_size == batch:
-        return camera
-    if camera.batch_size != 1:
+    if camera.batch_size not in (1, batch):
         raise ValueError(f"{name}: expected 1 camera or a batch of {batch} like the spheres/mask, "
                          f"got {camera.batch_size}")
-    grow = lambda t: t.expand((batch,) + tuple(t.shape[1:]))  # noqa: E731
-    if camera.native_packed is not None:  # keep the views of one packed tensor
-        return NativeCamera.from_packed(grow(camera.native_packed), camera.right_handed, camera.orthographic,
-                                        camera.native_depths)
-    return NativeCamera(eye=grow(camera.eye), p00_rel=grow(camera.p00_rel), pdx=grow(camera.pdx),
-                        pdy=grow(camera.pdy), focal=grow(camera.focal), right_handed=camera.right_handed,
-                        orthographic=camera.orthographic)
+    return camera.expand(batch)
+
+
+def _near_far(camera_input: CameraInput, depths: _checks.DepthRange) -> Tuple[torch.Tensor, torch.Tensor]:
+    """[B] resolved near and far depths of a call's cameras (differentiable)."""
+    cams = camera_input.cameras
+    if camera_input.length == 0:
+        return cams[:, 13], cams[:, 14]
+    n_rot = 6 if camera_input.length in (11, 13) else 3
+    focal = torch.zeros_like(cams[:, 0]) if camera_input.orthographic else cams[:, 3 + n_rot]
+    near = _checks.resolve_near(depths.min_depth, focal)
+    return near, torch.full_like(near, depths.max_depth)
 
 
 def _unify_sphere_batch(pos, col, rad, opacity):

@@ -8,3 +8,40 @@ import pulsar_py
 
 HAS_CUDA = torch.cuda.is_available() and "cuda" in pulsar_py.build_info()["backends"]
 DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])
+
+
+def native_of(renderer):
+    """The one native renderer a Renderer module has made so far (diagnostics: scratch)."""
+    from pulsar_py import ops
+
+    natives = ops.natives_of(renderer._renderer_id)
+    assert len(natives) == 1, f"expected one native renderer, found {len(natives)}"
+    return natives[0]
+
+
+class FailingNative:
+    """Stands in for a native renderer whose ``stage`` call ("forward" or "backward")
+    fails like a CUDA error would; the other call runs on the real one."""
+
+    def __init__(self, real, stage: str = "forward"):
+        self._real, self._stage = real, stage
+        self.config = real.config
+
+    def forward(self, scene, options, make_outputs):
+        if self._stage == "forward":
+            make_outputs()  # the binning began and the outputs were allocated
+            raise RuntimeError("pulsar: CUDA call cudaLaunchKernel failed: simulated")
+        return self._real.forward(scene, options, make_outputs)
+
+    def backward(self, *args):
+        if self._stage == "backward":
+            raise RuntimeError("pulsar: CUDA call cudaLaunchKernel failed: simulated")
+        return self._real.backward(*args)
+
+
+def fail_native_calls(monkeypatch, stage: str = "forward") -> None:
+    """Until ``monkeypatch.undo()``: every native renderer's ``stage`` call fails."""
+    from pulsar_py import ops
+
+    real = ops.native_renderer
+    monkeypatch.setattr(ops, "native_renderer", lambda *args: FailingNative(real(*args), stage))

@@ -3,7 +3,9 @@
 // outputs; the Renderer owns its scratch). No framework types appear here.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -33,6 +35,17 @@ struct RendererConfig {
 constexpr int kMaxImageSide = 16384;
 constexpr int kMaxTrack = 128;
 
+// How SceneArgs::cameras is laid out. Packed: [B, 15] general cameras (camera.h). Pulsar
+// camera vectors: [B, L], L in {8, 10, 11, 13} (camera_params.h, docs/model.md section 2),
+// converted by the renderer into packed cameras for this call, and the camera gradient of
+// backward is then taken through the conversion back to the vectors.
+struct CameraVectors {
+  int length = 0;                 // 0: cameras are packed; else L, the vectors' length
+  bool first_R_then_T = false;    // eye = M * position
+  double min_depth = 0.0;         // near depth, world units; 0: focal length + 2e-6
+  double max_depth = 1.0;         // far depth, world units
+};
+
 // The spheres and cameras of one call. Pointers are to contiguous arrays of `dtype`
 // on the Renderer's device; B = batch_size cameras, N = n_spheres, C = n_channels.
 struct SceneArgs {
@@ -45,7 +58,8 @@ struct SceneArgs {
   const void* radii = nullptr;      // [B?, N], > 0, world units
   const void* opacities = nullptr;  // [B?, N] in [0, 1], or null (all 1)
   const void* background = nullptr; // [C] background features
-  const void* cameras = nullptr;    // [B, 15], layout in camera.h (CAMERA_PARAMS)
+  const void* cameras = nullptr;    // [B, 15] packed, or [B, L] camera vectors (camera_vectors)
+  CameraVectors camera_vectors;     // length 0: `cameras` are packed
   bool right_handed = false;        // optical axis = -normalize(pdy x pdx)
 };
 
@@ -91,12 +105,14 @@ struct GradientOutputs {
   void* radii = nullptr;       // [B?, N]
   void* opacities = nullptr;   // [B?, N]
   void* background = nullptr;  // [C], summed over the batch
-  void* cameras = nullptr;     // [B, 15]
+  void* cameras = nullptr;     // [B, 15] packed, or [B, L] like the camera vectors
 };
 
 class Backend;
-struct CameraParamsArgs;
 
+// One renderer per image size and device. Calls on one renderer must not overlap (one
+// thread at a time): a call made while another is running raises std::runtime_error.
+// Renderers are independent of each other; separate renderers may run in parallel.
 class Renderer {
  public:
   explicit Renderer(const RendererConfig& config);
@@ -104,39 +120,26 @@ class Renderer {
   Renderer(const Renderer&) = delete;
   Renderer& operator=(const Renderer&) = delete;
 
-  // Renders B images. Returns a token naming the binning it built, which backward can
-  // reuse when no other call came in between.
-  std::uint64_t forward(const SceneArgs& scene, const RenderOptions& options,
-                        const ForwardOutputs& outputs);
+  // Renders B images into `outputs`. The renderer keeps the binning it built for the
+  // backward of this forward. On CUDA the call synchronises with the host once (the
+  // binning reads back how many (tile, sphere) instances it stores, to size their lists);
+  // everything else is enqueued on options.stream.
+  void forward(const SceneArgs& scene, const RenderOptions& options, const ForwardOutputs& outputs);
 
-  // forward in two calls: begin_forward starts the binning (on CUDA it enqueues the
-  // device work up to its one host synchronisation and returns), finish_forward completes
-  // it for the same scene and options and renders into the outputs. The caller may
-  // allocate the outputs in between while the device works. finish_forward without a
-  // begin_forward of its own (or after another call came in between) is an error.
-  void begin_forward(const SceneArgs& scene, const RenderOptions& options);
-  std::uint64_t finish_forward(const SceneArgs& scene, const RenderOptions& options,
-                               const ForwardOutputs& outputs);
+  // The same, with the outputs made by `make_outputs`, which the renderer calls once,
+  // after the binning's device work is enqueued and before its host synchronisation: a
+  // caller that allocates its outputs there does so while the device bins.
+  void forward(const SceneArgs& scene, const RenderOptions& options,
+               const std::function<ForwardOutputs()>& make_outputs);
 
-  // begin_forward with the cameras given as Pulsar camera vectors: use_camera_vectors,
-  // then begin_forward, in one call. The caller allocates nothing and makes one call
-  // before the binning's first kernel (on the lent H100's host the separate conversion's
-  // allocation and call cost 56 us of W1's call, docs/benchmarks.md). finish_forward
-  // then takes the same scene, whose cameras point at the renderer's conversion.
-  void begin_forward_from_vectors(SceneArgs& scene, const RenderOptions& options,
-                                  const CameraParamsArgs& camera_vectors);
-
-  // Converts camera_vectors (params: [B, L] on this renderer's device, B =
-  // scene.batch_size, of the scene's dtype, for this renderer's image size, projection
-  // and the scene's handedness) into packed cameras [B, 15] in a buffer the renderer
-  // owns, on options.stream (camera_vectors.stream is not read), and points
-  // scene.cameras at them. The next conversion rewrites the buffer: a backward of a
-  // begin_forward_from_vectors converts its vectors again (the same values).
-  void use_camera_vectors(SceneArgs& scene, const RenderOptions& options, const CameraParamsArgs& camera_vectors);
-
-  // Exact gradients of the forward (model.md section 8) for the same scene and options.
+  // Exact gradients of the forward (docs/model.md section 8) for the same scene and
+  // options, given that forward's very output arrays (args). When that forward is the
+  // last this renderer ran (its traversal_end array is the one given), its binning is
+  // reused; otherwise the binning is rebuilt from the same inputs, which gives the same
+  // lists. (Output arrays overwritten by another forward hold that forward's results, so
+  // the backward of the first needs its own arrays in any case.)
   void backward(const SceneArgs& scene, const RenderOptions& options, const BackwardArgs& args,
-                const GradientOutputs& grads, std::uint64_t forward_token);
+                const GradientOutputs& grads);
 
   const RendererConfig& config() const { return config_; }
   // Bytes of scratch the Renderer currently owns (host or device).
@@ -146,24 +149,26 @@ class Renderer {
   std::int64_t binned_instances() const;
 
  private:
+  class Busy;  // marks the renderer in use for one call (renderer.cpp)
   void check_call(const SceneArgs& scene, const RenderOptions& options) const;
-  // Binning in its two halves (the backend's begin_binning / finish_binning) with the
-  // token bookkeeping; prepare runs both.
-  void start_binning(const SceneArgs& scene, const RenderOptions& options);
-  void complete_binning(const SceneArgs& scene, const RenderOptions& options);
-  void prepare(const SceneArgs& scene, const RenderOptions& options);
+  // The scene with its cameras packed: `scene` itself, or, for camera vectors, a copy
+  // pointing at the renderer's conversion of them (in its first half of camera scratch).
+  SceneArgs with_packed_cameras(const SceneArgs& scene, const RenderOptions& options);
+  void bin(const SceneArgs& scene, const RenderOptions& options);
 
   RendererConfig config_;
   std::unique_ptr<Backend> backend_;
-  std::uint64_t binned_token_ = 0;  // token of the binning the backend holds; 0: none
-  std::uint64_t next_token_ = 1;
-  bool forward_begun_ = false;      // a begin_forward awaits its finish_forward
+  // traversal_end of the forward whose binning the backend holds; null: none to reuse.
+  const void* binned_for_ = nullptr;
+  std::atomic<bool> busy_{false};
 };
 
-// Pulsar camera vectors -> packed native cameras, in one call (include/pulsar/
-// camera_params.h holds the conversion; model.md section 2 its meaning). Replaces ~60
-// tiny framework ops per direction on the hot path. Pointers are to contiguous arrays of
-// `dtype` on `device`; B = batch_size, L = length.
+struct CameraParamsArgs;
+
+// Pulsar camera vectors -> packed cameras, outside a render call (the renderer converts
+// SceneArgs' camera vectors itself). camera_params.h holds the conversion, docs/model.md
+// section 2 its meaning. Pointers are to contiguous arrays of `dtype` on `device`;
+// B = batch_size, L = length.
 struct CameraParamsArgs {
   DType dtype = DType::Float32;
   DeviceKind device = DeviceKind::CPU;

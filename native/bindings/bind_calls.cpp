@@ -1,5 +1,5 @@
 // Call structs, and the camera conversion calls. Pointer fields are exchanged with Python
-// as integers (data_ptr()); the Python layer (pulsar_py/_checks.py, _autograd.py) has
+// as integers (data_ptr()); the Python layer (pulsar_py/_checks.py, pulsar_py/ops.py) has
 // validated every tensor behind them.
 #include <cstdint>
 
@@ -23,13 +23,13 @@ void pointer_field(py::class_<S>& cls, const char* name, P* S::*field) {
 
 void bind_calls(py::module_& m) {
   py::class_<SceneArgs> scene(m, "SceneArgs");
+  // Every field in one call: one is made per render and backward call.
   scene.def(py::init<>())
-      // Every field in one call: per frame on the hot path, where twelve attribute sets
-      // cost about 15 us of the lent GPU machine's host before the first kernel.
       .def(py::init([](DType dtype, int batch_size, std::int64_t n_spheres, bool shared_spheres,
                        std::uintptr_t positions, std::uintptr_t features, std::uintptr_t radii,
                        std::uintptr_t opacities, std::uintptr_t background, std::uintptr_t cameras,
-                       bool right_handed) {
+                       bool right_handed, int camera_length, bool first_R_then_T, double min_depth,
+                       double max_depth) {
              SceneArgs s;
              s.dtype = dtype;
              s.batch_size = batch_size;
@@ -42,11 +42,16 @@ void bind_calls(py::module_& m) {
              s.background = reinterpret_cast<const void*>(background);
              s.cameras = reinterpret_cast<const void*>(cameras);
              s.right_handed = right_handed;
+             s.camera_vectors.length = camera_length;
+             s.camera_vectors.first_R_then_T = first_R_then_T;
+             s.camera_vectors.min_depth = min_depth;
+             s.camera_vectors.max_depth = max_depth;
              return s;
            }),
            py::arg("dtype"), py::arg("batch_size"), py::arg("n_spheres"), py::arg("shared_spheres"),
            py::arg("positions"), py::arg("features"), py::arg("radii"), py::arg("opacities"),
-           py::arg("background"), py::arg("cameras"), py::arg("right_handed"))
+           py::arg("background"), py::arg("cameras"), py::arg("right_handed"), py::arg("camera_length"),
+           py::arg("first_R_then_T"), py::arg("min_depth"), py::arg("max_depth"))
       .def_readwrite("dtype", &SceneArgs::dtype)
       .def_readwrite("batch_size", &SceneArgs::batch_size)
       .def_readwrite("n_spheres", &SceneArgs::n_spheres)
@@ -59,8 +64,40 @@ void bind_calls(py::module_& m) {
   pointer_field(scene, "background", &SceneArgs::background);
   pointer_field(scene, "cameras", &SceneArgs::cameras);
 
+  py::class_<RenderOptions>(m, "RenderOptions")
+      .def(py::init<>())
+      .def(py::init([](double gamma, double percent_allowed_difference, std::int64_t max_n_hits,
+                       std::uintptr_t stream) {
+             RenderOptions o;
+             o.gamma = gamma;
+             o.percent_allowed_difference = percent_allowed_difference;
+             o.max_n_hits = max_n_hits;
+             o.stream = reinterpret_cast<void*>(stream);
+             return o;
+           }),
+           py::arg("gamma"), py::arg("percent_allowed_difference"), py::arg("max_n_hits"), py::arg("stream"))
+      .def_readwrite("gamma", &RenderOptions::gamma)
+      .def_readwrite("percent_allowed_difference", &RenderOptions::percent_allowed_difference)
+      .def_readwrite("max_n_hits", &RenderOptions::max_n_hits)
+      .def_property(
+          "stream", [](const RenderOptions& o) { return reinterpret_cast<std::uintptr_t>(o.stream); },
+          [](RenderOptions& o, std::uintptr_t v) { o.stream = reinterpret_cast<void*>(v); });
+
   py::class_<ForwardOutputs> fwd(m, "ForwardOutputs");
-  fwd.def(py::init<>());
+  fwd.def(py::init<>())
+      .def(py::init([](std::uintptr_t image, std::uintptr_t blend_state, std::uintptr_t hit_count,
+                       std::uintptr_t traversal_end, std::uintptr_t forward_info, std::uintptr_t depth_moments) {
+             ForwardOutputs o;
+             o.image = reinterpret_cast<void*>(image);
+             o.blend_state = reinterpret_cast<void*>(blend_state);
+             o.hit_count = reinterpret_cast<std::int32_t*>(hit_count);
+             o.traversal_end = reinterpret_cast<std::int32_t*>(traversal_end);
+             o.forward_info = reinterpret_cast<void*>(forward_info);
+             o.depth_moments = reinterpret_cast<void*>(depth_moments);
+             return o;
+           }),
+           py::arg("image"), py::arg("blend_state"), py::arg("hit_count"), py::arg("traversal_end"),
+           py::arg("forward_info"), py::arg("depth_moments"));
   pointer_field(fwd, "image", &ForwardOutputs::image);
   pointer_field(fwd, "blend_state", &ForwardOutputs::blend_state);
   pointer_field(fwd, "hit_count", &ForwardOutputs::hit_count);
@@ -69,7 +106,21 @@ void bind_calls(py::module_& m) {
   pointer_field(fwd, "depth_moments", &ForwardOutputs::depth_moments);
 
   py::class_<BackwardArgs> bwd(m, "BackwardArgs");
-  bwd.def(py::init<>());
+  bwd.def(py::init<>())
+      .def(py::init([](std::uintptr_t grad_image, std::uintptr_t image, std::uintptr_t blend_state,
+                       std::uintptr_t traversal_end, std::uintptr_t depth_moments,
+                       std::uintptr_t grad_depth_moments) {
+             BackwardArgs a;
+             a.grad_image = reinterpret_cast<const void*>(grad_image);
+             a.image = reinterpret_cast<const void*>(image);
+             a.blend_state = reinterpret_cast<const void*>(blend_state);
+             a.traversal_end = reinterpret_cast<const std::int32_t*>(traversal_end);
+             a.depth_moments = reinterpret_cast<const void*>(depth_moments);
+             a.grad_depth_moments = reinterpret_cast<const void*>(grad_depth_moments);
+             return a;
+           }),
+           py::arg("grad_image"), py::arg("image"), py::arg("blend_state"), py::arg("traversal_end"),
+           py::arg("depth_moments"), py::arg("grad_depth_moments"));
   pointer_field(bwd, "grad_image", &BackwardArgs::grad_image);
   pointer_field(bwd, "image", &BackwardArgs::image);
   pointer_field(bwd, "blend_state", &BackwardArgs::blend_state);
@@ -78,7 +129,20 @@ void bind_calls(py::module_& m) {
   pointer_field(bwd, "grad_depth_moments", &BackwardArgs::grad_depth_moments);
 
   py::class_<GradientOutputs> grads(m, "GradientOutputs");
-  grads.def(py::init<>());
+  grads.def(py::init<>())
+      .def(py::init([](std::uintptr_t positions, std::uintptr_t features, std::uintptr_t radii,
+                       std::uintptr_t opacities, std::uintptr_t background, std::uintptr_t cameras) {
+             GradientOutputs g;
+             g.positions = reinterpret_cast<void*>(positions);
+             g.features = reinterpret_cast<void*>(features);
+             g.radii = reinterpret_cast<void*>(radii);
+             g.opacities = reinterpret_cast<void*>(opacities);
+             g.background = reinterpret_cast<void*>(background);
+             g.cameras = reinterpret_cast<void*>(cameras);
+             return g;
+           }),
+           py::arg("positions"), py::arg("features"), py::arg("radii"), py::arg("opacities"),
+           py::arg("background"), py::arg("cameras"));
   pointer_field(grads, "positions", &GradientOutputs::positions);
   pointer_field(grads, "features", &GradientOutputs::features);
   pointer_field(grads, "radii", &GradientOutputs::radii);

@@ -23,15 +23,6 @@ void bind_config(py::module_& m) {
       .def_readwrite("num_threads", &RendererConfig::num_threads)
       .def_readwrite("backward_row_budget", &RendererConfig::backward_row_budget);
 
-  py::class_<RenderOptions>(m, "RenderOptions")
-      .def(py::init<>())
-      .def_readwrite("gamma", &RenderOptions::gamma)
-      .def_readwrite("percent_allowed_difference", &RenderOptions::percent_allowed_difference)
-      .def_readwrite("max_n_hits", &RenderOptions::max_n_hits)
-      .def_property(
-          "stream", [](const RenderOptions& o) { return reinterpret_cast<std::uintptr_t>(o.stream); },
-          [](RenderOptions& o, std::uintptr_t v) { o.stream = reinterpret_cast<void*>(v); });
-
   m.attr("CAMERA_PARAMS") = CAMERA_PARAMS;
   m.attr("MAX_IMAGE_SIDE") = kMaxImageSide;
   m.attr("MAX_TRACK") = kMaxTrack;

@@ -1,3 +1,5 @@
+#include <functional>
+
 #include "bindings.h"
 #include "pulsar/renderer.h"
 
@@ -5,42 +7,32 @@ namespace py = pybind11;
 
 namespace pulsar::bindings {
 
-namespace {
-CameraParamsArgs with_params(const CameraParamsArgs& args, std::uintptr_t params) {
-  CameraParamsArgs copy = args;
-  copy.params = reinterpret_cast<const void*>(params);
-  return copy;
-}
-}  // namespace
-
 void bind_renderer(py::module_& m) {
   // The GIL is released while native work runs, so renderers on other threads proceed.
   py::class_<Renderer>(m, "Renderer")
       .def(py::init<const RendererConfig&>(), py::arg("config"))
-      .def("forward", &Renderer::forward, py::arg("scene"), py::arg("options"), py::arg("outputs"),
-           py::call_guard<py::gil_scoped_release>())
-      .def("begin_forward", &Renderer::begin_forward, py::arg("scene"), py::arg("options"),
-           py::call_guard<py::gil_scoped_release>())
-      // The vectors' pointer is an argument: the caller's CameraParamsArgs describes a
-      // layout reused across calls and stays as it is.
+      // make_outputs: a Python callable returning ForwardOutputs, called once the binning's
+      // device work is enqueued (the caller allocates its outputs while the device bins).
       .def(
-          "begin_forward_from_vectors",
-          [](Renderer& r, SceneArgs& scene, const RenderOptions& options, const CameraParamsArgs& camera_vectors,
-             std::uintptr_t params) {
-            r.begin_forward_from_vectors(scene, options, with_params(camera_vectors, params));
+          "forward",
+          [](Renderer& r, const SceneArgs& scene, const RenderOptions& options, py::function make_outputs) {
+            const std::function<ForwardOutputs()> make = [&make_outputs] {
+              py::gil_scoped_acquire acquire;
+              return make_outputs().cast<ForwardOutputs>();
+            };
+            py::gil_scoped_release release;
+            r.forward(scene, options, make);
           },
-          py::arg("scene"), py::arg("options"), py::arg("camera_vectors"), py::arg("params"),
-          py::call_guard<py::gil_scoped_release>())
+          py::arg("scene"), py::arg("options"), py::arg("make_outputs"))
       .def(
-          "use_camera_vectors",
-          [](Renderer& r, SceneArgs& scene, const RenderOptions& options, const CameraParamsArgs& camera_vectors,
-             std::uintptr_t params) { r.use_camera_vectors(scene, options, with_params(camera_vectors, params)); },
-          py::arg("scene"), py::arg("options"), py::arg("camera_vectors"), py::arg("params"),
-          py::call_guard<py::gil_scoped_release>())
-      .def("finish_forward", &Renderer::finish_forward, py::arg("scene"), py::arg("options"), py::arg("outputs"),
-           py::call_guard<py::gil_scoped_release>())
+          "forward",
+          [](Renderer& r, const SceneArgs& scene, const RenderOptions& options, const ForwardOutputs& outputs) {
+            py::gil_scoped_release release;
+            r.forward(scene, options, outputs);
+          },
+          py::arg("scene"), py::arg("options"), py::arg("outputs"))
       .def("backward", &Renderer::backward, py::arg("scene"), py::arg("options"), py::arg("args"),
-           py::arg("grads"), py::arg("forward_token"), py::call_guard<py::gil_scoped_release>())
+           py::arg("grads"), py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("config", &Renderer::config)
       .def_property_readonly("scratch_bytes", &Renderer::scratch_bytes)
       .def_property_readonly("binned_instances", &Renderer::binned_instances);

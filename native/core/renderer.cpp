@@ -6,6 +6,8 @@
 #include "errors.h"
 #include "tiling.h"
 
+#include <stdexcept>
+
 namespace pulsar {
 
 Renderer::Renderer(const RendererConfig& config) : config_(config) {
@@ -58,100 +60,124 @@ void Renderer::check_call(const SceneArgs& scene, const RenderOptions& options) 
                  "percent_allowed_difference: expected a value in [0, 1), got ",
                  options.percent_allowed_difference);
   PULSAR_REQUIRE(options.max_n_hits != 0, "max_n_hits: expected >= 1 (or negative: unlimited), got 0");
+  const int length = scene.camera_vectors.length;
+  PULSAR_REQUIRE(length == 0 || length == 8 || length == 10 || length == 11 || length == 13,
+                 "camera_vectors.length: expected 0 (packed cameras) or 8, 10, 11, 13, got ", length);
 }
 
-void Renderer::start_binning(const SceneArgs& scene, const RenderOptions& options) {
-  binned_token_ = 0;  // a failure part-way leaves no binning to reuse
-  forward_begun_ = false;
-  backend_->begin_binning(scene, options);
-}
+// Marks the renderer in use for the length of one call: its scratch and binning belong to
+// one call at a time, so an overlapping call (another thread) is refused, not raced.
+class Renderer::Busy {
+ public:
+  explicit Busy(std::atomic<bool>& flag) : flag_(flag) {
+    if (flag_.exchange(true, std::memory_order_acquire))
+      throw std::runtime_error(
+          "Renderer: called while another call of the same renderer is running (on another "
+          "thread); a renderer serves one call at a time: give each thread its own renderer");
+  }
+  ~Busy() { flag_.store(false, std::memory_order_release); }
+  Busy(const Busy&) = delete;
+  Busy& operator=(const Busy&) = delete;
 
-void Renderer::complete_binning(const SceneArgs& scene, const RenderOptions& options) {
-  backend_->finish_binning(scene, options);
-  binned_token_ = next_token_++;
-}
-
-void Renderer::prepare(const SceneArgs& scene, const RenderOptions& options) {
-  start_binning(scene, options);
-  complete_binning(scene, options);
-}
+ private:
+  std::atomic<bool>& flag_;
+};
 
 namespace {
+
 void check_forward_outputs(const ForwardOutputs& outputs) {
   PULSAR_REQUIRE(outputs.image && outputs.blend_state && outputs.hit_count && outputs.traversal_end,
                  "forward outputs: image, blend_state, hit_count and traversal_end are required");
 }
+
+std::size_t element_size(DType dtype) { return dtype == DType::Float64 ? sizeof(double) : sizeof(float); }
+
+CameraParamsArgs conversion_of(const SceneArgs& scene, const RendererConfig& config, const RenderOptions& options) {
+  CameraParamsArgs args;
+  args.dtype = scene.dtype;
+  args.device = config.device;
+  args.device_index = config.device_index;
+  args.stream = options.stream;
+  args.batch_size = scene.batch_size;
+  args.length = scene.camera_vectors.length;
+  args.width = config.width;
+  args.height = config.height;
+  args.orthographic = config.orthographic;
+  args.right_handed = scene.right_handed;
+  args.first_R_then_T = scene.camera_vectors.first_R_then_T;
+  args.min_depth = scene.camera_vectors.min_depth;
+  args.max_depth = scene.camera_vectors.max_depth;
+  args.params = scene.cameras;
+  return args;
+}
+
 }  // namespace
 
-std::uint64_t Renderer::forward(const SceneArgs& scene, const RenderOptions& options,
-                                const ForwardOutputs& outputs) {
+SceneArgs Renderer::with_packed_cameras(const SceneArgs& scene, const RenderOptions& options) {
+  if (scene.camera_vectors.length == 0) return scene;
+  const std::size_t bytes = std::size_t(scene.batch_size) * CAMERA_PARAMS * element_size(scene.dtype);
+  // Packed cameras in the first half, their gradient (backward) in the second.
+  void* packed = backend_->packed_cameras(2 * bytes);
+  camera_params_to_packed(conversion_of(scene, config_, options), packed);
+  SceneArgs converted = scene;
+  converted.cameras = packed;
+  converted.camera_vectors = CameraVectors{};
+  return converted;
+}
+
+void Renderer::bin(const SceneArgs& scene, const RenderOptions& options) {
+  binned_for_ = nullptr;  // a failure part-way leaves no binning to reuse
+  backend_->begin_binning(scene, options);
+  backend_->finish_binning(scene, options);
+}
+
+void Renderer::forward(const SceneArgs& scene, const RenderOptions& options, const ForwardOutputs& outputs) {
   check_forward_outputs(outputs);
-  begin_forward(scene, options);
-  return finish_forward(scene, options, outputs);
+  forward(scene, options, [&outputs] { return outputs; });
 }
 
-void Renderer::begin_forward(const SceneArgs& scene, const RenderOptions& options) {
-  check_call(scene, options);
-  start_binning(scene, options);
-  forward_begun_ = true;
-}
-
-void Renderer::begin_forward_from_vectors(SceneArgs& scene, const RenderOptions& options,
-                                          const CameraParamsArgs& camera_vectors) {
-  use_camera_vectors(scene, options, camera_vectors);
-  begin_forward(scene, options);
-}
-
-void Renderer::use_camera_vectors(SceneArgs& scene, const RenderOptions& options,
-                                  const CameraParamsArgs& camera_vectors) {
-  const bool same_device = camera_vectors.device == config_.device &&
-                           (config_.device == DeviceKind::CPU || camera_vectors.device_index == config_.device_index);
-  PULSAR_REQUIRE(same_device, "camera_vectors: expected camera vectors on the renderer's device (kind ",
-                 static_cast<int>(config_.device), ", index ", config_.device_index, "), got kind ",
-                 static_cast<int>(camera_vectors.device), ", index ", camera_vectors.device_index);
-  PULSAR_REQUIRE(camera_vectors.dtype == scene.dtype, "camera_vectors: expected the scene's dtype (",
-                 static_cast<int>(scene.dtype), "), got ", static_cast<int>(camera_vectors.dtype));
-  PULSAR_REQUIRE(camera_vectors.batch_size == scene.batch_size, "camera_vectors: expected the scene's ",
-                 scene.batch_size, " cameras, got ", camera_vectors.batch_size);
-  PULSAR_REQUIRE(camera_vectors.width == config_.width && camera_vectors.height == config_.height,
-                 "camera_vectors: expected the renderer's image size ", config_.width, "x", config_.height,
-                 ", got ", camera_vectors.width, "x", camera_vectors.height);
-  PULSAR_REQUIRE(camera_vectors.orthographic == config_.orthographic && camera_vectors.right_handed == scene.right_handed,
-                 "camera_vectors: expected the renderer's projection (orthographic ", config_.orthographic,
-                 ") and the scene's handedness (right_handed ", scene.right_handed, "), got ",
-                 camera_vectors.orthographic, " and ", camera_vectors.right_handed);
-  const std::size_t element = scene.dtype == DType::Float64 ? sizeof(double) : sizeof(float);
-  void* packed = backend_->packed_cameras(std::size_t(scene.batch_size) * CAMERA_PARAMS * element);
-  CameraParamsArgs on_stream = camera_vectors;
-  on_stream.stream = options.stream;
-  camera_params_to_packed(on_stream, packed);
-  scene.cameras = packed;
-}
-
-std::uint64_t Renderer::finish_forward(const SceneArgs& scene, const RenderOptions& options,
-                                       const ForwardOutputs& outputs) {
-  PULSAR_REQUIRE(forward_begun_, "finish_forward: expected a begin_forward of the same scene just before, "
-                 "with no other call of this renderer in between");
-  forward_begun_ = false;
+void Renderer::forward(const SceneArgs& scene_in, const RenderOptions& options,
+                       const std::function<ForwardOutputs()>& make_outputs) {
+  Busy busy(busy_);
+  check_call(scene_in, options);
+  const SceneArgs scene = with_packed_cameras(scene_in, options);
+  binned_for_ = nullptr;
+  backend_->begin_binning(scene, options);
+  const ForwardOutputs outputs = make_outputs();
   check_forward_outputs(outputs);
-  complete_binning(scene, options);
+  backend_->finish_binning(scene, options);
   backend_->render_forward(scene, options, outputs);
-  return binned_token_;
+  binned_for_ = outputs.traversal_end;
 }
 
-void Renderer::backward(const SceneArgs& scene, const RenderOptions& options,
-                        const BackwardArgs& args, const GradientOutputs& grads,
-                        std::uint64_t forward_token) {
-  check_call(scene, options);
+void Renderer::backward(const SceneArgs& scene_in, const RenderOptions& options,
+                        const BackwardArgs& args, const GradientOutputs& grads_in) {
+  Busy busy(busy_);
+  check_call(scene_in, options);
   PULSAR_REQUIRE(args.grad_image && args.image && args.blend_state && args.traversal_end,
                  "backward inputs: grad_image, image, blend_state and traversal_end are required");
   PULSAR_REQUIRE((args.depth_moments == nullptr) == (args.grad_depth_moments == nullptr),
                  "backward inputs: depth_moments and grad_depth_moments go together");
-  // The binning of the forward is reused when nothing was rendered in between;
-  // otherwise it is rebuilt from the same inputs (deterministic, so identical).
-  if (forward_token == 0 || forward_token != binned_token_) prepare(scene, options);
+  const SceneArgs scene = with_packed_cameras(scene_in, options);
+  // Camera vectors: the stages write dL/d(packed cameras) into the second half of the
+  // camera scratch, and the conversion's derivative takes it to dL/d(vectors).
+  GradientOutputs grads = grads_in;
+  void* packed_grads = nullptr;
+  if (scene_in.camera_vectors.length != 0 && grads_in.cameras != nullptr) {
+    const std::size_t bytes = std::size_t(scene.batch_size) * CAMERA_PARAMS * element_size(scene.dtype);
+    packed_grads = static_cast<unsigned char*>(const_cast<void*>(scene.cameras)) + bytes;
+    grads.cameras = packed_grads;
+  }
+  // The binning of the forward is reused when that forward was the last one; otherwise
+  // it is rebuilt from the same inputs (deterministic, so identical).
+  if (binned_for_ == nullptr || binned_for_ != args.traversal_end) {
+    bin(scene, options);
+    binned_for_ = args.traversal_end;
+  }
   backend_->render_backward(scene, options, args, grads);
   backend_->reduce_gradients(scene, options, grads);
+  if (packed_grads != nullptr)
+    camera_params_backward(conversion_of(scene_in, config_, options), packed_grads, grads_in.cameras);
 }
 
 }  // namespace pulsar

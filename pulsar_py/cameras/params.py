@@ -6,16 +6,16 @@ pixel centres along image x and y (``pdx``, ``pdy``) and the focal length. Every
 here is plain differentiable torch code, so gradients of those vectors reach position,
 rotation, focal length, sensor width and the (real-valued) principal-point offsets.
 
-``camera_from_params`` is the reference implementation. The renderer's hot path uses its
-native twin (include/pulsar/camera_params.h, through ``_autograd.CameraParamsFunction``):
-one op forward and one backward instead of ~60 tiny torch ops each way; the tests hold
-the two to the same values and gradients (tests/test_camera_native.py).
+``camera_from_params`` is the reference implementation. The renderer converts camera
+vectors natively instead (include/pulsar/camera_params.h: inside the render operator, or
+``pulsar::pack_cameras``), one operation each way where this takes about 60 small torch
+operations; tests/native/test_camera_native.py holds the two to the same values and
+gradients.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Optional, Tuple
+from dataclasses import dataclass
 
 import torch
 
@@ -58,12 +58,6 @@ class NativeCamera:
         focal: [B] distance from the eye to the sensor plane; exactly 0 if orthographic.
         right_handed: the optical axis is ``-normalize(pdy x pdx)`` instead of ``+``.
         orthographic: rays are parallel to the optical axis.
-        native_packed: None, or the [B, 15] packed cameras (include/pulsar/camera.h) made
-            by the native conversion, of which the five tensors above are views; its
-            columns 13, 14 hold the near/far depths resolved from ``native_depths``.
-        native_depths: (min_depth, max_depth) as given to the native conversion, when
-            ``native_packed`` is set: the renderer passes ``native_packed`` on as is when
-            a call's depth range equals it.
     """
 
     eye: torch.Tensor
@@ -73,17 +67,26 @@ class NativeCamera:
     focal: torch.Tensor
     right_handed: bool
     orthographic: bool
-    native_packed: Optional[torch.Tensor] = field(default=None, repr=False)
-    native_depths: Optional[Tuple[float, float]] = None
 
     @classmethod
-    def from_packed(cls, packed: torch.Tensor, right_handed: bool, orthographic: bool,
-                    depths: Tuple[float, float]) -> "NativeCamera":
-        """The camera of packed cameras [B, 15] resolved with depths (min, max): its
-        tensors are views (slices) of ``packed``, which it carries along."""
+    def from_packed(cls, packed: torch.Tensor, right_handed: bool, orthographic: bool) -> "NativeCamera":
+        """The cameras of packed cameras [B, 15] (include/pulsar/camera.h), as views."""
         return cls(eye=packed[:, 0:3], p00_rel=packed[:, 3:6], pdx=packed[:, 6:9], pdy=packed[:, 9:12],
-                   focal=packed[:, 12], right_handed=right_handed, orthographic=orthographic,
-                   native_packed=packed, native_depths=depths)
+                   focal=packed[:, 12], right_handed=right_handed, orthographic=orthographic)
+
+    def pack(self, near: torch.Tensor, far: torch.Tensor) -> torch.Tensor:
+        """Packed cameras [B, 15]: eye, p00_rel, pdx, pdy, focal, near [B], far [B]: the
+        layout the native core reads (include/pulsar/camera.h), differentiable."""
+        return torch.cat([self.eye, self.p00_rel, self.pdx, self.pdy, self.focal[:, None], near[:, None],
+                          far[:, None]], dim=-1)
+
+    def expand(self, batch: int) -> "NativeCamera":
+        """The cameras repeated to a batch of ``batch`` (from 1 camera; views)."""
+        if self.batch_size == batch:
+            return self
+        grow = lambda t: t.expand((batch,) + tuple(t.shape[1:]))  # noqa: E731
+        return NativeCamera(eye=grow(self.eye), p00_rel=grow(self.p00_rel), pdx=grow(self.pdx), pdy=grow(self.pdy),
+                            focal=grow(self.focal), right_handed=self.right_handed, orthographic=self.orthographic)
 
     @property
     def batch_size(self) -> int:
@@ -98,12 +101,6 @@ class NativeCamera:
         """[B, 3] unit optical axis (model.md section 2), differentiable."""
         z = normalize3(cross3(self.pdy, self.pdx))
         return -z if self.right_handed else z
-
-    def packed(self) -> torch.Tensor:
-        """[B, 13] = eye, p00_rel, pdx, pdy, focal: the layout the native core reads."""
-        if self.native_packed is not None:
-            return self.native_packed[:, :13]
-        return torch.cat([self.eye, self.p00_rel, self.pdx, self.pdy, self.focal[:, None]], dim=-1)
 
 
 def axis_angle_to_matrix(rotvec: torch.Tensor) -> torch.Tensor:

@@ -190,15 +190,11 @@ FORWARD_CASES = {
     "cam_6d_zero_row": (lambda kw: _with_6d(kw, [0.0, 0.0, 0.0], [0.0, 1.0, 0.0]), "cam_params"),
     "cam_6d_parallel_rows": (lambda kw: _with_6d(kw, [1.0, 2.0, 0.5], [2.0, 4.0, 1.0]), "cam_params"),
     # scalar settings
-    "gamma_tensor_requires_grad": (_set("gamma", torch.tensor(0.1, dtype=torch.float64, requires_grad=True)),
-                                   "gamma"),
     "gamma_tensor_2_values": (_set("gamma", torch.tensor([0.1, 0.2])), "gamma"),
     "gamma_bool": (_set("gamma", True), "gamma"),
     "gamma_none": (_set("gamma", None), "gamma"),
     "percent_str": (_set("percent_allowed_difference", "0.01"), "percent_allowed_difference"),
     "percent_nan": (_set("percent_allowed_difference", math.nan), "percent_allowed_difference"),
-    "percent_tensor_requires_grad": (_set("percent_allowed_difference",
-                                          torch.tensor(0.01, requires_grad=True)), "percent_allowed_difference"),
     "max_depth_str": (_set("max_depth", "10"), "max_depth"),
     "max_depth_none": (_set("max_depth", None), "max_depth"),
     "max_depth_bool": (_set("max_depth", True), "max_depth"),
@@ -266,9 +262,9 @@ def test_forward_rejects(case, device):
 
 @pytest.mark.parametrize("case", list(FORWARD_CASES))
 def test_forward_rejects_after_a_valid_call(case):
-    """The hot path reuses its checked settings while calls repeat their plain arguments
-    (Renderer._checked_call): after a valid call every bad input is still rejected, an
-    equal value of another type (mode False for 0, first_R_then_T 0 for False) included."""
+    """After a valid call every bad input is still rejected, an equal value of another
+    type (mode False for 0, first_R_then_T 0 for False) included: nothing of a call is
+    reused for the next."""
     _, renderer, kwargs = _valid()
     kwargs["mode"] = 0
     renderer(**kwargs)
@@ -278,7 +274,7 @@ def test_forward_rejects_after_a_valid_call(case):
 
 def test_hot_path_reuse_follows_the_renderer_attributes():
     """A call after the renderer's handedness changed renders as a renderer made with it:
-    the reused settings are keyed on the attributes they were made from."""
+    the native renderers are keyed on every attribute they are made from."""
     scene, renderer, kwargs = _valid()
     before = renderer(**kwargs)
     renderer.right_handed_system = True
@@ -305,8 +301,7 @@ SHAPE_AND_TYPE_CASES = [
 @pytest.mark.parametrize("device", DEVICES)
 def test_forward_rejects_with_the_default_background(case, check_values, device):
     # Without bg_col, check_scene first tries its one-function test of the common call
-    # (_checks._plain_scene), and without value checks the camera vectors theirs
-    # (_checks.plain_camera_batch); each bad input must fail them and meet the full checks.
+    # (_checks._plain_scene); each bad input must fail it and meet the full checks.
     edit, name = FORWARD_CASES[case]
     _, renderer, kwargs = _valid(device)
     renderer.check_values = check_values

@@ -31,7 +31,7 @@ import torch
 import pulsar_py
 from pulsar_py import Renderer
 
-from helpers import DEVICES
+from helpers import DEVICES, fail_native_calls, native_of
 from scenes import grad_output_like, random_scene
 
 F64 = torch.float64
@@ -83,7 +83,7 @@ def test_memory_is_stable_over_10000_calls_of_varying_sizes():
 
     for i in range(1000):  # warm-up: every size of the pool is seen (and torch's caches fill)
         call(i)
-    native = renderer._natives[("cpu", 0)]
+    native = native_of(renderer)
     scratch = native.scratch_bytes
     assert 0 < scratch < 4 << 20  # tiny images: well under 4 MB of scratch
     for i in range(1000, 2000):
@@ -127,7 +127,7 @@ def test_scratch_grows_only_with_the_sizes():
     small = random_scene(5, width=32, height=24, n_spheres=5).call_kwargs()
     large = random_scene(6, width=32, height=24, n_spheres=60, radius_px=(4, 10), batch=3).call_kwargs()
     renderer(**small)
-    native = renderer._natives[("cpu", 0)]
+    native = native_of(renderer)
     first = native.scratch_bytes
     renderer(**large)
     grown = native.scratch_bytes
@@ -260,34 +260,9 @@ def test_allocation_failure_is_a_runtime_error_and_the_renderer_stays_usable(tmp
     assert float(replayed["grad_vert_col"].abs().max()) > 0
 
 
-def _swap_native(renderer, key, native) -> None:
-    """Puts ``native`` in place of the renderer's native renderer ``key``; the hot path's
-    cached call, which holds the native it picked, is dropped with it."""
-    renderer._natives[key] = native
-    renderer._last_call = None
-
-
-class _FailingNative:
-    """Stands in for a native renderer whose calls fail like a CUDA error would."""
-
-    def __init__(self, real):
-        self.config = real.config
-
-    def begin_forward(self, *args):
-        pass
-
-    def begin_forward_from_vectors(self, *args):  # the hot path without value checks
-        pass
-
-    def finish_forward(self, *args):  # the binning began; the render's launch fails
-        raise RuntimeError("pulsar: CUDA call cudaLaunchKernel failed: simulated")
-
-
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("how,check_values", [("constructor", True), ("attribute", True), ("constructor", False)])
 def test_debug_flag_saves_a_snapshot_that_replays(how, check_values, device, tmp_path, monkeypatch):
-    """(check_values False: the snapshot's packed cameras are converted after the failure,
-    the renderer having converted the call's camera vectors itself.)"""
     monkeypatch.setenv("PULSAR_PY_DEBUG_DIR", str(tmp_path))
     monkeypatch.delenv("PULSAR_PY_DEBUG", raising=False)
     scene = random_scene(11, n_spheres=20)
@@ -297,16 +272,14 @@ def test_debug_flag_saves_a_snapshot_that_replays(how, check_values, device, tmp
         renderer.debug = True
     kwargs = scene.call_kwargs(F64, device)
     expected = renderer(**kwargs)
-    key = next(iter(renderer._natives))
-    real = renderer._natives[key]
-    _swap_native(renderer, key, _FailingNative(real))
+    fail_native_calls(monkeypatch)
     with pytest.raises(RuntimeError, match="simulated") as info:
         renderer(**kwargs)
     path = re.search(r"saved to (\S+\.pt)", str(info.value)).group(1)
     assert Path(path).parent == tmp_path
-    assert torch.equal(pulsar_py.replay(path)["image"][0].to(device), expected)  # replay keeps B = 1
     # The renderer works again once the native layer does.
-    _swap_native(renderer, key, real)
+    monkeypatch.undo()
+    assert torch.equal(pulsar_py.replay(path)["image"].to(device), expected)
     assert torch.equal(renderer(**kwargs), expected)
 
 
@@ -316,7 +289,7 @@ def test_without_debug_nothing_is_saved(tmp_path, monkeypatch):
     scene = random_scene(11, n_spheres=20)
     renderer = scene.renderer()
     renderer(**scene.call_kwargs())
-    _swap_native(renderer, ("cpu", 0), _FailingNative(renderer._natives[("cpu", 0)]))
+    fail_native_calls(monkeypatch)
     with pytest.raises(RuntimeError, match="simulated$"):
         renderer(**scene.call_kwargs())
     assert not list(tmp_path.iterdir())
@@ -356,53 +329,21 @@ def test_gradients_are_bitwise_reproducible_in_deterministic_mode(dtype, device,
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_forward_in_two_calls_is_forward_and_finish_needs_its_begin(device):
-    """The native forward split in begin_forward / finish_forward (the outputs are
-    allocated in between) renders what one forward call renders, bitwise; a finish
-    without its begin, or after another call of the renderer came in between, is an
-    error naming finish_forward."""
-    from pulsar_py import _native
-    from pulsar_py._autograd import CallSettings, _scene_args, convert_camera_vectors, camera_conversion_args
-
-    dev = torch.device(device)
+def test_backward_reuses_or_rebuilds_the_binning_with_the_same_gradients(device):
+    """A backward right after its forward reuses the native binning; one after other
+    forwards of the renderer (several views rendered, then one loss) bins the same
+    inputs again: bitwise the same gradients either way."""
     scene = random_scene(7, n_spheres=40)
-    kwargs = scene.call_kwargs(F64, device)
     renderer = scene.renderer(device)
-    native = renderer._native_for(dev)
-    cams = kwargs["cam_params"].reshape(-1, kwargs["cam_params"].shape[-1]).contiguous()
-    args = camera_conversion_args(1, cams.shape[-1], F64, dev, renderer.width, renderer.height, False, False, False,
-                                  0.0, float(kwargs["max_depth"]))
-    packed = convert_camera_vectors(cams, args)
-    bg = torch.ones(renderer.n_channels, dtype=F64, device=dev)
-    settings = CallSettings(gamma=float(kwargs["gamma"]), percent_allowed_difference=0.01, max_n_hits=-1,
-                            right_handed=False, want_forward_info=False)
-    scene_args = _scene_args(kwargs["vert_pos"], kwargs["vert_col"], kwargs["vert_rad"], kwargs.get("opacity"), bg,
-                             packed.shape[0], packed.data_ptr(), False)
-    options = settings.options(dev)
-
-    def outputs():
-        """(image, blend state, hit counts and traversal ends, the native outputs over them:
-        the caller keeps the tensors alive while the native side writes them)."""
-        image = torch.full((1, renderer.height, renderer.width, renderer.n_channels), float("nan"), dtype=F64,
-                           device=dev)
-        state = torch.empty((1, renderer.height, renderer.width, 2), dtype=F64, device=dev)
-        counts = torch.empty((2, 1, renderer.height, renderer.width), dtype=torch.int32, device=dev)
-        out = _native.ForwardOutputs()
-        out.image, out.blend_state = image.data_ptr(), state.data_ptr()
-        out.hit_count, out.traversal_end = counts[0].data_ptr(), counts[1].data_ptr()
-        return image, state, counts, out
-
-    one_image, one_state, one_counts, out = outputs()
-    native.forward(scene_args, options, out)
-    two_image, two_state, two_counts, out = outputs()
-    native.begin_forward(scene_args, options)
-    native.finish_forward(scene_args, options, out)
-    assert torch.equal(one_image, two_image) and torch.equal(one_counts, two_counts)
-    assert torch.equal(one_state, two_state)
-    assert float((one_counts[0] > 0).float().mean()) > 0.1  # a scene that renders something
-    with pytest.raises(ValueError, match="finish_forward: expected a begin_forward"):
-        native.finish_forward(scene_args, options, out)
-    native.begin_forward(scene_args, options)
-    native.forward(scene_args, options, out)  # another call in between
-    with pytest.raises(ValueError, match="finish_forward: expected a begin_forward"):
-        native.finish_forward(scene_args, options, out)
+    kwargs = scene.call_kwargs(F64, device)
+    leaves = {n: kwargs[n].clone().requires_grad_() for n in ("vert_pos", "vert_col", "vert_rad", "cam_params")}
+    grads = []
+    for others in (0, 2):
+        image = renderer(**{**kwargs, **leaves})
+        for k in range(others):  # other forwards in between, with other radii
+            renderer(**{**kwargs, "vert_rad": kwargs["vert_rad"] * (1.1 + k)})
+        g = torch.autograd.grad(image, list(leaves.values()), torch.ones_like(image))
+        grads.append(g)
+    assert float(grads[0][1].abs().sum()) > 0
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)

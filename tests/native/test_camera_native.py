@@ -1,6 +1,6 @@
-"""The native camera conversion (include/pulsar/camera_params.h, CameraParamsFunction)
-against its torch reference (camera_from_params + the near/far resolution + cat that
-Renderer._render did before the native op existed).
+"""The native camera conversion (include/pulsar/camera_params.h; the operator
+pulsar::pack_cameras, and the render operator's own conversion of camera vectors)
+against its torch reference (camera_from_params, the near/far resolution, NativeCamera.pack).
 
 * Forward: packed [B, 15] equal to the reference to 1e-12 (float64) / 1e-6 (float32), for
   every camera-vector length, projection, handedness, first_R_then_T, min_depth 0 and > 0,
@@ -8,8 +8,9 @@ Renderer._render did before the native op existed).
 * Backward: equal to autograd through the reference to 1e-10 (float64) for a random
   upstream gradient; torch.autograd.gradcheck on a few cases.
 * Bad arguments raise naming the argument.
-* The renderer's hot path uses it (not camera_from_params) and renders and differentiates
-  like the torch path (taken when a depth is given as a tensor).
+* The render operator's conversion of camera vectors renders and differentiates like
+  packed cameras from pulsar::pack_cameras (taken when a depth is a tensor that requires
+  grad).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import torch
 
 import pulsar_py
 from pulsar_py import Renderer, _native
-from pulsar_py._autograd import CameraParamsFunction
+from pulsar_py import ops
 from pulsar_py.cameras.params import camera_from_params
 
 from helpers import DEVICES
@@ -72,13 +73,13 @@ def reference_packed(cams: torch.Tensor, orthographic: bool, right_handed: bool,
     max_t = torch.tensor(max_depth, dtype=cams.dtype, device=cams.device)
     near = torch.where(min_t == 0, camera.focal + 2e-6, min_t.expand_as(camera.focal))
     far = max_t.expand_as(camera.focal)
-    return torch.cat([camera.packed(), near[:, None], far[:, None]], dim=-1)
+    return camera.pack(near, far)
 
 
 def native_packed(cams: torch.Tensor, orthographic: bool, right_handed: bool, first_R_then_T: bool,
                   min_depth: float, max_depth: float = MAX_DEPTH) -> torch.Tensor:
-    return CameraParamsFunction.apply(cams, WIDTH, HEIGHT, orthographic, right_handed, first_R_then_T,
-                                      min_depth, max_depth)
+    settings = ops.PackSettings(WIDTH, HEIGHT, orthographic, right_handed, first_R_then_T, min_depth, max_depth)
+    return ops.pack_cameras(cams, settings.encode())
 
 
 FLAGS = list(itertools.product((False, True), repeat=3))  # orthographic, right_handed, first_R_then_T
@@ -204,9 +205,9 @@ def test_cuda_without_backend_named():
 
 
 def test_bad_tensor_named():
-    with pytest.raises(ValueError, match="^cam_params: expected a tensor of shape"):
+    with pytest.raises(ValueError, match="^camera_vectors: expected a tensor of shape"):
         native_packed(torch.zeros(8, dtype=F64), False, False, False, 0.0)
-    with pytest.raises(TypeError, match="^cam_params: expected dtype"):
+    with pytest.raises(TypeError, match="^camera_vectors: expected dtype"):
         native_packed(torch.zeros(1, 8, dtype=torch.float16), False, False, False, 0.0)
     with pytest.raises(ValueError, match="^length: expected 8, 10, 11 or 13 .*got 9"):
         native_packed(torch.zeros(1, 9, dtype=F64), False, False, False, 0.0)
@@ -233,11 +234,10 @@ def _cams(device, batch, length=10):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("min_depth", [0.0, 2.5])
 @pytest.mark.parametrize("check_values", [True, False])
-def test_renderer_hot_path_matches_torch_path(device, min_depth, check_values, monkeypatch):
-    """Renderer.forward with number depths goes through the native conversion only, and
-    renders and differentiates exactly like the torch path (a 0-dim tensor max_depth).
-    Without value checks the renderer converts the vectors itself (no conversion call
-    from Python, forward or backward)."""
+def test_render_operator_conversion_matches_packed_cameras(device, min_depth, check_values):
+    """Renderer.forward with number depths hands the camera vectors to the render
+    operator, which converts them natively; with a depth that requires grad the vectors
+    are packed first (pulsar::pack_cameras, torch near/far). Same images and gradients."""
     renderer = Renderer(WIDTH, HEIGHT, right_handed_system=True).to(device)
     renderer.check_values = check_values
     pos, col, rad = _scene(device)
@@ -252,18 +252,11 @@ def test_renderer_hot_path_matches_torch_path(device, min_depth, check_values, m
         (image * weights).sum().backward()
         return image.detach(), c.grad, p.grad
 
-    torch_path = run(torch.tensor(30.0, dtype=F64))
-    import pulsar_py.renderer as renderer_module
-
-    def forbidden(*args, **kwargs):
-        raise AssertionError("camera_from_params called on the hot path")
-
-    monkeypatch.setattr(renderer_module, "camera_from_params", forbidden)
-    if not check_values:
-        monkeypatch.setattr(renderer_module, "convert_camera_vectors", forbidden)
-    native_path = run(30.0)
-    assert float(native_path[1].abs().max()) > 0  # the camera gradient is not trivially equal
-    for got, want in zip(native_path, torch_path):
+    far = torch.tensor(30.0, dtype=F64, device=device, requires_grad=True)
+    packed_path = run(far)
+    vector_path = run(30.0)
+    assert float(vector_path[1].abs().max()) > 0  # the camera gradient is not trivially equal
+    for got, want in zip(vector_path, packed_path):
         torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
 
 
@@ -297,38 +290,15 @@ def test_hot_path_backward_after_forwards_of_other_cameras(device):
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-14)
 
 
-def test_renderer_conversion_writes_the_scene_cameras_and_names_a_layout_mismatch():
-    """use_camera_vectors points the scene at packed cameras equal to the public
-    conversion's, and rejects vectors of another batch, dtype, image size or
-    handedness than the scene's and the renderer's, naming camera_vectors."""
-    import ctypes
-
-    from pulsar_py._autograd import CallSettings, _scene_args, camera_conversion_args, convert_camera_vectors
-
+def test_native_renderer_names_a_bad_camera_vector_length():
+    """The native render call checks the camera-vector length it is told (0: packed)."""
     renderer = Renderer(WIDTH, HEIGHT)
-    native = renderer._native_for(torch.device("cpu"))
     pos, col, rad = _scene("cpu")
-    bg = torch.ones(3, dtype=F64)
-    cams = _cams("cpu", 2)
-    options = CallSettings(0.1, 0.01, -1, False, False).options(torch.device("cpu"))
-
-    def layout(**changes):
-        kw = dict(batch=2, length=10, dtype=F64, device=torch.device("cpu"), width=WIDTH, height=HEIGHT,
-                  orthographic=False, right_handed=False, first_R_then_T=False, min_depth=0.0, max_depth=30.0)
-        kw.update(changes)
-        return camera_conversion_args(*kw.values())
-
-    scene = _scene_args(pos, col, rad, None, bg, 2, 0, False)
-    native.use_camera_vectors(scene, options, layout(), cams.data_ptr())
-    written = torch.tensor(list((ctypes.c_double * 30).from_address(scene.cameras)), dtype=F64).reshape(2, 15)
-    assert torch.equal(written, convert_camera_vectors(cams, layout()))
-    for changes, message in [(dict(batch=1), "the scene's 2 cameras, got 1"),
-                             (dict(dtype=torch.float32), "the scene's dtype"),
-                             (dict(width=WIDTH + 1), "the renderer.s image size 37x23, got 38x23"),
-                             (dict(right_handed=True), "the renderer.s projection .* handedness")]:
-        with pytest.raises(ValueError, match="^camera_vectors: expected " + message):
-            native.use_camera_vectors(_scene_args(pos, col, rad, None, bg, 2, 0, False), options,
-                                      layout(**changes), cams.data_ptr())
+    cams = _cams("cpu", 1)
+    settings = ops.RenderSettings(0, WIDTH, HEIGHT, 5, False, 1e-6, 1, 0, 0.1, 0.0, -1, False, False, False, True,
+                                  False, False, 9, False, 0.0, 30.0, 0)
+    with pytest.raises(ValueError, match="camera_vectors.length: expected 0 .*got 9"):
+        ops.render(pos, col, rad, None, None, cams, settings.encode())
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -349,5 +319,5 @@ def test_renderer_render_hot_path_with_mask_and_sh(device):
         (result.image.sum() + result.depth.sum() + result.distortion.sum()).backward()
         return result.image.detach(), result.depth.detach(), c.grad
 
-    for got, want in zip(run(30.0), run(torch.tensor(30.0, dtype=F64))):
+    for got, want in zip(run(30.0), run(torch.tensor(30.0, dtype=F64, device=device, requires_grad=True))):
         torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)

@@ -16,7 +16,7 @@ import torch
 from pulsar_py import Renderer
 from pulsar_py.tools.bench import binned_instances
 
-from helpers import HAS_CUDA
+from helpers import HAS_CUDA, native_of
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU and a CUDA build")]
 
@@ -402,7 +402,7 @@ def test_cuda_memory_does_not_grow_over_frames():
         image.sum().backward()
         if frame in (200, 999):
             torch.cuda.synchronize()
-            peak.append((torch.cuda.memory_allocated(), renderer._natives[("cuda", torch.cuda.current_device())].scratch_bytes))
+            peak.append((torch.cuda.memory_allocated(), native_of(renderer).scratch_bytes))
     assert peak[1][0] <= peak[0][0] + (1 << 20)
     # Scratch may still grow towards the largest frame, but not beyond twice that frame's need.
     assert peak[1][1] <= 2 * peak[0][1] + (1 << 20)

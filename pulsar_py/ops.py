@@ -1,0 +1,469 @@
+"""The renderer as torch.library operators: all PyTorch sees of the native core.
+
+    pulsar::render(positions, features, radii, opacities?, background?, cameras, settings)
+        -> (image, blend_state, hit_count, traversal_end, forward_info, depth_moments)
+    pulsar::render_backward(grad_image, grad_depth_moments?, <render's inputs and outputs>,
+                            settings, needs) -> (the six gradients)
+    pulsar::pack_cameras(camera_vectors, settings) -> packed cameras [B, 15]
+    pulsar::pack_cameras_backward(camera_vectors, grad_packed, settings) -> [B, L]
+
+Every entry point of the package reaches the native core through these, and nothing else
+calls pybind11: the operators take tensors and plain numbers, have fake kernels (output
+shapes without running anything, for torch.compile, torch.export and FakeTensorMode) and
+autograd attached with ``torch.library.register_autograd``. Their CPU and CUDA kernels
+are Python functions that make every tensor contiguous, allocate the outputs with torch
+(the caller owns outputs, the native renderer its scratch) and call the pybind11 module.
+
+Shapes (B cameras, N spheres, C channels, K = n_track, image H x W):
+    positions [B?, N, 3], features [B?, N, C], radii [B?, N], opacities [B?, N] or None
+    (all 1), background [C] or None (ones); cameras [B, 15] packed (include/pulsar/
+    camera.h) or [B, L] Pulsar camera vectors, L in {8, 10, 11, 13}, which the native
+    call converts (its gradient comes back as [B, L]).
+    image [B, H, W, C]; blend_state [B, H, W, 2] (m, D); hit_count, traversal_end int32
+    [B, H, W]; forward_info [B, H, W, 3 + 2K] or [0]; depth_moments [B, H, W, 3] or [0].
+    Without ``batch_dim`` (B = 1) the outputs have no leading B. The backward reuses the
+    native binning of its forward when that forward was the renderer's last (the native
+    renderer recognises its traversal_end array), else bins the same inputs again.
+
+``settings`` is a ``RenderSettings`` encoded as a list of floats (an operator schema of
+few arguments: torch.library's autograd wrapper costs time quadratic in their number).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+import torch
+
+from . import _checks, _native
+from .debug import debug_enabled, save_snapshot
+
+Tensor = torch.Tensor
+
+
+class RenderSettings(NamedTuple):
+    """Everything of one render call that is not a tensor.
+
+    The first group configures the native renderer (one per renderer, device and
+    configuration, made on first use); the second is per call.
+    """
+
+    renderer_id: int  # the Renderer module's id: its native renderers are its own
+    width: int
+    height: int
+    n_track: int  # K
+    orthographic: bool
+    background_normalized_depth: float  # beta
+    num_threads: int  # CPU threads; 0: every core
+    backward_row_budget: int  # CUDA backward: bytes of gradient rows per window (0: default)
+    gamma: float
+    percent_allowed_difference: float
+    max_n_hits: int  # < 0: unlimited
+    right_handed: bool
+    want_forward_info: bool
+    want_depth_moments: bool
+    batch_dim: bool  # outputs keep their leading B (else B must be 1 and is dropped)
+    check_values: bool  # run the value checks (NaN/Inf, ranges) before the native call
+    debug: bool  # save a failing call's inputs (pulsar_py.debug)
+    camera_length: int  # 0: cameras are packed [B, 15]; else L of Pulsar camera vectors
+    first_R_then_T: bool  # camera vectors: eye = M * position
+    min_depth: float  # camera vectors: near depth (0: focal length + 2e-6)
+    max_depth: float  # camera vectors: far depth
+    camera_argument: int  # the camera's argument, for messages: _checks.CAMERA_ARGUMENTS[camera_argument]
+
+    def encode(self) -> List[float]:
+        """The operator argument (ints and bools pass through a float[] as floats)."""
+        return list(self)
+
+    @classmethod
+    def decode(cls, values: Sequence[float]) -> "RenderSettings":
+        """The settings of an operator argument; their values stay floats (1.0 for True),
+        converted where an int or bool is needed."""
+        return cls._make(values)
+
+
+class PackSettings(NamedTuple):
+    """The conversion of Pulsar camera vectors to packed cameras (pack_cameras)."""
+
+    width: int
+    height: int
+    orthographic: bool
+    right_handed: bool
+    first_R_then_T: bool
+    min_depth: float  # 0: focal length + 2e-6
+    max_depth: float
+
+    def encode(self) -> List[float]:
+        return [float(v) for v in self]
+
+    @classmethod
+    def decode(cls, values: Sequence[float]) -> "PackSettings":
+        w, h, ortho, right, r_then_t, near, far = values
+        return cls(int(w), int(h), bool(ortho), bool(right), bool(r_then_t), near, far)
+
+
+# The leading fields of RenderSettings that configure a native renderer.
+_CONFIG_FIELDS = RenderSettings._fields.index("gamma")
+
+# ------------------------------------------------------------------ native renderers
+_natives: Dict[tuple, "_native.Renderer"] = {}
+# Reentrant: a Renderer's finalizer (release_natives) may run from the garbage collector
+# while this thread holds the lock in native_renderer.
+_natives_lock = threading.RLock()
+
+
+def native_renderer(settings: RenderSettings, n_channels: int, device: torch.device) -> "_native.Renderer":
+    """The native renderer of a Renderer module for a device and configuration, made on
+    first use. Keyed by value: a module's id and every configuration field the native
+    renderer is built from, so a changed attribute gets a renderer of its own."""
+    index = device.index if device.index is not None else (
+        torch.cuda.current_device() if device.type == "cuda" else 0)
+    # The configuration fields lead RenderSettings; numbers as they arrive (floats).
+    key = (settings[:_CONFIG_FIELDS], n_channels, device.type, index)
+    native = _natives.get(key)
+    if native is None:
+        with _natives_lock:
+            native = _natives.get(key)
+            if native is None:
+                cfg = _native.RendererConfig()
+                cfg.width, cfg.height = int(settings.width), int(settings.height)
+                cfg.n_channels, cfg.n_track = n_channels, int(settings.n_track)
+                cfg.orthographic = bool(settings.orthographic)
+                cfg.background_normalized_depth = settings.background_normalized_depth
+                cfg.device = _native.DeviceKind.cuda if device.type == "cuda" else _native.DeviceKind.cpu
+                cfg.device_index = index
+                cfg.num_threads = int(settings.num_threads)
+                cfg.backward_row_budget = int(settings.backward_row_budget)
+                native = _native.Renderer(cfg)
+                _natives[key] = native
+    return native
+
+
+def release_natives(renderer_id: int) -> None:
+    """Drops the native renderers (and their scratch) of a Renderer module."""
+    with _natives_lock:
+        for key in [k for k in list(_natives) if k[0][0] == renderer_id]:
+            del _natives[key]
+
+
+def natives_of(renderer_id: int) -> List["_native.Renderer"]:
+    """The native renderers a Renderer module has made so far (diagnostics)."""
+    with _natives_lock:
+        return [v for k, v in list(_natives.items()) if k[0][0] == renderer_id]
+
+
+# ------------------------------------------------------------------ helpers
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def stream_handle(device: torch.device) -> int:
+    """cudaStream_t (as an int) of torch's current stream on ``device``; 0 on the CPU."""
+    if device.type != "cuda":
+        return 0
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if _raw_stream is not None:
+        return int(_raw_stream(index))
+    return torch.cuda.current_stream(index).cuda_stream
+
+
+def _ptr(t: Optional[Tensor]) -> int:
+    return 0 if t is None else t.data_ptr()
+
+
+def _native_view(t: Optional[Tensor], dtype: torch.dtype) -> Optional[Tensor]:
+    """``t`` as the native core reads it: its values resolved (negative and conjugate
+    bits), of ``dtype``, contiguous. A no-op for a plain contiguous tensor; saved-tensor
+    hooks may hand back any layout."""
+    if t is None or (t.is_contiguous() and t.dtype is dtype and not t.is_neg()):
+        return t
+    if t.is_neg():
+        t = t.resolve_neg()
+    return t.to(dtype).contiguous()
+
+
+def _dtype_enum(dtype: torch.dtype) -> "_native.DType":
+    return _native.DType.float64 if dtype == torch.float64 else _native.DType.float32
+
+
+_ones_cache: Dict[tuple, Tensor] = {}
+
+
+def _ones(n: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """Ones [n], the default background; made once per (n, dtype, device), read only."""
+    key = (n, dtype, device)
+    ones = _ones_cache.get(key)
+    if ones is None:
+        ones = _ones_cache[key] = torch.ones(n, dtype=dtype, device=device)
+    return ones
+
+
+def _scene_args(s: RenderSettings, positions: Tensor, features: Tensor, radii: Tensor, opacities: Optional[Tensor],
+                background: Tensor, cameras: Tensor) -> "_native.SceneArgs":
+    return _native.SceneArgs(_dtype_enum(positions.dtype), cameras.shape[0], positions.shape[-2],
+                             positions.dim() == 2, positions.data_ptr(), features.data_ptr(), radii.data_ptr(),
+                             _ptr(opacities), background.data_ptr(), cameras.data_ptr(), bool(s.right_handed),
+                             int(s.camera_length), bool(s.first_R_then_T), s.min_depth, s.max_depth)
+
+
+def _options(s: RenderSettings, device: torch.device) -> "_native.RenderOptions":
+    return _native.RenderOptions(s.gamma, s.percent_allowed_difference, int(s.max_n_hits), stream_handle(device))
+
+
+def _lead(s: RenderSettings, batch: int) -> Tuple[int, ...]:
+    height, width = int(s.height), int(s.width)
+    return (batch, height, width) if s.batch_dim else (height, width)
+
+
+def _failed(error: RuntimeError, stage: str, s: RenderSettings, device: torch.device, tensors: dict):
+    """Re-raises a native failure; with debugging on, first saves the call's inputs."""
+    if not debug_enabled(s.debug):
+        raise error
+    try:
+        path = save_snapshot(stage, s._asdict(), device, tensors)
+    except Exception as save_error:  # the original failure matters more than the snapshot
+        raise RuntimeError(f"{error} (saving a debug snapshot failed too: {save_error})") from error
+    raise RuntimeError(f"{error}\n[pulsar_py debug] the call's inputs were saved to {path}; "
+                       f"reproduce with pulsar_py.replay({path!r})") from error
+
+
+# ------------------------------------------------------------------ pulsar::render
+_RENDER_SCHEMA = ("render(Tensor positions, Tensor features, Tensor radii, Tensor? opacities, Tensor? background, "
+                  "Tensor cameras, float[] settings) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+_BACKWARD_SCHEMA = ("render_backward(Tensor grad_image, Tensor? grad_depth_moments, Tensor positions, "
+                    "Tensor features, Tensor radii, Tensor? opacities, Tensor? background, Tensor cameras, "
+                    "Tensor image, Tensor blend_state, Tensor traversal_end, Tensor depth_moments, "
+                    "float[] settings, bool[] needs) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+_PACK_SCHEMA = "pack_cameras(Tensor camera_vectors, float[] settings) -> Tensor"
+_PACK_BACKWARD_SCHEMA = "pack_cameras_backward(Tensor camera_vectors, Tensor grad_packed, float[] settings) -> Tensor"
+
+_lib = torch.library.Library("pulsar", "DEF")
+for _schema in (_RENDER_SCHEMA, _BACKWARD_SCHEMA, _PACK_SCHEMA, _PACK_BACKWARD_SCHEMA):
+    _lib.define(_schema)
+
+
+def _render_kernel(positions, features, radii, opacities, background, cameras, settings):
+    s = RenderSettings.decode(settings)
+    dtype, device = positions.dtype, positions.device
+    positions, features, radii = (_native_view(t, dtype) for t in (positions, features, radii))
+    opacities, cameras = _native_view(opacities, dtype), _native_view(cameras, dtype)
+    background = _ones(features.shape[-1], dtype, device) if background is None else _native_view(background, dtype)
+    if s.check_values:
+        _checks.check_values(positions, features, radii, opacities, background, cameras, s)
+    native = native_renderer(s, features.shape[-1], device)
+    lead = _lead(s, cameras.shape[0])
+    like = dict(dtype=dtype, device=device)
+    outputs: List[Tensor] = []
+
+    def make_outputs() -> "_native.ForwardOutputs":
+        # Called by the native forward once the binning's device work is enqueued.
+        image = torch.empty(lead + (features.shape[-1],), **like)
+        state = torch.empty(lead + (2,), **like)
+        hits = torch.empty(lead, dtype=torch.int32, device=device)
+        ends = torch.empty(lead, dtype=torch.int32, device=device)
+        info = torch.empty(lead + (3 + 2 * int(s.n_track),) if s.want_forward_info else (0,), **like)
+        moments = torch.empty(lead + (3,) if s.want_depth_moments else (0,), **like)
+        outputs.extend((image, state, hits, ends, info, moments))
+        return _native.ForwardOutputs(image.data_ptr(), state.data_ptr(), hits.data_ptr(), ends.data_ptr(),
+                                      _ptr(info) if s.want_forward_info else 0,
+                                      _ptr(moments) if s.want_depth_moments else 0)
+
+    try:
+        native.forward(_scene_args(s, positions, features, radii, opacities, background, cameras),
+                       _options(s, device), make_outputs)
+    except RuntimeError as error:
+        _failed(error, "forward", s, device, dict(vert_pos=positions, vert_col=features, vert_rad=radii,
+                                                   opacity=opacities, bg_col=background, cameras=cameras))
+    return tuple(outputs)
+
+
+def _render_fake(positions, features, radii, opacities, background, cameras, settings):
+    s = RenderSettings.decode(settings)
+    lead = _lead(s, cameras.shape[0])
+    image = positions.new_empty(lead + (features.shape[-1],))
+    state = positions.new_empty(lead + (2,))
+    hits = positions.new_empty(lead, dtype=torch.int32)
+    ends = positions.new_empty(lead, dtype=torch.int32)
+    info = positions.new_empty(lead + (3 + 2 * int(s.n_track),) if s.want_forward_info else (0,))
+    moments = positions.new_empty(lead + (3,) if s.want_depth_moments else (0,))
+    return image, state, hits, ends, info, moments
+
+
+def _render_backward_kernel(grad_image, grad_depth_moments, positions, features, radii, opacities, background,
+                            cameras, image, blend_state, traversal_end, depth_moments, settings, needs):
+    s = RenderSettings.decode(settings)
+    dtype, device = positions.dtype, positions.device
+    view = lambda t: _native_view(t, dtype)  # noqa: E731
+    positions, features, radii, opacities, cameras = map(view, (positions, features, radii, opacities, cameras))
+    image, blend_state, grad_image = view(image), view(blend_state), view(grad_image)
+    traversal_end = _native_view(traversal_end, torch.int32)
+    background = _ones(features.shape[-1], dtype, device) if background is None else view(background)
+    want_moments = grad_depth_moments is not None and s.want_depth_moments
+    if want_moments:
+        depth_moments, grad_depth_moments = view(depth_moments), view(grad_depth_moments)
+    empty = positions.new_empty((0,))
+    grads = [torch.empty_like(t) if (need and t is not None) else None
+             for need, t in zip(needs, (positions, features, radii, opacities, background, cameras))]
+    if any(g is not None for g in grads):
+        native = native_renderer(s, features.shape[-1], device)
+        args = _native.BackwardArgs(grad_image.data_ptr(), image.data_ptr(), blend_state.data_ptr(),
+                                    traversal_end.data_ptr(), _ptr(depth_moments) if want_moments else 0,
+                                    _ptr(grad_depth_moments) if want_moments else 0)
+        try:
+            native.backward(_scene_args(s, positions, features, radii, opacities, background, cameras),
+                            _options(s, device), args, _native.GradientOutputs(*map(_ptr, grads)))
+        except RuntimeError as error:
+            _failed(error, "backward", s, device, dict(
+                vert_pos=positions, vert_col=features, vert_rad=radii, opacity=opacities, bg_col=background,
+                cameras=cameras, grad_image=grad_image, grad_depth_moments=grad_depth_moments if want_moments else None))
+    return tuple(empty if g is None else g for g in grads)
+
+
+def _render_backward_fake(grad_image, grad_depth_moments, positions, features, radii, opacities, background, cameras,
+                          image, blend_state, traversal_end, depth_moments, settings, needs):
+    inputs = (positions, features, radii, opacities, background, cameras)
+    return tuple(t.new_empty(t.shape) if (need and t is not None) else positions.new_empty((0,))
+                 for need, t in zip(needs, inputs))
+
+
+# Which render outputs carry a gradient: image (0) and depth_moments (5).
+_DIFFERENTIABLE_OUTPUTS = (0, 5)
+
+
+def _render_setup_context(ctx, inputs, output):
+    positions, features, radii, opacities, background, cameras, settings = inputs
+    image, state, hits, ends, info, moments = output
+    ctx.settings = settings
+    ctx.save_for_backward(positions, features, radii, opacities, background, cameras, image, state, ends, moments)
+    ctx.mark_non_differentiable(state, hits, ends, info)
+    # Outputs without a gradient reach backward as None, not as zero-filled tensors.
+    ctx.set_materialize_grads(False)
+
+
+def _render_backward(ctx, grad_image, _state, _hits, _ends, _info, grad_moments):
+    need = ctx.needs_input_grad
+    if grad_image is None and grad_moments is None:
+        return (None,) * 7
+    positions, features, radii, opacities, background, cameras, image, state, ends, moments = ctx.saved_tensors
+    if grad_image is None:
+        grad_image = torch.zeros_like(image)
+    needs = [bool(need[i]) and t is not None
+             for i, t in enumerate((positions, features, radii, opacities, background, cameras))]
+    grads = torch.ops.pulsar.render_backward(grad_image, grad_moments, positions, features, radii, opacities,
+                                             background, cameras, image, state, ends, moments, ctx.settings, needs)
+    if torch.is_grad_enabled():  # create_graph=True: the gradients must not pass as differentiable
+        grads = _NotDifferentiable.apply(*grads)
+    return (*(g if n else None for g, n in zip(grads, needs)), None)
+
+
+class _NotDifferentiable(torch.autograd.Function):
+    """The renderer's gradients under create_graph=True: the same values, and a clear
+    error where a second differentiation would pass through them."""
+
+    @staticmethod
+    def forward(ctx, *grads):
+        return tuple(g.clone() for g in grads)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError("pulsar_py.Renderer: its gradients are not differentiable themselves (double backward "
+                           "through the renderer, e.g. a gradient penalty, is not supported)")
+
+
+# ------------------------------------------------------------------ pulsar::pack_cameras
+def _conversion_args(vectors: Tensor, s: PackSettings) -> "_native.CameraParamsArgs":
+    if vectors.dim() != 2:
+        raise ValueError(f"camera_vectors: expected a tensor of shape [B, L], got shape {tuple(vectors.shape)}")
+    if vectors.dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"camera_vectors: expected dtype torch.float32 or torch.float64, got {vectors.dtype}")
+    args = _native.CameraParamsArgs()
+    args.dtype = _dtype_enum(vectors.dtype)
+    if vectors.device.type == "cuda":
+        args.device = _native.DeviceKind.cuda
+        args.device_index = vectors.device.index
+        args.stream = stream_handle(vectors.device)
+    args.batch_size, args.length = vectors.shape
+    args.width, args.height = s.width, s.height
+    args.orthographic, args.right_handed, args.first_R_then_T = s.orthographic, s.right_handed, s.first_R_then_T
+    args.min_depth, args.max_depth = s.min_depth, s.max_depth
+    args.params = vectors.data_ptr()
+    return args
+
+
+def _pack_kernel(camera_vectors, settings):
+    vectors = _native_view(camera_vectors, camera_vectors.dtype)
+    packed = vectors.new_empty((vectors.shape[0], _native.CAMERA_PARAMS))
+    _native.camera_params_to_packed(_conversion_args(vectors, PackSettings.decode(settings)), packed.data_ptr())
+    return packed
+
+
+def _pack_fake(camera_vectors, settings):
+    return camera_vectors.new_empty((camera_vectors.shape[0], _native.CAMERA_PARAMS))
+
+
+def _pack_backward_kernel(camera_vectors, grad_packed, settings):
+    vectors = _native_view(camera_vectors, camera_vectors.dtype)
+    grad_packed = _native_view(grad_packed, vectors.dtype)
+    grad = torch.empty_like(vectors)
+    _native.camera_params_backward(_conversion_args(vectors, PackSettings.decode(settings)), grad_packed.data_ptr(),
+                                   grad.data_ptr())
+    return grad
+
+
+def _pack_backward_fake(camera_vectors, grad_packed, settings):
+    return camera_vectors.new_empty(camera_vectors.shape)
+
+
+def _pack_setup_context(ctx, inputs, output):
+    ctx.settings = inputs[1]
+    ctx.save_for_backward(inputs[0])
+
+
+def _pack_backward(ctx, grad_packed):
+    if not ctx.needs_input_grad[0] or grad_packed is None:
+        return None, None
+    (vectors,) = ctx.saved_tensors
+    grad = torch.ops.pulsar.pack_cameras_backward(vectors, grad_packed, ctx.settings)
+    if torch.is_grad_enabled():  # create_graph=True
+        (grad,) = _NotDifferentiable.apply(grad)
+    return grad, None
+
+
+for _name, _kernel, _fake in (("render", _render_kernel, _render_fake),
+                              ("render_backward", _render_backward_kernel, _render_backward_fake),
+                              ("pack_cameras", _pack_kernel, _pack_fake),
+                              ("pack_cameras_backward", _pack_backward_kernel, _pack_backward_fake)):
+    _lib.impl(_name, _kernel, "CPU")
+    _lib.impl(_name, _kernel, "CUDA")
+    torch.library.register_fake(f"pulsar::{_name}", _fake, lib=_lib)
+
+torch.library.register_autograd("pulsar::render", _render_backward, setup_context=_render_setup_context, lib=_lib)
+torch.library.register_autograd("pulsar::pack_cameras", _pack_backward, setup_context=_pack_setup_context, lib=_lib)
+
+render = torch.ops.pulsar.render.default
+pack_cameras = torch.ops.pulsar.pack_cameras.default
+
+
+class _RenderFunction(torch.autograd.Function):
+    """pulsar::render, called below autograd, with its registered autograd formula
+    (``_render_setup_context``, ``_render_backward``) applied by a plain
+    autograd.Function: ``render_eager``."""
+
+    @staticmethod
+    def forward(ctx, positions, features, radii, opacities, background, cameras, settings):
+        with torch._C._AutoDispatchBelowAutograd():
+            output = render(positions, features, radii, opacities, background, cameras, settings)
+        _render_setup_context(ctx, (positions, features, radii, opacities, background, cameras, settings), output)
+        return output
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return _render_backward(ctx, *grads)
+
+
+#: pulsar::render in eager mode: the same operator kernel (through the dispatcher, so
+#: dispatch modes and FakeTensorMode see the operator) and the same autograd formula as
+#: ``render``, whose generic autograd wrapper costs tens of microseconds of Python per
+#: call (it re-reads the operator's schema argument by argument), time the device waits
+#: for on small scenes. Traced code (torch.compile, torch.export) calls ``render``.
+render_eager = _RenderFunction.apply
