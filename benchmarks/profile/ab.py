@@ -301,6 +301,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         report = dict(
             device=torch.cuda.get_device_name(args.device) if cuda else f"{platform.machine()} CPU, "
                                                                         f"{os.cpu_count()} cores",
+            driver=harness.driver_version() if cuda else None,
             torch=torch.__version__ + (f", CUDA {torch.version.cuda}" if torch.version.cuda else ""),
             date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             command=shlex.join(["python", "benchmarks/profile/ab.py", *argv]),

@@ -14,6 +14,7 @@ import math
 import os
 import re
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -373,6 +374,17 @@ def child_env(build: str) -> Dict[str, str]:
                                         [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env["PYTHONNOUSERSITE"] = "1"
     return env
+
+
+def driver_version() -> Optional[str]:
+    """The NVIDIA driver's version from nvidia-smi, or None."""
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = done.stdout.split()
+    return lines[0] if done.returncode == 0 and lines else None
 
 
 def build_description() -> Dict[str, object]:

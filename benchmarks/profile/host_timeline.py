@@ -174,7 +174,8 @@ def trace_mode(case: harness.Case, runs: int, python: bool, max_depth: int, min_
     print(f"  device idle between activities {idle:.0f} us, after the last {t1 - gaps['end']:.0f} us; "
           f"largest gaps, with the innermost host operations running when each ended:")
     for gap, _, end, name in sorted(gaps["gaps"], key=lambda g: -g[0])[:12]:
-        running = sorted((e for e in in_run if e is not step and float(e["ts"]) <= end <= float(e["ts"]) + float(e["dur"])),
+        running = sorted((e for e in in_run
+                          if e is not step and float(e["ts"]) <= end <= float(e["ts"]) + float(e["dur"])),
                          key=lambda e: float(e["dur"]))
         print(f"    {gap:7.1f} us before {name[:50]:50s} at +{end - t0:8.1f}  "
               f"[{', '.join(e['name'][:40] for e in running[:3])}]")

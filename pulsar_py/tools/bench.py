@@ -397,6 +397,15 @@ def driver_version(device: torch.device) -> Optional[str]:
     return lines[0] if done.returncode == 0 and lines else None
 
 
+def host_load() -> Optional[float]:
+    """The host's one-minute load average (None where the system has none): other work on
+    the machine slows the CPU backend's figures and the host's share of CUDA's."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
@@ -512,6 +521,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     say(f"pulsar_py {info['version']} on {device_name(device)}; {args.dtype}; "
         f"{repeats} timed runs, warm-up {warmup_fwd} (fwd) / {warmup_bwd} (fwd+bwd)")
+    load_start = host_load()
     rows = []
     for w in args.workloads:
         say(f"{w.name} {w.label}: generating {w.n_spheres:,} spheres ...")
@@ -565,6 +575,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         command=shlex.join(["pulsar-py", "bench", *(sys.argv[1:] if argv is None else argv)]),
         python=platform.python_version(),
+        host_load_average=dict(start=load_start, end=host_load()),
         build={k: list(v) if isinstance(v, tuple) else v for k, v in info.items()},
         settings=dict(device_type=device.type, dtype=args.dtype, repeats=repeats, warmup_fwd=warmup_fwd,
                       warmup_fwd_bwd=warmup_bwd, check_values=bool(args.check_values), gamma=GAMMA,

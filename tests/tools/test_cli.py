@@ -154,6 +154,7 @@ def test_bench_json_names_the_run(tmp_path, monkeypatch, capsys):
     assert report["command"] == "pulsar-py bench --device cpu --workloads W3 --repeats 2 --warmup 0 --no-peer " \
                                 f"--quiet --json {out}"
     assert report["settings"]["repeats"] == 2 and report["settings"]["device_type"] == "cpu"
+    assert set(report["host_load_average"]) == {"start", "end"}
     (row,) = report["rows"]
     assert (row["workload"], row["n_spheres"], row["image"]) == ("W3", 200, "32x24")
     assert len(row["fwd_times_ms"]) == 2 and row["fwd_ms"] > 0 and row["fwd_bwd_ms"] > 0
