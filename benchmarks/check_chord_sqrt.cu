@@ -2,9 +2,10 @@
 // float from the floor 2^-100 to FLT_MAX, chord_sqrt must equal __fsqrt_rn bit for bit
 // (the correctly rounded root, which the CPU's std::sqrt also gives), built with the
 // render kernels' flags. Prints the count of mismatches (0 expected) and the first few.
-// Usage (GPU machine): nvcc -std=c++17 -arch=sm_90 --fmad=true -prec-div=false
-//   -prec-sqrt=false -ftz=true --expt-relaxed-constexpr -Iinclude
-//   benchmarks/check_chord_sqrt.cu -o /tmp/check_chord_sqrt && /tmp/check_chord_sqrt
+// benchmarks/gpu_check.sh runs it; by hand, on a GPU machine:
+//   nvcc -std=c++17 -arch=sm_90 --fmad=true -prec-div=false -prec-sqrt=false -ftz=true
+//   --expt-relaxed-constexpr -Iinclude benchmarks/check_chord_sqrt.cu -o /tmp/check_chord_sqrt
+//   && /tmp/check_chord_sqrt
 #include <cstdio>
 #include <cstring>
 
@@ -28,8 +29,11 @@ int main() {
   const unsigned last = 0x7f7fffffu;   // FLT_MAX
   unsigned long long* mismatches;
   unsigned* examples;
-  cudaMallocManaged(&mismatches, sizeof(*mismatches));
-  cudaMallocManaged(&examples, 8 * sizeof(*examples));
+  if (cudaMallocManaged(&mismatches, sizeof(*mismatches)) != cudaSuccess ||
+      cudaMallocManaged(&examples, 8 * sizeof(*examples)) != cudaSuccess) {
+    std::printf("CUDA error: %s\n", cudaGetErrorString(cudaGetLastError()));
+    return 2;
+  }
   *mismatches = 0;
   compare<<<4096, 256>>>(first, 1ull + last - first, mismatches, examples);
   if (cudaDeviceSynchronize() != cudaSuccess) {

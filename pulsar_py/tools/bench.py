@@ -20,6 +20,7 @@ import json
 import math
 import os
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
@@ -146,27 +147,40 @@ def make_inputs(workload: Workload, device: torch.device, dtype: torch.dtype = t
 # Timing and memory
 
 
-def _native_of(renderer: torch.nn.Module, device: torch.device):
-    """The renderer's native object for ``device``, or None (nothing rendered, or a peer)."""
+def _native_counter(renderer: torch.nn.Module, device: torch.device, name: str) -> Optional[int]:
+    """A counter of the renderer's native object for ``device``: ``scratch_bytes`` or
+    ``binned_instances``; None when it cannot be read.
+
+    The one place where the driver reaches into the renderer's internals: today the
+    renderer keeps its native objects in ``renderer._natives``, a dict keyed by
+    ``(device type, device index)``, and each native object exposes the counters as
+    read-only properties. When those internals change, re-point this function; every
+    figure it feeds is optional, so missing internals (or a peer renderer without them)
+    give None and the timings stand.
+    """
     natives = getattr(renderer, "_natives", None)
     if not isinstance(natives, dict):
         return None
     index = device.index if device.index is not None else (
         torch.cuda.current_device() if device.type == "cuda" else 0)
-    return natives.get((device.type, index))
+    native = natives.get((device.type, index))
+    value = getattr(native, name, None)
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def scratch_bytes(renderer: torch.nn.Module, device: torch.device) -> Optional[int]:
     """Bytes of scratch the renderer's native object for ``device`` holds (host memory on
-    the CPU, device memory on CUDA); None when the renderer has none (e.g. a peer)."""
-    native = _native_of(renderer, device)
-    return None if native is None else int(native.scratch_bytes)
+    the CPU, device memory on CUDA); None when it has none or it cannot be read."""
+    return _native_counter(renderer, device, "scratch_bytes")
 
 
 def binned_instances(renderer: torch.nn.Module, device: torch.device) -> Optional[int]:
-    """(tile, sphere) instances the renderer's last binning stored; None for a peer."""
-    native = _native_of(renderer, device)
-    return None if native is None else int(native.binned_instances)
+    """(tile, sphere) instances the renderer's last binning stored; None when it cannot
+    be read (nothing rendered yet, a peer renderer)."""
+    return _native_counter(renderer, device, "binned_instances")
 
 
 def _sync(device: torch.device) -> None:
@@ -369,6 +383,29 @@ def git_commit(start: Path) -> Optional[str]:
     return None
 
 
+def driver_version(device: torch.device) -> Optional[str]:
+    """The NVIDIA driver's version (``nvidia-smi``), or None on the CPU or when it
+    cannot be read."""
+    if device.type != "cuda":
+        return None
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = [line.strip() for line in done.stdout.splitlines() if line.strip()]
+    return lines[0] if done.returncode == 0 and lines else None
+
+
+def host_load() -> Optional[float]:
+    """The host's one-minute load average (None where the system has none): other work on
+    the machine slows the CPU backend's figures and the host's share of CUDA's."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
@@ -484,6 +521,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     say(f"pulsar_py {info['version']} on {device_name(device)}; {args.dtype}; "
         f"{repeats} timed runs, warm-up {warmup_fwd} (fwd) / {warmup_bwd} (fwd+bwd)")
+    load_start = host_load()
     rows = []
     for w in args.workloads:
         say(f"{w.name} {w.label}: generating {w.n_spheres:,} spheres ...")
@@ -530,17 +568,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"PyTorch3D's Pulsar was not run ({peer_version}); the reference column gives Pulsar's "
               "figures on an H100 from performance.md (comparable only on that GPU).")
     report = dict(
-        device=device_name(device), device_type=device.type,
+        device=device_name(device),
+        driver=driver_version(device),
+        torch=torch.__version__ + (f", CUDA {torch.version.cuda}" if torch.version.cuda else ""),
+        commit=git_commit(Path(__file__).resolve().parent),
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        git_commit=git_commit(Path(__file__).resolve().parent),
-        torch=torch.__version__, cuda=torch.version.cuda, python=platform.python_version(),
-        build_info={k: list(v) if isinstance(v, tuple) else v for k, v in info.items()},
-        dtype=args.dtype, repeats=repeats, warmup_fwd=warmup_fwd, warmup_fwd_bwd=warmup_bwd,
-        check_values=bool(args.check_values),
-        settings=dict(gamma=GAMMA, max_depth=MAX_DEPTH, percent_allowed_difference=PERCENT_ALLOWED_DIFFERENCE,
+        command=shlex.join(["pulsar-py", "bench", *(sys.argv[1:] if argv is None else argv)]),
+        python=platform.python_version(),
+        host_load_average=dict(start=load_start, end=host_load()),
+        build={k: list(v) if isinstance(v, tuple) else v for k, v in info.items()},
+        settings=dict(device_type=device.type, dtype=args.dtype, repeats=repeats, warmup_fwd=warmup_fwd,
+                      warmup_fwd_bwd=warmup_bwd, check_values=bool(args.check_values), gamma=GAMMA,
+                      max_depth=MAX_DEPTH, percent_allowed_difference=PERCENT_ALLOWED_DIFFERENCE,
                       n_track=N_TRACK, seed=SEED),
         peer=dict(available=peer_cls is not None, version=peer_version),
-        results=rows)
+        rows=rows)
     if args.json_path:
         folder = os.path.dirname(args.json_path)
         if folder:

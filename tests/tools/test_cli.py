@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -157,3 +158,39 @@ def test_bench_scratch_accessor_sees_the_renderers_buffers():
     scene = make_sample_scene(32, 24, n_spheres=120)
     renderer(**scene.render_kwargs())
     assert bench.scratch_bytes(renderer, cpu) > 0
+
+
+def test_bench_native_counters_survive_missing_internals():
+    cpu = torch.device("cpu")
+    assert bench.binned_instances(torch.nn.Linear(2, 2), cpu) is None  # no native objects at all
+
+    class Odd(torch.nn.Module):
+        def __init__(self, natives):
+            super().__init__()
+            self._natives = natives
+
+    assert bench.scratch_bytes(Odd([1, 2]), cpu) is None  # not a dict
+    assert bench.scratch_bytes(Odd({("cpu", 0): object()}), cpu) is None  # no such counter
+
+
+def test_bench_json_names_the_run(tmp_path, monkeypatch, capsys):
+    w3 = bench.WORKLOADS["W3"]
+    small = bench.Workload("W3", w3.label, 200, 32, 24, w3.radius_scale, w3.radius_offset, w3.opacity_range, 1,
+                           w3.reference)
+    monkeypatch.setitem(bench.WORKLOADS, "W3", small)
+    out = tmp_path / "bench.json"
+    assert bench.main(["--device", "cpu", "--workloads", "W3", "--repeats", "2", "--warmup", "0", "--no-peer",
+                       "--quiet", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.splitlines()[0].split()[:4] == ["workload", "N", "image", "fwd"]
+    report = json.loads(out.read_text())
+    assert list(report)[:6] == ["device", "driver", "torch", "commit", "date", "command"]
+    assert report["driver"] is None and report["torch"].startswith(torch.__version__)
+    assert report["command"] == "pulsar-py bench --device cpu --workloads W3 --repeats 2 --warmup 0 --no-peer " \
+                                f"--quiet --json {out}"
+    assert report["settings"]["repeats"] == 2 and report["settings"]["device_type"] == "cpu"
+    assert set(report["host_load_average"]) == {"start", "end"}
+    (row,) = report["rows"]
+    assert (row["workload"], row["n_spheres"], row["image"]) == ("W3", 200, "32x24")
+    assert len(row["fwd_times_ms"]) == 2 and row["fwd_ms"] > 0 and row["fwd_bwd_ms"] > 0
+    assert row["scratch_mib"] > 0 and row["memory_mib"] == row["scratch_mib"]
