@@ -292,7 +292,8 @@ def _render_fake(positions, features, radii, opacities, background, cameras, set
 def _render_backward_kernel(grad_image, grad_depth_moments, positions, features, radii, opacities, background,
                             cameras, image, blend_state, traversal_end, depth_moments, settings, needs):
     s = RenderSettings.decode(settings)
-    dtype, device = positions.dtype, positions.device
+    # The forward's dtype is the image gradient's: saved tensors may come back in another.
+    dtype, device = grad_image.dtype, grad_image.device
     view = lambda t: _native_view(t, dtype)  # noqa: E731
     positions, features, radii, opacities, cameras = map(view, (positions, features, radii, opacities, cameras))
     image, blend_state, grad_image = view(image), view(blend_state), view(grad_image)
@@ -301,8 +302,8 @@ def _render_backward_kernel(grad_image, grad_depth_moments, positions, features,
     want_moments = grad_depth_moments is not None and s.want_depth_moments
     if want_moments:
         depth_moments, grad_depth_moments = view(depth_moments), view(grad_depth_moments)
-    empty = positions.new_empty((0,))
-    grads = [torch.empty_like(t) if (need and t is not None) else None
+    empty = grad_image.new_empty((0,))
+    grads = [torch.empty(t.shape, dtype=dtype, device=device) if (need and t is not None) else None
              for need, t in zip(needs, (positions, features, radii, opacities, background, cameras))]
     if any(g is not None for g in grads):
         native = native_renderer(s, features.shape[-1], device)
@@ -322,7 +323,7 @@ def _render_backward_kernel(grad_image, grad_depth_moments, positions, features,
 def _render_backward_fake(grad_image, grad_depth_moments, positions, features, radii, opacities, background, cameras,
                           image, blend_state, traversal_end, depth_moments, settings, needs):
     inputs = (positions, features, radii, opacities, background, cameras)
-    return tuple(t.new_empty(t.shape) if (need and t is not None) else positions.new_empty((0,))
+    return tuple(grad_image.new_empty(t.shape) if (need and t is not None) else grad_image.new_empty((0,))
                  for need, t in zip(needs, inputs))
 
 

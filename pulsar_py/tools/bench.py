@@ -151,19 +151,24 @@ def _native_counter(renderer: torch.nn.Module, device: torch.device, name: str) 
     """A counter of the renderer's native object for ``device``: ``scratch_bytes`` or
     ``binned_instances``; None when it cannot be read.
 
-    The one place where the driver reaches into the renderer's internals: today the
-    renderer keeps its native objects in ``renderer._natives``, a dict keyed by
-    ``(device type, device index)``, and each native object exposes the counters as
-    read-only properties. When those internals change, re-point this function; every
-    figure it feeds is optional, so missing internals (or a peer renderer without them)
-    give None and the timings stand.
+    The one place where the driver reaches into the renderer's internals: the native
+    renderers a Renderer module made (pulsar_py.ops.natives_of, keyed by the module's id),
+    each exposing the counters as read-only properties. Every figure it feeds is optional,
+    so a renderer without them (a peer) gives None and the timings stand.
     """
-    natives = getattr(renderer, "_natives", None)
-    if not isinstance(natives, dict):
+    from .. import _native, ops
+
+    renderer_id = getattr(renderer, "_renderer_id", None)
+    if renderer_id is None:
         return None
+    kind = _native.DeviceKind.cuda if device.type == "cuda" else _native.DeviceKind.cpu
     index = device.index if device.index is not None else (
         torch.cuda.current_device() if device.type == "cuda" else 0)
-    native = natives.get((device.type, index))
+    natives = [n for n in ops.natives_of(renderer_id)
+               if n.config.device == kind and (device.type != "cuda" or n.config.device_index == index)]
+    if not natives:
+        return None
+    native = natives[-1]
     value = getattr(native, name, None)
     try:
         return None if value is None else int(value)
