@@ -131,8 +131,8 @@ def replay(path: str, device: Optional[str] = None) -> Dict[str, Optional[torch.
     if backward:
         inputs = [None if x is None else x.clone().requires_grad_() for x in inputs]
     with torch.enable_grad():
-        image, _, hits, _, info, moments = render(*inputs, s.encode())
-    result = dict(image=image.detach(), hit_count=hits, forward_info=info if s.want_forward_info else None,
+        image, _, counts, info, moments = render(*inputs, s.encode())
+    result = dict(image=image.detach(), hit_count=counts[0], forward_info=info if s.want_forward_info else None,
                   depth_moments=moments.detach() if s.want_depth_moments else None)
     if backward:
         outputs, grads_out = [image], [t["grad_image"]]

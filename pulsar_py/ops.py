@@ -1,7 +1,7 @@
 """The renderer as torch.library operators: all PyTorch sees of the native core.
 
     pulsar::render(positions, features, radii, opacities?, background?, cameras, settings)
-        -> (image, blend_state, hit_count, traversal_end, forward_info, depth_moments)
+        -> (image, blend_state, counts, forward_info, depth_moments)
     pulsar::render_backward(grad_image, grad_depth_moments?, <render's inputs and outputs>,
                             settings, needs) -> (the six gradients)
     pulsar::pack_cameras(camera_vectors, settings) -> packed cameras [B, 15]
@@ -19,11 +19,12 @@ Shapes (B cameras, N spheres, C channels, K = n_track, image H x W):
     (all 1), background [C] or None (ones); cameras [B, 15] packed (include/pulsar/
     camera.h) or [B, L] Pulsar camera vectors, L in {8, 10, 11, 13}, which the native
     call converts (its gradient comes back as [B, L]).
-    image [B, H, W, C]; blend_state [B, H, W, 2] (m, D); hit_count, traversal_end int32
-    [B, H, W]; forward_info [B, H, W, 3 + 2K] or [0]; depth_moments [B, H, W, 3] or [0].
+    image [B, H, W, C]; blend_state [B, H, W, 2] (m, D); counts int32 [2, B, H, W] (the
+    hit count, then the traversal end the backward reads); forward_info [B, H, W, 3 + 2K]
+    or [0]; depth_moments [B, H, W, 3] or [0].
     Without ``batch_dim`` (B = 1) the outputs have no leading B. The backward reuses the
     native binning of its forward when that forward was the renderer's last (the native
-    renderer recognises its traversal_end array), else bins the same inputs again.
+    renderer recognises its traversal-end array), else bins the same inputs again.
 
 ``settings`` is a ``RenderSettings`` encoded as a list of floats (an operator schema of
 few arguments: torch.library's autograd wrapper costs time quadratic in their number).
@@ -31,6 +32,7 @@ few arguments: torch.library's autograd wrapper costs time quadratic in their nu
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -229,10 +231,10 @@ def _failed(error: RuntimeError, stage: str, s: RenderSettings, device: torch.de
 
 # ------------------------------------------------------------------ pulsar::render
 _RENDER_SCHEMA = ("render(Tensor positions, Tensor features, Tensor radii, Tensor? opacities, Tensor? background, "
-                  "Tensor cameras, float[] settings) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+                  "Tensor cameras, float[] settings) -> (Tensor, Tensor, Tensor, Tensor, Tensor)")
 _BACKWARD_SCHEMA = ("render_backward(Tensor grad_image, Tensor? grad_depth_moments, Tensor positions, "
                     "Tensor features, Tensor radii, Tensor? opacities, Tensor? background, Tensor cameras, "
-                    "Tensor image, Tensor blend_state, Tensor traversal_end, Tensor depth_moments, "
+                    "Tensor image, Tensor blend_state, Tensor counts, Tensor depth_moments, "
                     "float[] settings, bool[] needs) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
 _PACK_SCHEMA = "pack_cameras(Tensor camera_vectors, float[] settings) -> Tensor"
 _PACK_BACKWARD_SCHEMA = "pack_cameras_backward(Tensor camera_vectors, Tensor grad_packed, float[] settings) -> Tensor"
@@ -259,14 +261,14 @@ def _render_kernel(positions, features, radii, opacities, background, cameras, s
         # Called by the native forward once the binning's device work is enqueued.
         image = torch.empty(lead + (features.shape[-1],), **like)
         state = torch.empty(lead + (2,), **like)
-        hits = torch.empty(lead, dtype=torch.int32, device=device)
-        ends = torch.empty(lead, dtype=torch.int32, device=device)
+        counts = torch.empty((2,) + lead, dtype=torch.int32, device=device)
         info = torch.empty(lead + (3 + 2 * int(s.n_track),) if s.want_forward_info else (0,), **like)
         moments = torch.empty(lead + (3,) if s.want_depth_moments else (0,), **like)
-        outputs.extend((image, state, hits, ends, info, moments))
-        return _native.ForwardOutputs(image.data_ptr(), state.data_ptr(), hits.data_ptr(), ends.data_ptr(),
-                                      _ptr(info) if s.want_forward_info else 0,
-                                      _ptr(moments) if s.want_depth_moments else 0)
+        outputs.extend((image, state, counts, info, moments))
+        hits = counts.data_ptr()
+        return _native.ForwardOutputs(image.data_ptr(), state.data_ptr(), hits, hits + 4 * math.prod(lead),
+                                      info.data_ptr() if s.want_forward_info else 0,
+                                      moments.data_ptr() if s.want_depth_moments else 0)
 
     try:
         native.forward(_scene_args(s, positions, features, radii, opacities, background, cameras),
@@ -282,27 +284,25 @@ def _render_fake(positions, features, radii, opacities, background, cameras, set
     lead = _lead(s, cameras.shape[0])
     image = positions.new_empty(lead + (features.shape[-1],))
     state = positions.new_empty(lead + (2,))
-    hits = positions.new_empty(lead, dtype=torch.int32)
-    ends = positions.new_empty(lead, dtype=torch.int32)
+    counts = positions.new_empty((2,) + lead, dtype=torch.int32)
     info = positions.new_empty(lead + (3 + 2 * int(s.n_track),) if s.want_forward_info else (0,))
     moments = positions.new_empty(lead + (3,) if s.want_depth_moments else (0,))
-    return image, state, hits, ends, info, moments
+    return image, state, counts, info, moments
 
 
 def _render_backward_kernel(grad_image, grad_depth_moments, positions, features, radii, opacities, background,
-                            cameras, image, blend_state, traversal_end, depth_moments, settings, needs):
+                            cameras, image, blend_state, counts, depth_moments, settings, needs):
     s = RenderSettings.decode(settings)
     # The forward's dtype is the image gradient's: saved tensors may come back in another.
     dtype, device = grad_image.dtype, grad_image.device
     view = lambda t: _native_view(t, dtype)  # noqa: E731
     positions, features, radii, opacities, cameras = map(view, (positions, features, radii, opacities, cameras))
     image, blend_state, grad_image = view(image), view(blend_state), view(grad_image)
-    traversal_end = _native_view(traversal_end, torch.int32)
+    traversal_end = _native_view(counts, torch.int32)[1]
     background = _ones(features.shape[-1], dtype, device) if background is None else view(background)
     want_moments = grad_depth_moments is not None and s.want_depth_moments
     if want_moments:
         depth_moments, grad_depth_moments = view(depth_moments), view(grad_depth_moments)
-    empty = grad_image.new_empty((0,))
     grads = [torch.empty(t.shape, dtype=dtype, device=device) if (need and t is not None) else None
              for need, t in zip(needs, (positions, features, radii, opacities, background, cameras))]
     if any(g is not None for g in grads):
@@ -317,44 +317,60 @@ def _render_backward_kernel(grad_image, grad_depth_moments, positions, features,
             _failed(error, "backward", s, device, dict(
                 vert_pos=positions, vert_col=features, vert_rad=radii, opacity=opacities, bg_col=background,
                 cameras=cameras, grad_image=grad_image, grad_depth_moments=grad_depth_moments if want_moments else None))
-    return tuple(empty if g is None else g for g in grads)
+    if any(g is None for g in grads):  # the operator returns a tensor for every gradient
+        empty = grad_image.new_empty((0,))
+        grads = [empty if g is None else g for g in grads]
+    return tuple(grads)
 
 
 def _render_backward_fake(grad_image, grad_depth_moments, positions, features, radii, opacities, background, cameras,
-                          image, blend_state, traversal_end, depth_moments, settings, needs):
+                          image, blend_state, counts, depth_moments, settings, needs):
     inputs = (positions, features, radii, opacities, background, cameras)
     return tuple(grad_image.new_empty(t.shape) if (need and t is not None) else grad_image.new_empty((0,))
                  for need, t in zip(needs, inputs))
 
 
-# Which render outputs carry a gradient: image (0) and depth_moments (5).
-_DIFFERENTIABLE_OUTPUTS = (0, 5)
-
-
 def _render_setup_context(ctx, inputs, output):
     positions, features, radii, opacities, background, cameras, settings = inputs
-    image, state, hits, ends, info, moments = output
+    image, state, counts, info, moments = output
     ctx.settings = settings
-    ctx.save_for_backward(positions, features, radii, opacities, background, cameras, image, state, ends, moments)
-    ctx.mark_non_differentiable(state, hits, ends, info)
+    ctx.save_for_backward(positions, features, radii, opacities, background, cameras, image, state, counts, moments)
+    ctx.mark_non_differentiable(state, counts, info)
     # Outputs without a gradient reach backward as None, not as zero-filled tensors.
     ctx.set_materialize_grads(False)
 
 
-def _render_backward(ctx, grad_image, _state, _hits, _ends, _info, grad_moments):
-    need = ctx.needs_input_grad
+def _backward_arguments(ctx, grad_image, grad_moments) -> Optional[tuple]:
+    """pulsar::render_backward's arguments for the render call ``ctx`` saved (None when
+    no gradient reaches the image or the moments); only requested gradients are made."""
     if grad_image is None and grad_moments is None:
-        return (None,) * 7
-    positions, features, radii, opacities, background, cameras, image, state, ends, moments = ctx.saved_tensors
+        return None
+    need = ctx.needs_input_grad
+    positions, features, radii, opacities, background, cameras, image, state, counts, moments = ctx.saved_tensors
     if grad_image is None:
         grad_image = torch.zeros_like(image)
     needs = [bool(need[i]) and t is not None
              for i, t in enumerate((positions, features, radii, opacities, background, cameras))]
-    grads = torch.ops.pulsar.render_backward(grad_image, grad_moments, positions, features, radii, opacities,
-                                             background, cameras, image, state, ends, moments, ctx.settings, needs)
+    return (grad_image, grad_moments, positions, features, radii, opacities, background, cameras, image, state,
+            counts, moments, ctx.settings, needs)
+
+
+def _input_gradients(grads, args: tuple) -> tuple:
+    """The render operator's input gradients from render_backward's outputs, for the
+    backward arguments ``args`` (_backward_arguments)."""
     if torch.is_grad_enabled():  # create_graph=True: the gradients must not pass as differentiable
-        grads = _NotDifferentiable.apply(*grads)
-    return (*(g if n else None for g, n in zip(grads, needs)), None)
+        anchor = next((t for t in args[:8] if isinstance(t, Tensor) and t.requires_grad), None)
+        if anchor is not None:
+            grads = _NotDifferentiable.apply(anchor, *grads)
+    return (*(g if n else None for g, n in zip(grads, args[-1])), None)
+
+
+def _render_backward(ctx, grad_image, _state, _counts, _info, grad_moments):
+    """The render operator's registered backward: through pulsar::render_backward."""
+    args = _backward_arguments(ctx, grad_image, grad_moments)
+    if args is None:
+        return (None,) * 7
+    return _input_gradients(torch.ops.pulsar.render_backward(*args), args)
 
 
 class _NotDifferentiable(torch.autograd.Function):
@@ -362,7 +378,7 @@ class _NotDifferentiable(torch.autograd.Function):
     error where a second differentiation would pass through them."""
 
     @staticmethod
-    def forward(ctx, *grads):
+    def forward(ctx, anchor, *grads):  # anchor: an input that requires grad, so the outputs do
         return tuple(g.clone() for g in grads)
 
     @staticmethod
@@ -425,8 +441,8 @@ def _pack_backward(ctx, grad_packed):
         return None, None
     (vectors,) = ctx.saved_tensors
     grad = torch.ops.pulsar.pack_cameras_backward(vectors, grad_packed, ctx.settings)
-    if torch.is_grad_enabled():  # create_graph=True
-        (grad,) = _NotDifferentiable.apply(grad)
+    if torch.is_grad_enabled() and vectors.requires_grad:  # create_graph=True
+        (grad,) = _NotDifferentiable.apply(vectors, grad)
     return grad, None
 
 
@@ -446,25 +462,40 @@ pack_cameras = torch.ops.pulsar.pack_cameras.default
 
 
 class _RenderFunction(torch.autograd.Function):
-    """pulsar::render, called below autograd, with its registered autograd formula
-    (``_render_setup_context``, ``_render_backward``) applied by a plain
-    autograd.Function: ``render_eager``."""
+    """The render operator's kernels with its registered autograd formula
+    (``_render_setup_context``, ``_backward_arguments``), without the dispatcher: see
+    ``render_call``."""
 
     @staticmethod
     def forward(ctx, positions, features, radii, opacities, background, cameras, settings):
-        with torch._C._AutoDispatchBelowAutograd():
-            output = render(positions, features, radii, opacities, background, cameras, settings)
+        output = _render_kernel(positions, features, radii, opacities, background, cameras, settings)
         _render_setup_context(ctx, (positions, features, radii, opacities, background, cameras, settings), output)
         return output
 
     @staticmethod
-    def backward(ctx, *grads):
-        return _render_backward(ctx, *grads)
+    def backward(ctx, grad_image, _state, _counts, _info, grad_moments):
+        args = _backward_arguments(ctx, grad_image, grad_moments)
+        if args is None:
+            return (None,) * 7
+        return _input_gradients(_render_backward_kernel(*args), args)
 
 
-#: pulsar::render in eager mode: the same operator kernel (through the dispatcher, so
-#: dispatch modes and FakeTensorMode see the operator) and the same autograd formula as
-#: ``render``, whose generic autograd wrapper costs tens of microseconds of Python per
-#: call (it re-reads the operator's schema argument by argument), time the device waits
-#: for on small scenes. Traced code (torch.compile, torch.export) calls ``render``.
-render_eager = _RenderFunction.apply
+def _plain(t: Optional[Tensor]) -> bool:
+    return t is None or type(t) is torch.Tensor or type(t) is torch.nn.Parameter
+
+
+def render_call(positions: Tensor, features: Tensor, radii: Tensor, opacities: Optional[Tensor],
+                background: Optional[Tensor], cameras: Tensor, settings: List[float]) -> Tuple[Tensor, ...]:
+    """pulsar::render, as the renderer calls it.
+
+    Traced code (torch.compile, torch.export), an active dispatch mode (FakeTensorMode,
+    TorchDispatchMode) or tensor subclasses get the operator itself. Plain eager calls run
+    the same kernels under the same registered autograd formula through a plain
+    autograd.Function: the dispatcher's round trip into the Python kernels and its generic
+    autograd wrapper (which re-reads the operator's schema argument by argument) cost tens
+    of microseconds of host time per call, time the device waits for on small scenes.
+    """
+    if (not torch.compiler.is_compiling() and torch._C._len_torch_dispatch_stack() == 0 and _plain(positions)
+            and _plain(features) and _plain(radii) and _plain(opacities) and _plain(background) and _plain(cameras)):
+        return _RenderFunction.apply(positions, features, radii, opacities, background, cameras, settings)
+    return render(positions, features, radii, opacities, background, cameras, settings)

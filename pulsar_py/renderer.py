@@ -253,10 +253,9 @@ class Renderer(torch.nn.Module):
             want_moments, batched, self.check_values, self.debug, camera_input.length,
             vectors and bool(first_R_then_T), depths.min_depth if vectors else 0.0,
             depths.max_depth if vectors else 0.0, _checks.CAMERA_ARGUMENTS.index(camera_name)).encode()
-        render = ops.render_eager if eager else ops.render
-        image, _state, hits, _ends, info, moments = render(
+        image, _state, counts, info, moments = ops.render_call(
             scene.positions, scene.features, scene.radii, scene.opacities, scene.background, cams, encoded)
-        return RawOutputs(image, hits, info, moments, batched)
+        return RawOutputs(image, counts[0], info, moments, batched)
 
     def _check_scene(self, vert_pos, vert_col, vert_rad, opacity, bg_col) -> _checks.SceneTensors:
         return _checks.check_scene(vert_pos, vert_col, vert_rad, opacity, bg_col, n_channels=self.n_channels,

@@ -324,19 +324,18 @@ def test_pulsar_camera_and_vectors_take_one_operator():
     pos, col, rad, opa, cam = _inputs(dtype=torch.float64)
     camera = Camera.from_params(cam, 24, 16)
     calls = []
-    real = ops.render_eager
+    real = ops.render_call
 
     def spy(*args):
         calls.append(args[5].shape[-1])
         return real(*args)
 
-    import pulsar_py.renderer as renderer_module
-    renderer_module.ops.render_eager = spy
+    ops.render_call = spy
     try:
         a = renderer(pos, col, rad, cam, 0.1, 30.0, opacity=opa)
         b = renderer(pos, col, rad, camera, 0.1, 30.0, opacity=opa)
     finally:
-        renderer_module.ops.render_eager = real
+        ops.render_call = real
     assert calls == [8, 15]
     torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
     assert isinstance(pulsar_py.ops.render, torch._ops.OpOverload)
