@@ -244,39 +244,58 @@ for _schema in (_RENDER_SCHEMA, _BACKWARD_SCHEMA, _PACK_SCHEMA, _PACK_BACKWARD_S
     _lib.define(_schema)
 
 
-def _render_kernel(positions, features, radii, opacities, background, cameras, settings):
+class _NativeCall(NamedTuple):
+    """What a forward handed the native renderer, kept for its backward (eager calls):
+    the backward reuses it when its saved tensors still live where the forward read them."""
+
+    settings: RenderSettings
+    native: "_native.Renderer"
+    scene: "_native.SceneArgs"
+    options: "_native.RenderOptions"
+    pointers: Tuple[int, ...]  # positions, features, radii, opacities, background, cameras
+
+
+def _render_forward(positions, features, radii, opacities, background, cameras,
+                    settings) -> Tuple[Tuple[Tensor, ...], _NativeCall]:
     s = RenderSettings.decode(settings)
     dtype, device = positions.dtype, positions.device
-    positions, features, radii = (_native_view(t, dtype) for t in (positions, features, radii))
+    positions, features, radii = _native_view(positions, dtype), _native_view(features, dtype), \
+        _native_view(radii, dtype)
     opacities, cameras = _native_view(opacities, dtype), _native_view(cameras, dtype)
     background = _ones(features.shape[-1], dtype, device) if background is None else _native_view(background, dtype)
     if s.check_values:
         _checks.check_values(positions, features, radii, opacities, background, cameras, s)
     native = native_renderer(s, features.shape[-1], device)
     lead = _lead(s, cameras.shape[0])
-    like = dict(dtype=dtype, device=device)
     outputs: List[Tensor] = []
 
     def make_outputs() -> "_native.ForwardOutputs":
         # Called by the native forward once the binning's device work is enqueued.
-        image = torch.empty(lead + (features.shape[-1],), **like)
-        state = torch.empty(lead + (2,), **like)
+        image = torch.empty(lead + (features.shape[-1],), dtype=dtype, device=device)
+        state = torch.empty(lead + (2,), dtype=dtype, device=device)
         counts = torch.empty((2,) + lead, dtype=torch.int32, device=device)
-        info = torch.empty(lead + (3 + 2 * int(s.n_track),) if s.want_forward_info else (0,), **like)
-        moments = torch.empty(lead + (3,) if s.want_depth_moments else (0,), **like)
+        info = torch.empty(lead + (3 + 2 * int(s.n_track),) if s.want_forward_info else (0,), dtype=dtype,
+                           device=device)
+        moments = torch.empty(lead + (3,) if s.want_depth_moments else (0,), dtype=dtype, device=device)
         outputs.extend((image, state, counts, info, moments))
         hits = counts.data_ptr()
         return _native.ForwardOutputs(image.data_ptr(), state.data_ptr(), hits, hits + 4 * math.prod(lead),
                                       info.data_ptr() if s.want_forward_info else 0,
                                       moments.data_ptr() if s.want_depth_moments else 0)
 
+    scene = _scene_args(s, positions, features, radii, opacities, background, cameras)
+    options = _options(s, device)
     try:
-        native.forward(_scene_args(s, positions, features, radii, opacities, background, cameras),
-                       _options(s, device), make_outputs)
+        native.forward(scene, options, make_outputs)
     except RuntimeError as error:
         _failed(error, "forward", s, device, dict(vert_pos=positions, vert_col=features, vert_rad=radii,
                                                    opacity=opacities, bg_col=background, cameras=cameras))
-    return tuple(outputs)
+    pointers = (scene.positions, scene.features, scene.radii, scene.opacities, scene.background, scene.cameras)
+    return tuple(outputs), _NativeCall(s, native, scene, options, pointers)
+
+
+def _render_kernel(positions, features, radii, opacities, background, cameras, settings):
+    return _render_forward(positions, features, radii, opacities, background, cameras, settings)[0]
 
 
 def _render_fake(positions, features, radii, opacities, background, cameras, settings):
@@ -292,35 +311,54 @@ def _render_fake(positions, features, radii, opacities, background, cameras, set
 
 def _render_backward_kernel(grad_image, grad_depth_moments, positions, features, radii, opacities, background,
                             cameras, image, blend_state, counts, depth_moments, settings, needs):
-    s = RenderSettings.decode(settings)
-    # The forward's dtype is the image gradient's: saved tensors may come back in another.
-    dtype, device = grad_image.dtype, grad_image.device
-    view = lambda t: _native_view(t, dtype)  # noqa: E731
-    positions, features, radii, opacities, cameras = map(view, (positions, features, radii, opacities, cameras))
-    image, blend_state, grad_image = view(image), view(blend_state), view(grad_image)
-    traversal_end = _native_view(counts, torch.int32)[1]
-    background = _ones(features.shape[-1], dtype, device) if background is None else view(background)
-    want_moments = grad_depth_moments is not None and s.want_depth_moments
-    if want_moments:
-        depth_moments, grad_depth_moments = view(depth_moments), view(grad_depth_moments)
-    grads = [torch.empty(t.shape, dtype=dtype, device=device) if (need and t is not None) else None
-             for need, t in zip(needs, (positions, features, radii, opacities, background, cameras))]
-    if any(g is not None for g in grads):
-        native = native_renderer(s, features.shape[-1], device)
-        args = _native.BackwardArgs(grad_image.data_ptr(), image.data_ptr(), blend_state.data_ptr(),
-                                    traversal_end.data_ptr(), _ptr(depth_moments) if want_moments else 0,
-                                    _ptr(grad_depth_moments) if want_moments else 0)
-        try:
-            native.backward(_scene_args(s, positions, features, radii, opacities, background, cameras),
-                            _options(s, device), args, _native.GradientOutputs(*map(_ptr, grads)))
-        except RuntimeError as error:
-            _failed(error, "backward", s, device, dict(
-                vert_pos=positions, vert_col=features, vert_rad=radii, opacity=opacities, bg_col=background,
-                cameras=cameras, grad_image=grad_image, grad_depth_moments=grad_depth_moments if want_moments else None))
+    grads = _render_backward_impl(grad_image, grad_depth_moments, positions, features, radii, opacities, background,
+                                  cameras, image, blend_state, counts, depth_moments, settings, needs)
     if any(g is None for g in grads):  # the operator returns a tensor for every gradient
         empty = grad_image.new_empty((0,))
         grads = [empty if g is None else g for g in grads]
     return tuple(grads)
+
+
+def _render_backward_impl(grad_image, grad_depth_moments, positions, features, radii, opacities, background, cameras,
+                          image, blend_state, counts, depth_moments, settings, needs,
+                          call: Optional[_NativeCall] = None) -> List[Optional[Tensor]]:
+    """The requested gradients (None where not requested). ``call``: the forward's native
+    call, reused when the saved inputs are still where it read them."""
+    # The forward's dtype is the image gradient's: saved tensors may come back in another.
+    dtype, device = grad_image.dtype, grad_image.device
+    view = lambda t: _native_view(t, dtype)  # noqa: E731
+    positions, features, radii, opacities, cameras = view(positions), view(features), view(radii), view(opacities), \
+        view(cameras)
+    background = None if background is None else view(background)
+    pointers = (positions.data_ptr(), features.data_ptr(), radii.data_ptr(), _ptr(opacities),
+                call.pointers[4] if (background is None and call is not None) else _ptr(background), cameras.data_ptr())
+    if call is None or call.pointers != pointers:
+        s = RenderSettings.decode(settings)
+        if background is None:
+            background = _ones(features.shape[-1], dtype, device)
+        call = _NativeCall(s, native_renderer(s, features.shape[-1], device),
+                           _scene_args(s, positions, features, radii, opacities, background, cameras),
+                           _options(s, device), ())
+    s = call.settings
+    image, blend_state, grad_image = view(image), view(blend_state), view(grad_image)
+    traversal_end = _native_view(counts, torch.int32)[1]
+    want_moments = grad_depth_moments is not None and s.want_depth_moments
+    if want_moments:
+        depth_moments, grad_depth_moments = view(depth_moments), view(grad_depth_moments)
+    grads = [torch.empty(t.shape, dtype=dtype, device=device) if need else None
+             for need, t in zip(needs, (positions, features, radii, opacities, background, cameras))]
+    if any(g is not None for g in grads):
+        args = _native.BackwardArgs(grad_image.data_ptr(), image.data_ptr(), blend_state.data_ptr(),
+                                    traversal_end.data_ptr(), _ptr(depth_moments) if want_moments else 0,
+                                    _ptr(grad_depth_moments) if want_moments else 0)
+        try:
+            call.native.backward(call.scene, call.options, args, _native.GradientOutputs(*map(_ptr, grads)))
+        except RuntimeError as error:
+            _failed(error, "backward", s, device, dict(
+                vert_pos=positions, vert_col=features, vert_rad=radii, opacity=opacities,
+                bg_col=background, cameras=cameras, grad_image=grad_image,
+                grad_depth_moments=grad_depth_moments if want_moments else None))
+    return grads
 
 
 def _render_backward_fake(grad_image, grad_depth_moments, positions, features, radii, opacities, background, cameras,
@@ -379,7 +417,7 @@ class _NotDifferentiable(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, anchor, *grads):  # anchor: an input that requires grad, so the outputs do
-        return tuple(g.clone() for g in grads)
+        return tuple(None if g is None else g.clone() for g in grads)
 
     @staticmethod
     def backward(ctx, *grads):
@@ -468,7 +506,7 @@ class _RenderFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, positions, features, radii, opacities, background, cameras, settings):
-        output = _render_kernel(positions, features, radii, opacities, background, cameras, settings)
+        output, ctx.call = _render_forward(positions, features, radii, opacities, background, cameras, settings)
         _render_setup_context(ctx, (positions, features, radii, opacities, background, cameras, settings), output)
         return output
 
@@ -477,7 +515,7 @@ class _RenderFunction(torch.autograd.Function):
         args = _backward_arguments(ctx, grad_image, grad_moments)
         if args is None:
             return (None,) * 7
-        return _input_gradients(_render_backward_kernel(*args), args)
+        return _input_gradients(_render_backward_impl(*args, call=ctx.call), args)
 
 
 def _plain(t: Optional[Tensor]) -> bool:
