@@ -310,6 +310,24 @@ def _plain_scene(pos: object, col: object, rad: object, opacity: object, bg_col:
             and (max_num_balls is None or n <= max_num_balls))
 
 
+def plain_camera_vectors(cam_params: object, pos: torch.Tensor, device: torch.device) -> bool:
+    """True when check_cam_params would accept ``cam_params`` as they are: dense camera
+    vectors [L] or [B, L] (L in {8, 10, 11, 13}, B >= 1 and pos's batch when the spheres
+    are batched) of pos's dtype on ``device``; False takes the full checks."""
+    kind = type(cam_params)
+    if not (kind is torch.Tensor or kind is torch.nn.Parameter) or cam_params.dtype is not pos.dtype:
+        return False
+    shape = cam_params.shape
+    rank = len(shape)
+    if rank == 1:
+        if pos.dim() == 3:
+            return False
+    elif rank != 2 or shape[0] < 1 or (pos.dim() == 3 and shape[0] != pos.shape[0]):
+        return False
+    return (shape[-1] in VALID_PARAM_LENGTHS and cam_params.layout is torch.strided
+            and cam_params.device == device)
+
+
 def check_cam_params(cam_params: object, pos: torch.Tensor, *, device: torch.device,
                      name: str = "cam_params") -> torch.Tensor:
     """Pulsar camera vectors [B?, L], L in {8, 10, 11, 13} -> [B, L], expanded to the
@@ -354,6 +372,7 @@ def check_values(positions: torch.Tensor, features: torch.Tensor, radii: torch.T
     their depth range, or packed cameras [B, 15] (named camera) with their resolved
     near and far depths."""
     checks = DeferredValueChecks()
+    cameras = cameras if cameras.dim() == 2 else cameras[None]
     limit = magnitude_limit(positions.dtype)
     checks.bounded("vert_pos", positions, limit)
     checks.finite("vert_col", features)

@@ -200,9 +200,14 @@ def _ones(n: int, dtype: torch.dtype, device: torch.device) -> Tensor:
     return ones
 
 
+def _batch(cameras: Tensor) -> int:
+    """B of cameras [B, L] or [L] (one camera)."""
+    return cameras.shape[0] if cameras.dim() == 2 else 1
+
+
 def _scene_args(s: RenderSettings, positions: Tensor, features: Tensor, radii: Tensor, opacities: Optional[Tensor],
                 background: Tensor, cameras: Tensor) -> "_native.SceneArgs":
-    return _native.SceneArgs(_dtype_enum(positions.dtype), cameras.shape[0], positions.shape[-2],
+    return _native.SceneArgs(_dtype_enum(positions.dtype), _batch(cameras), positions.shape[-2],
                              positions.dim() == 2, positions.data_ptr(), features.data_ptr(), radii.data_ptr(),
                              _ptr(opacities), background.data_ptr(), cameras.data_ptr(), bool(s.right_handed),
                              int(s.camera_length), bool(s.first_R_then_T), s.min_depth, s.max_depth)
@@ -266,7 +271,7 @@ def _render_forward(positions, features, radii, opacities, background, cameras,
     if s.check_values:
         _checks.check_values(positions, features, radii, opacities, background, cameras, s)
     native = native_renderer(s, features.shape[-1], device)
-    lead = _lead(s, cameras.shape[0])
+    lead = _lead(s, _batch(cameras))
     outputs: List[Tensor] = []
 
     def make_outputs() -> "_native.ForwardOutputs":
@@ -289,7 +294,8 @@ def _render_forward(positions, features, radii, opacities, background, cameras,
         native.forward(scene, options, make_outputs)
     except RuntimeError as error:
         _failed(error, "forward", s, device, dict(vert_pos=positions, vert_col=features, vert_rad=radii,
-                                                   opacity=opacities, bg_col=background, cameras=cameras))
+                                                   opacity=opacities, bg_col=background,
+                                                   cameras=cameras.reshape(-1, cameras.shape[-1])))
     pointers = (scene.positions, scene.features, scene.radii, scene.opacities, scene.background, scene.cameras)
     return tuple(outputs), _NativeCall(s, native, scene, options, pointers)
 
@@ -300,7 +306,7 @@ def _render_kernel(positions, features, radii, opacities, background, cameras, s
 
 def _render_fake(positions, features, radii, opacities, background, cameras, settings):
     s = RenderSettings.decode(settings)
-    lead = _lead(s, cameras.shape[0])
+    lead = _lead(s, _batch(cameras))
     image = positions.new_empty(lead + (features.shape[-1],))
     state = positions.new_empty(lead + (2,))
     counts = positions.new_empty((2,) + lead, dtype=torch.int32)
@@ -356,7 +362,7 @@ def _render_backward_impl(grad_image, grad_depth_moments, positions, features, r
         except RuntimeError as error:
             _failed(error, "backward", s, device, dict(
                 vert_pos=positions, vert_col=features, vert_rad=radii, opacity=opacities,
-                bg_col=background, cameras=cameras, grad_image=grad_image,
+                bg_col=background, cameras=cameras.reshape(-1, cameras.shape[-1]), grad_image=grad_image,
                 grad_depth_moments=grad_depth_moments if want_moments else None))
     return grads
 
@@ -535,5 +541,9 @@ def render_call(positions: Tensor, features: Tensor, radii: Tensor, opacities: O
     """
     if (not torch.compiler.is_compiling() and torch._C._len_torch_dispatch_stack() == 0 and _plain(positions)
             and _plain(features) and _plain(radii) and _plain(opacities) and _plain(background) and _plain(cameras)):
-        return _RenderFunction.apply(positions, features, radii, opacities, background, cameras, settings)
+        if torch.is_grad_enabled() and (positions.requires_grad or features.requires_grad or radii.requires_grad
+                                        or cameras.requires_grad or (opacities is not None and opacities.requires_grad)
+                                        or (background is not None and background.requires_grad)):
+            return _RenderFunction.apply(positions, features, radii, opacities, background, cameras, settings)
+        return _render_kernel(positions, features, radii, opacities, background, cameras, settings)
     return render(positions, features, radii, opacities, background, cameras, settings)

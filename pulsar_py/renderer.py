@@ -241,7 +241,7 @@ class Renderer(torch.nn.Module):
         if camera_input is None:
             camera_input = self._camera_input(camera, scene.positions, depths, first_R_then_T, camera_name)
         cams = camera_input.cameras
-        _checks.check_batch(cams.shape[0], self.width, self.height)
+        _checks.check_batch(cams.shape[0] if cams.dim() == 2 else 1, self.width, self.height)
         batched = batched or scene.batched or camera_input.batched
         if eager:
             self._warn_once(gamma_arg, percent_arg, settings.gamma, scene, cams)
@@ -310,6 +310,11 @@ class Renderer(torch.nn.Module):
 
     def _camera_input(self, camera, pos: torch.Tensor, depths: _checks.DepthRange, first_R_then_T: object,
                       name: str) -> CameraInput:
+        if _checks.plain_camera_vectors(camera, pos, self.device) and not depths.differentiable and (
+                first_R_then_T is False or first_R_then_T is True):
+            # The common call, tested without building messages: [L] or [B, L] as given.
+            return CameraInput(camera, camera.shape[-1], camera.dim() == 2, self.right_handed_system,
+                               self.orthogonal_projection)
         cams, batched, right_handed, orthographic = self._resolve_camera(camera, pos, first_R_then_T, name)
         if isinstance(cams, torch.Tensor) and not depths.differentiable:
             return CameraInput(cams, cams.shape[-1], batched, right_handed, orthographic)
@@ -566,6 +571,7 @@ def _expand_camera(camera: NativeCamera, batch: int, name: str) -> NativeCamera:
 def _near_far(camera_input: CameraInput, depths: _checks.DepthRange) -> Tuple[torch.Tensor, torch.Tensor]:
     """[B] resolved near and far depths of a call's cameras (differentiable)."""
     cams = camera_input.cameras
+    cams = cams if cams.dim() == 2 else cams[None]
     if camera_input.length == 0:
         return cams[:, 13], cams[:, 14]
     n_rot = 6 if camera_input.length in (11, 13) else 3
