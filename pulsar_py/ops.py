@@ -251,7 +251,7 @@ for _schema in (_RENDER_SCHEMA, _BACKWARD_SCHEMA, _PACK_SCHEMA, _PACK_BACKWARD_S
 
 class _NativeCall(NamedTuple):
     """What a forward handed the native renderer, kept for its backward (eager calls):
-    the backward reuses it when its saved tensors still live where the forward read them."""
+    the backward reuses it when its saved inputs are the very tensors the forward read."""
 
     settings: RenderSettings
     native: "_native.Renderer"
@@ -279,14 +279,13 @@ def _render_forward(positions, features, radii, opacities, background, cameras,
         image = torch.empty(lead + (features.shape[-1],), dtype=dtype, device=device)
         state = torch.empty(lead + (2,), dtype=dtype, device=device)
         counts = torch.empty((2,) + lead, dtype=torch.int32, device=device)
-        info = torch.empty(lead + (3 + 2 * int(s.n_track),) if s.want_forward_info else (0,), dtype=dtype,
-                           device=device)
-        moments = torch.empty(lead + (3,) if s.want_depth_moments else (0,), dtype=dtype, device=device)
+        info = torch.empty(lead + (3 + 2 * int(s.n_track),), dtype=dtype, device=device) \
+            if s.want_forward_info else None
+        moments = torch.empty(lead + (3,), dtype=dtype, device=device) if s.want_depth_moments else None
         outputs.extend((image, state, counts, info, moments))
         hits = counts.data_ptr()
         return _native.ForwardOutputs(image.data_ptr(), state.data_ptr(), hits, hits + 4 * math.prod(lead),
-                                      info.data_ptr() if s.want_forward_info else 0,
-                                      moments.data_ptr() if s.want_depth_moments else 0)
+                                      _ptr(info), _ptr(moments))
 
     scene = _scene_args(s, positions, features, radii, opacities, background, cameras)
     options = _options(s, device)
@@ -301,7 +300,10 @@ def _render_forward(positions, features, radii, opacities, background, cameras,
 
 
 def _render_kernel(positions, features, radii, opacities, background, cameras, settings):
-    return _render_forward(positions, features, radii, opacities, background, cameras, settings)[0]
+    outputs = _render_forward(positions, features, radii, opacities, background, cameras, settings)[0]
+    # The operator returns a tensor for every output: [0] for forward info and depth
+    # moments that were not asked for (eager calls get None, _RenderFunction).
+    return tuple(positions.new_empty((0,)) if t is None else t for t in outputs)
 
 
 def _render_fake(positions, features, radii, opacities, background, cameras, settings):
@@ -333,12 +335,15 @@ def _render_backward_impl(grad_image, grad_depth_moments, positions, features, r
     # The forward's dtype is the image gradient's: saved tensors may come back in another.
     dtype, device = grad_image.dtype, grad_image.device
     view = lambda t: _native_view(t, dtype)  # noqa: E731
-    positions, features, radii, opacities, cameras = view(positions), view(features), view(radii), view(opacities), \
-        view(cameras)
-    background = None if background is None else view(background)
-    pointers = (positions.data_ptr(), features.data_ptr(), radii.data_ptr(), _ptr(opacities),
-                call.pointers[4] if (background is None and call is not None) else _ptr(background), cameras.data_ptr())
-    if call is None or call.pointers != pointers:
+    if call is not None and (call.pointers != (
+            positions.data_ptr(), features.data_ptr(), radii.data_ptr(), _ptr(opacities),
+            call.pointers[4] if background is None else background.data_ptr(), cameras.data_ptr())
+            or not (positions.is_contiguous() and features.is_contiguous() and cameras.is_contiguous())):
+        call = None  # a saved-tensor hook gave other tensors: made native-readable again below
+    if call is None:
+        positions, features, radii, opacities, cameras = view(positions), view(features), view(radii), \
+            view(opacities), view(cameras)
+        background = None if background is None else view(background)
         s = RenderSettings.decode(settings)
         if background is None:
             background = _ones(features.shape[-1], dtype, device)
@@ -348,7 +353,7 @@ def _render_backward_impl(grad_image, grad_depth_moments, positions, features, r
     s = call.settings
     image, blend_state, grad_image = view(image), view(blend_state), view(grad_image)
     traversal_end = _native_view(counts, torch.int32)[1]
-    want_moments = grad_depth_moments is not None and s.want_depth_moments
+    want_moments = grad_depth_moments is not None and bool(s.want_depth_moments)
     if want_moments:
         depth_moments, grad_depth_moments = view(depth_moments), view(grad_depth_moments)
     grads = [torch.empty(t.shape, dtype=dtype, device=device) if need else None
@@ -379,7 +384,7 @@ def _render_setup_context(ctx, inputs, output):
     image, state, counts, info, moments = output
     ctx.settings = settings
     ctx.save_for_backward(positions, features, radii, opacities, background, cameras, image, state, counts, moments)
-    ctx.mark_non_differentiable(state, counts, info)
+    ctx.mark_non_differentiable(state, counts, *(() if info is None else (info,)))
     # Outputs without a gradient reach backward as None, not as zero-filled tensors.
     ctx.set_materialize_grads(False)
 

@@ -63,8 +63,8 @@ class RawOutputs(NamedTuple):
 
     image: torch.Tensor
     hit_count: torch.Tensor  # int32
-    forward_info: torch.Tensor  # or [0]
-    depth_moments: torch.Tensor  # or [0]
+    forward_info: Optional[torch.Tensor]  # when asked for ([0] from traced code)
+    depth_moments: Optional[torch.Tensor]
     batched: bool  # outputs carry the leading B
 
 
