@@ -199,7 +199,7 @@ def check_batch(batch: int, width: int, height: int, name: str = "batch size") -
     """B >= 1 and B * tiles per image within the native limit of 2^31 - 1 tiles per call."""
     if batch < 1:
         raise ValueError(f"{name}: expected at least 1 camera/scene in the batch, got {batch}")
-    tiles = math.ceil(width / TILE_SIZE) * math.ceil(height / TILE_SIZE)
+    tiles = -(-width // TILE_SIZE) * -(-height // TILE_SIZE)
     if batch * tiles > MAX_TILES_PER_CALL:
         raise ValueError(f"{name}: expected at most {MAX_TILES_PER_CALL // tiles} images of {width}x{height} "
                          f"pixels per call ({tiles} tiles of {TILE_SIZE}x{TILE_SIZE} each, at most 2^31 - 1 "

@@ -213,8 +213,19 @@ def _scene_args(s: RenderSettings, positions: Tensor, features: Tensor, radii: T
                              int(s.camera_length), bool(s.first_R_then_T), s.min_depth, s.max_depth)
 
 
+_options_cache: Dict[tuple, "_native.RenderOptions"] = {}
+
+
 def _options(s: RenderSettings, device: torch.device) -> "_native.RenderOptions":
-    return _native.RenderOptions(s.gamma, s.percent_allowed_difference, int(s.max_n_hits), stream_handle(device))
+    """The native options of a call, one object per distinct value (the native core only
+    reads them); a few hundred distinct values at most are kept."""
+    key = (s.gamma, s.percent_allowed_difference, s.max_n_hits, stream_handle(device))
+    options = _options_cache.get(key)
+    if options is None:
+        if len(_options_cache) > 256:
+            _options_cache.clear()
+        options = _options_cache[key] = _native.RenderOptions(key[0], key[1], int(key[2]), key[3])
+    return options
 
 
 def _lead(s: RenderSettings, batch: int) -> Tuple[int, ...]:
@@ -261,8 +272,11 @@ class _NativeCall(NamedTuple):
 
 
 def _render_forward(positions, features, radii, opacities, background, cameras,
-                    settings) -> Tuple[Tuple[Tensor, ...], _NativeCall]:
-    s = RenderSettings.decode(settings)
+                    settings) -> Tuple[Tuple[Optional[Tensor], ...], _NativeCall]:
+    """The render: (image, blend_state, counts, forward_info or None, depth_moments or
+    None), and the native call for the backward. ``settings``: RenderSettings, or its
+    encoding (the operator's argument)."""
+    s = settings if type(settings) is RenderSettings else RenderSettings.decode(settings)
     dtype, device = positions.dtype, positions.device
     positions, features, radii = _native_view(positions, dtype), _native_view(features, dtype), \
         _native_view(radii, dtype)
@@ -513,11 +527,12 @@ pack_cameras = torch.ops.pulsar.pack_cameras.default
 class _RenderFunction(torch.autograd.Function):
     """The render operator's kernels with its registered autograd formula
     (``_render_setup_context``, ``_backward_arguments``), without the dispatcher: see
-    ``render_call``."""
+    ``render_call``. ``rendered``: what ``_render_forward`` returned for these inputs,
+    rendered before the node is made (the device bins while the host builds it)."""
 
     @staticmethod
-    def forward(ctx, positions, features, radii, opacities, background, cameras, settings):
-        output, ctx.call = _render_forward(positions, features, radii, opacities, background, cameras, settings)
+    def forward(ctx, positions, features, radii, opacities, background, cameras, settings, rendered):
+        output, ctx.call = rendered
         _render_setup_context(ctx, (positions, features, radii, opacities, background, cameras, settings), output)
         return output
 
@@ -525,8 +540,8 @@ class _RenderFunction(torch.autograd.Function):
     def backward(ctx, grad_image, _state, _counts, _info, grad_moments):
         args = _backward_arguments(ctx, grad_image, grad_moments)
         if args is None:
-            return (None,) * 7
-        return _input_gradients(_render_backward_impl(*args, call=ctx.call), args)
+            return (None,) * 8
+        return (*_input_gradients(_render_backward_impl(*args, call=ctx.call), args), None)
 
 
 def _plain(t: Optional[Tensor]) -> bool:
@@ -534,7 +549,7 @@ def _plain(t: Optional[Tensor]) -> bool:
 
 
 def render_call(positions: Tensor, features: Tensor, radii: Tensor, opacities: Optional[Tensor],
-                background: Optional[Tensor], cameras: Tensor, settings: List[float]) -> Tuple[Tensor, ...]:
+                background: Optional[Tensor], cameras: Tensor, settings: RenderSettings) -> Tuple[Tensor, ...]:
     """pulsar::render, as the renderer calls it.
 
     Traced code (torch.compile, torch.export), an active dispatch mode (FakeTensorMode,
@@ -546,9 +561,11 @@ def render_call(positions: Tensor, features: Tensor, radii: Tensor, opacities: O
     """
     if (not torch.compiler.is_compiling() and torch._C._len_torch_dispatch_stack() == 0 and _plain(positions)
             and _plain(features) and _plain(radii) and _plain(opacities) and _plain(background) and _plain(cameras)):
+        rendered = _render_forward(positions, features, radii, opacities, background, cameras, settings)
         if torch.is_grad_enabled() and (positions.requires_grad or features.requires_grad or radii.requires_grad
                                         or cameras.requires_grad or (opacities is not None and opacities.requires_grad)
                                         or (background is not None and background.requires_grad)):
-            return _RenderFunction.apply(positions, features, radii, opacities, background, cameras, settings)
-        return _render_kernel(positions, features, radii, opacities, background, cameras, settings)
-    return render(positions, features, radii, opacities, background, cameras, settings)
+            return _RenderFunction.apply(positions, features, radii, opacities, background, cameras, settings,
+                                         rendered)
+        return rendered[0]
+    return render(positions, features, radii, opacities, background, cameras, settings.encode())

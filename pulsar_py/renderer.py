@@ -236,25 +236,26 @@ class Renderer(torch.nn.Module):
         if scene is None:
             scene = self._check_scene(vert_pos, vert_col, vert_rad, opacity, bg_col)
         gamma_arg, percent_arg = gamma, percent_allowed_difference
-        settings = _checks.check_call_settings(gamma, percent_allowed_difference, max_n_hits)
+        checked = _checks.check_call_settings(gamma, percent_allowed_difference, max_n_hits)
         depths = _checks.check_depths(max_depth, min_depth)
         if camera_input is None:
             camera_input = self._camera_input(camera, scene.positions, depths, first_R_then_T, camera_name)
         cams = camera_input.cameras
-        _checks.check_batch(cams.shape[0] if cams.dim() == 2 else 1, self.width, self.height)
+        if cams.dim() == 2 and cams.shape[0] > 1:  # one image always fits
+            _checks.check_batch(cams.shape[0], self.width, self.height)
         batched = batched or scene.batched or camera_input.batched
-        if eager:
-            self._warn_once(gamma_arg, percent_arg, settings.gamma, scene, cams)
         vectors = camera_input.length > 0
-        encoded = ops.RenderSettings(
+        settings = ops.RenderSettings(
             self._renderer_id, self.width, self.height, self.n_track, camera_input.orthographic,
-            self.background_normalized_depth, self.num_threads, self._backward_row_budget, settings.gamma,
-            settings.percent_allowed_difference, settings.max_n_hits, camera_input.right_handed, want_info,
+            self.background_normalized_depth, self.num_threads, self._backward_row_budget, checked.gamma,
+            checked.percent_allowed_difference, checked.max_n_hits, camera_input.right_handed, want_info,
             want_moments, batched, self.check_values, self.debug, camera_input.length,
             vectors and bool(first_R_then_T), depths.min_depth if vectors else 0.0,
-            depths.max_depth if vectors else 0.0, _checks.CAMERA_ARGUMENTS.index(camera_name)).encode()
+            depths.max_depth if vectors else 0.0, _checks.CAMERA_ARGUMENTS.index(camera_name))
         image, _state, counts, info, moments = ops.render_call(
-            scene.positions, scene.features, scene.radii, scene.opacities, scene.background, cams, encoded)
+            scene.positions, scene.features, scene.radii, scene.opacities, scene.background, cams, settings)
+        if eager:  # after the call: the device works meanwhile
+            self._warn_once(gamma_arg, percent_arg, checked.gamma, scene, cams)
         return RawOutputs(image, counts[0], info, moments, batched)
 
     def _check_scene(self, vert_pos, vert_col, vert_rad, opacity, bg_col) -> _checks.SceneTensors:
