@@ -5,7 +5,9 @@
     L = sum(image * grad_output)        (grad_output: a fixed random [B?, H, W, C] tensor)
 
 with central finite differences of L in float64, for every parameter group (vert_pos,
-vert_col, vert_rad, opacity, bg_col, cam_params), and returns a ``GradcheckReport``.
+vert_col, vert_rad, opacity, bg_col, and the camera: cam_params for camera vectors, or
+camera.rotation, camera.translation, camera.fx, camera.fy, camera.cx, camera.cy for a
+``pulsar_py.Camera``), and returns a ``GradcheckReport``.
 
 Pass criterion, per entry with analytic value a and tolerance tol(n) = atol + rtol |n|:
   * the central difference c = (L(x+h) - L(x-h)) / (2h) agrees, |a - c| <= tol(c), for
@@ -28,13 +30,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
-from .cameras.params import camera_from_params
+from .cameras.camera import Camera
 
 PARAMETER_GROUPS = ("vert_pos", "vert_col", "vert_rad", "opacity", "bg_col", "cam_params")
+# The groups of a Camera's tensors (its film distance changes no image and is not checked).
+CAMERA_GROUPS = tuple(f"camera.{n}" for n in ("rotation", "translation", "fx", "fy", "cx", "cy"))
 
 # Defaults by the dtype of the analytic gradient: (rtol, atol, floor). The per-entry
 # tolerance is atol + rtol * (|numeric| + floor * the group's largest |numeric|).
@@ -44,7 +48,7 @@ PARAMETER_GROUPS = ("vert_pos", "vert_col", "vert_rad", "opacity", "bg_col", "ca
 _DEFAULT_TOLERANCES = {torch.float64: (1e-5, 1e-8, 0.0), torch.float32: (2e-2, 1e-5, 1e-2)}
 # Groups whose every entry sums over all pixels: one silhouette through one pixel centre
 # makes each of their entries a kink, so their kinks are not limited by max_kink_fraction.
-_GLOBAL_GROUPS = ("bg_col", "cam_params")
+_GLOBAL_GROUPS = ("bg_col", "cam_params") + CAMERA_GROUPS
 # Kinks always allowed in a per-sphere group: a silhouette on a pixel centre makes up to
 # 3 position entries kinks; two such events pass.
 _MIN_KINKS = 6
@@ -159,7 +163,7 @@ def gradcheck(
     vert_pos: torch.Tensor,
     vert_col: torch.Tensor,
     vert_rad: torch.Tensor,
-    cam_params: torch.Tensor,
+    cam_params: Union[torch.Tensor, Camera],
     gamma: float,
     max_depth: float,
     min_depth: float = 0.0,
@@ -182,8 +186,10 @@ def gradcheck(
 
     Args:
         renderer: a ``pulsar_py.Renderer`` (or anything called like one).
-        vert_pos [B?, N, 3], vert_col [B?, N, C], vert_rad [B?, N], cam_params [B?, L],
-        bg_col [C] (None: ones, checked too), opacity [B?, N] (None: not checked), and the
+        vert_pos [B?, N, 3], vert_col [B?, N, C], vert_rad [B?, N], cam_params: camera
+            vectors [B?, L] or a ``pulsar_py.Camera`` (any: fx != fy, principal point,
+            orthographic; its tensors are checked, film distance aside), bg_col [C]
+            (None: ones, checked too), opacity [B?, N] (None: not checked), and the
             other render arguments: as for ``Renderer.forward``. Tensors are converted to
             float64 (and detached) on the renderer's device.
         eps: finite-difference step (input units).
@@ -215,11 +221,17 @@ def gradcheck(
     atol = default_atol if atol is None else float(atol)
 
     device = getattr(renderer, "device", vert_pos.device)
-    given = dict(vert_pos=vert_pos, vert_col=vert_col, vert_rad=vert_rad, opacity=opacity,
-                 bg_col=bg_col, cam_params=cam_params)
+    camera = cam_params if isinstance(cam_params, Camera) else None
+    given = dict(vert_pos=vert_pos, vert_col=vert_col, vert_rad=vert_rad, opacity=opacity, bg_col=bg_col)
+    if camera is None:
+        given["cam_params"] = cam_params
+    else:
+        camera = camera.to(device=device, dtype=torch.float64)
+        given.update({f"camera.{n}": t for n, t in camera.tensors().items() if f"camera.{n}" in CAMERA_GROUPS})
     for name, t in given.items():
         if t is not None and not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+            raise TypeError(f"{name}: expected a torch.Tensor{' or a pulsar_py.Camera' if name == 'cam_params' else ''}"
+                            f", got {type(t).__name__}")
     if bg_col is None:
         given["bg_col"] = torch.ones(vert_col.shape[-1])  # the renderer's default, checked too
     x64 = {name: None if t is None else t.detach().to(device=device, dtype=torch.float64).contiguous()
@@ -229,7 +241,12 @@ def gradcheck(
                     first_R_then_T=first_R_then_T)
 
     def render(tensors: Dict[str, Optional[torch.Tensor]]) -> torch.Tensor:
-        return renderer(**tensors, **settings)
+        if camera is None:
+            return renderer(**tensors, **settings)
+        fields = {n[len("camera."):]: t for n, t in tensors.items() if n.startswith("camera.")}
+        scene = {n: t for n, t in tensors.items() if not n.startswith("camera.")}
+        fields["film_distance"] = camera.film_distance.to(scene["vert_pos"].dtype)
+        return renderer(**scene, cam_params=camera._replace(**fields), **settings)
 
     with torch.no_grad():
         image0 = render(x64)

@@ -7,6 +7,8 @@ from typing import Optional
 
 import torch
 
+from .cameras.params import NativeCamera, dot3
+
 
 @dataclass
 class RenderResult:
@@ -19,6 +21,11 @@ class RenderResult:
             the pixel's hits, with ``a_i`` the normalised blend weights and ``z_i`` the
             distance along the pixel's ray from the eye (world units; orthographic: from
             the film plane). ``min_depth`` where nothing is hit.
+        z_depth: [B?, H, W] the same expected depth measured along the optical axis (the
+            intersection's z in camera coordinates): what depth cameras (RGB-D sensors,
+            OpenCV, gsplat and PyTorch3D depth maps) report. ``depth`` times the cosine
+            between the pixel's ray and the axis (orthographic: equal to ``depth``);
+            differentiable like ``depth``.
         coverage: [B?, H, W] in [0, 1): the share of the blend that is not background,
             ``1 - a_bg`` (alpha).
         distortion: [B?, H, W] ``sum_ij a_i a_j (z_i - z_j)^2`` over the hits (world
@@ -33,6 +40,7 @@ class RenderResult:
     distortion: torch.Tensor
     hit_count: torch.Tensor
     forward_info: Optional[torch.Tensor] = None
+    z_depth: Optional[torch.Tensor] = None
 
 
 def depth_from_moments(moments: torch.Tensor, min_depth: torch.Tensor, max_depth: torch.Tensor):
@@ -49,3 +57,23 @@ def depth_from_moments(moments: torch.Tensor, min_depth: torch.Tensor, max_depth
     depth = min_depth + depth_range * mean_n
     distortion = depth_range * depth_range * 2 * (m0 * m2 - m1 * m1)
     return depth, distortion
+
+
+def ray_axis_cosines(camera: NativeCamera, width: int, height: int) -> torch.Tensor:
+    """[B, H, W] cosine between each pixel's ray and the optical axis (1 orthographic).
+
+    A ray's direction is r = p00_rel + i pdx + j pdy (column i, row j); the axis is
+    perpendicular to pdx and pdy, so r . axis = p00_rel . axis for every pixel, and
+    |r|^2 expands in i and j: no [B, H, W, 3] tensor is made. Differentiable in the camera.
+    """
+    dtype, device = camera.eye.dtype, camera.eye.device
+    if camera.orthographic:
+        return torch.ones((camera.batch_size, height, width), dtype=dtype, device=device)
+    i = torch.arange(width, dtype=dtype, device=device)[None, None, :]
+    j = torch.arange(height, dtype=dtype, device=device)[None, :, None]
+    p, dx, dy = camera.p00_rel, camera.pdx, camera.pdy
+    term = lambda t: t[:, None, None]  # noqa: E731  [B] -> [B, 1, 1]
+    length2 = (term(dot3(p, p)) + 2 * i * term(dot3(p, dx)) + 2 * j * term(dot3(p, dy))
+               + i * i * term(dot3(dx, dx)) + j * j * term(dot3(dy, dy)) + 2 * i * j * term(dot3(dx, dy)))
+    along = term(dot3(p, camera.optical_axis()))
+    return along / length2.sqrt()

@@ -20,7 +20,7 @@ import torch
 from . import _checks, _native, ops
 from .cameras.camera import Camera
 from .cameras.params import NativeCamera
-from .outputs import RenderResult, depth_from_moments
+from .outputs import RenderResult, depth_from_moments, ray_axis_cosines
 from .sh import check_sh_degree, sh_n_coefficients, sh_to_color
 from .visibility import visible_spheres
 
@@ -356,6 +356,7 @@ class Renderer(torch.nn.Module):
         sh_degree: Optional[int] = None,
         mask: Optional[torch.Tensor] = None,
         first_R_then_T: bool = False,
+        z_depth: bool = False,
     ) -> RenderResult:
         """Render image, expected depth, coverage and depth distortion in one native call.
 
@@ -378,6 +379,8 @@ class Renderer(torch.nn.Module):
                 NaN included). Lets B scenes with different sphere counts share one call
                 (pad each to N). They are moved behind the camera, where culling drops
                 them before any pixel work.
+            z_depth: also fill ``z_depth``, the expected depth along the optical axis
+                (what depth cameras measure; ``depth`` is the distance along the ray).
 
         Returns:
             RenderResult: image [B?, H, W, C], depth, coverage, distortion [B?, H, W]
@@ -386,6 +389,7 @@ class Renderer(torch.nn.Module):
             with unbatched spheres renders the same spheres from every camera.
         """
         want_info = _checks.check_bool("return_forward_info", return_forward_info)
+        z_depth_wanted = _checks.check_bool("z_depth", z_depth)
         pos = _checks.check_tensor("vert_pos", vert_pos, dims=(2, 3), last=3, device=self.device)
         depths = _checks.check_depths(max_depth, min_depth)
         mask_batched = False
@@ -404,8 +408,17 @@ class Renderer(torch.nn.Module):
         else:
             near, far = near[0], far[0]
         depth, distortion = depth_from_moments(raw.depth_moments, near, far)
+        z_depth = None
+        if z_depth_wanted:
+            packed = camera_input.cameras if camera_input.length == 0 else self._pack(
+                self._native_camera(camera_input.cameras.reshape(-1, camera_input.length), depths,
+                                    bool(first_R_then_T)), depths)
+            cosines = ray_axis_cosines(NativeCamera.from_packed(packed.reshape(-1, 15), camera_input.right_handed,
+                                                                camera_input.orthographic), self.width, self.height)
+            z_depth = depth * (cosines if raw.batched else cosines[0])
         return RenderResult(image=raw.image, depth=depth, coverage=raw.depth_moments[..., 0], distortion=distortion,
-                            hit_count=raw.hit_count, forward_info=raw.forward_info if want_info else None)
+                            hit_count=raw.hit_count, forward_info=raw.forward_info if want_info else None,
+                            z_depth=z_depth)
 
     def _masked_sh_scene(self, pos, vert_col, vert_rad, opacity, bg_col, camera, depths, first_R_then_T,
                          sh_degree, mask):

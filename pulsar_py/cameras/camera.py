@@ -71,14 +71,21 @@ def _as_tensor(name: str, value: object, like: torch.Tensor) -> torch.Tensor:
     return torch.as_tensor(value, dtype=like.dtype, device=like.device)
 
 
-def _reference_tensor(*values: object) -> torch.Tensor:
-    """The first tensor argument (dtype and device of the camera); float64 CPU if none."""
+def _reference_tensor(*values: object, dtype: Optional[torch.dtype] = None,
+                      device: Optional[Union[str, torch.device]] = None) -> torch.Tensor:
+    """The first tensor argument (dtype and device of the camera); with none, an empty
+    tensor of ``dtype`` (default: torch's default dtype) on ``device`` (default: CPU)."""
     for v in values:
         if isinstance(v, torch.Tensor):
             if v.dtype not in _checks.FLOAT_DTYPES:
                 raise TypeError(f"camera tensors: expected dtype float32 or float64, got {v.dtype}")
-            return v
-    return torch.empty(0, dtype=torch.float64)
+            if dtype is not None and v.dtype != dtype:
+                raise TypeError(f"dtype: {dtype} asked for, but the camera's tensors are {v.dtype}")
+            return v if device is None else v.to(device)
+    dtype = torch.get_default_dtype() if dtype is None else dtype
+    if dtype not in _checks.FLOAT_DTYPES:
+        raise TypeError(f"dtype: expected torch.float32 or torch.float64, got {dtype}")
+    return torch.empty(0, dtype=dtype, device=device)
 
 
 def _batch_fields(fields: Dict[str, Tuple[torch.Tensor, int]]) -> Tuple[Dict[str, torch.Tensor], int, bool]:
@@ -273,6 +280,8 @@ class Camera:
         right_handed: bool = True,
         rotation_repr: str = "matrix",
         film_distance: Optional[Scalar] = None,
+        dtype: Optional[torch.dtype] = None,
+        device: Optional[Union[str, torch.device]] = None,
     ) -> "Camera":
         """A camera at ``eye`` looking at ``target`` with ``up`` upwards in the image.
 
@@ -286,10 +295,13 @@ class Camera:
                 (orthographic: fx is required); a missing one equals the other.
             cx, cy: principal point (default: the image centre).
             orthographic, right_handed, rotation_repr, film_distance: see ``Camera``.
+            dtype, device: of the camera when eye, target and up are Python numbers
+                (default: torch's default dtype, float32 unless changed, on the CPU);
+                tensors give theirs.
         The construction is differentiable in eye and target.
         """
         height, width = _check_image_size(image_size)
-        like = _reference_tensor(eye, target, up)
+        like = _reference_tensor(eye, target, up, dtype=dtype, device=device)
         eye_t, target_t, up_t = (_as_tensor(n, v, like) for n, v in (("eye", eye), ("target", target), ("up", up)))
         for name, v in (("eye", eye_t), ("target", target_t), ("up", up_t)):
             if v.shape[-1:] != (3,) or v.dim() not in (1, 2):

@@ -310,3 +310,57 @@ def test_render_errors_name_the_argument():
         args.update(override)
         with pytest.raises(error, match=message):
             renderer.render(**args)
+
+
+# ---------------------------------------------------------------------------------------
+# z-depth: the expected depth along the optical axis.
+@pytest.mark.parametrize("orthographic", [False, True])
+def test_z_depth_is_the_camera_space_z_of_what_a_pixel_sees(orthographic):
+    """A small sphere off the axis: at the pixel its centre projects to, z_depth is the
+    camera-space z of the near surface along that pixel's ray, while depth is
+    the distance along that pixel's ray (longer by 1 / cos of the ray's angle)."""
+    H, W = 48, 64
+    cam = Camera.look_at(torch.tensor([0.0, 0.0, 0.0], dtype=torch.float64),
+                         torch.tensor([0.0, 0.0, 10.0], dtype=torch.float64), image_size=(H, W),
+                         fov_y=None if orthographic else 70.0, fx=8.0 if orthographic else None,
+                         orthographic=orthographic)
+    centre = torch.tensor([[2.2, -1.4, 9.0]], dtype=torch.float64)
+    radius = torch.tensor([0.3], dtype=torch.float64)  # over a pixel: the surface, not the tiny-sphere rule
+    renderer = Renderer(W, H, n_channels=1, orthogonal_projection=orthographic)
+    result = renderer.render(centre, torch.ones(1, 1, dtype=torch.float64), radius, cam, 0.01, 30.0, z_depth=True,
+                             percent_allowed_difference=0.0)
+    uv, z_cam = cam.project(centre)
+    i, j = int(round(float(uv[0, 0, 0]))), int(round(float(uv[0, 0, 1])))
+    z_cam = z_cam[0]
+    assert float(result.coverage[j, i]) > 0.5  # the pixel sees the sphere
+    # The ray through the centre meets the surface at distance |c| - r: its z is
+    # (|c| - r) z_c / |c| (perspective), z_c - r (orthographic).
+    distance = float(centre.norm())
+    near_z = float(z_cam[0]) - (0.3 * float(z_cam[0]) / distance if not orthographic else 0.3)
+    assert abs(float(result.z_depth[j, i]) - near_z) < 0.02
+    if not orthographic:
+        assert float(result.depth[j, i]) > float(result.z_depth[j, i]) + 0.1  # an oblique ray
+    else:
+        torch.testing.assert_close(result.z_depth, result.depth)
+
+
+def test_z_depth_gradients_match_finite_differences():
+    scene = random_scene(31, n_spheres=12, width=20, height=14)
+    renderer = scene.renderer()
+    kwargs = scene.call_kwargs(torch.float64)
+    camera = kwargs.pop("cam_params")
+    pos, rad = kwargs.pop("vert_pos"), kwargs.pop("vert_rad")
+    for name in ("mode",):
+        kwargs.pop(name, None)
+
+    def z_depth(p, r, c):
+        return renderer.render(p, kwargs["vert_col"], r, c, kwargs["gamma"], kwargs["max_depth"],
+                               kwargs["min_depth"], opacity=kwargs.get("opacity"),
+                               percent_allowed_difference=0.0, z_depth=True).z_depth
+
+    inputs = (pos.clone().requires_grad_(), rad.clone().requires_grad_(), camera.clone().requires_grad_())
+    value = z_depth(*inputs)
+    grads = torch.autograd.grad((value * torch.linspace(0.5, 1.5, value.numel(), dtype=torch.float64)
+                                 .reshape(value.shape)).sum(), inputs)
+    assert all(float(g.abs().max()) > 0 for g in grads)
+    assert torch.autograd.gradcheck(z_depth, inputs, eps=1e-6, atol=1e-5, rtol=1e-4)
