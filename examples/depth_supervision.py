@@ -3,8 +3,11 @@
 The situation: one RGB-D view (an image and a depth map, e.g. from a depth camera or a
 stereo matcher) and spheres whose depths along the viewing rays are wrong. An image alone
 barely tells how far a sphere is; ``Renderer.render`` also returns the expected depth per
-pixel (``result.depth``, differentiable; ``result.coverage`` says where the depth means
-something), and a loss on it pulls every sphere to the right distance.
+pixel, differentiable, and a loss on it pulls every sphere to the right distance
+(``result.coverage`` says where the depth means something). Depth cameras and stereo
+matchers report z, the depth along the optical axis: ``render(..., z_depth=True)`` gives
+it as ``result.z_depth`` (``result.depth`` is the distance along each pixel's ray, which
+grows towards the image's edges for the same z), and that is what this example fits.
 
 Here the RGB-D view is a render of the built-in knot; the spheres start 15 % too far away
 and 15 % too large, which changes the image little and the depth a lot. Each sphere keeps
@@ -52,10 +55,11 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, float]:
     renderer = Renderer(args.width, args.height).to(device)
 
     def render(positions: torch.Tensor, radii: torch.Tensor):
-        return renderer.render(positions, scene.colours, radii, scene.cam_params, bg_col=scene.bg_col, **RENDER)
+        return renderer.render(positions, scene.colours, radii, scene.cam_params, bg_col=scene.bg_col, z_depth=True,
+                               **RENDER)
 
     with torch.no_grad():
-        # image [H, W, 3], depth and coverage [H, W]
+        # image [H, W, 3], z_depth and coverage [H, W]
         target = render(scene.positions, scene.radii)
     covered = target.coverage > 0.5  # pixels where the target depth is the object's
 
@@ -79,7 +83,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, float]:
     def errors(result) -> Dict[str, float]:
         # Median, not mean: a pixel on a silhouette that lands on the other side of an
         # edge has a depth error of several units, whatever the fit.
-        depth_error = float((result.depth - target.depth)[covered].abs().median())
+        depth_error = float((result.z_depth - target.z_depth)[covered].abs().median())
         psnr = -10 * math.log10(float(((result.image - target.image) ** 2).mean()))
         return {"depth_error": depth_error, "psnr_db": psnr}
 
@@ -94,7 +98,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, float]:
         image_term = ((result.image - target.image) ** 2).mean()
         # Huber (quadratic below 0.1 units, linear above): silhouette pixels, whose
         # depth jumps between surfaces, must not dominate.
-        depth_term = (torch.nn.functional.huber_loss(result.depth, target.depth, reduction="none", delta=0.1)
+        depth_term = (torch.nn.functional.huber_loss(result.z_depth, target.z_depth, reduction="none", delta=0.1)
                       * covered).mean()
         loss = image_term + args.depth_weight * depth_term
         loss.backward()
