@@ -1,4 +1,4 @@
-"""pulsar_py.Camera (issue 5): OpenCV, look-at, orthographic and Pulsar-vector cameras.
+"""pulsar_py.Camera: OpenCV, look-at, orthographic and Pulsar-vector cameras.
 
 * Projection: a small sphere's intensity centroid lands within 0.1 px of the OpenCV
   projection of its centre (fx != fy, non-integer principal point), in OpenCV orientation.

@@ -59,7 +59,7 @@ def _scene_pool(width: int, height: int, n_channels: int) -> dict:
 
 def varying_calls(renderer: Renderer):
     """call(i): the i-th of a sequence of calls cycling through sizes, batches, forward
-    info and backward (also used by benchmarks/leak_sites.py)."""
+    info and backward."""
     pool = _scene_pool(8, 6, 2)
     keys = list(pool)
 

@@ -1,4 +1,4 @@
-"""Renderer.render (issue 5): image, expected depth, coverage and depth distortion in one
+"""Renderer.render: image, expected depth, coverage and depth distortion in one
 call; batches of up to 64 cameras or scenes; padding with a mask.
 
 * Values against the reference renderer (model.md section 7) and against forward().

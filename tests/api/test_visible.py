@@ -1,4 +1,4 @@
-"""Renderer.visible (issue 5): culling plus a conservative image-bounds test, against what
+"""Renderer.visible: culling plus a conservative image-bounds test, against what
 the native renderer draws.
 
 For every sphere: drawn into some pixel (it appears in the forward info of a renderer

@@ -1,4 +1,4 @@
-"""Exact gradients (issue 3): native backward vs autograd through the reference, and
+"""Exact gradients: native backward vs autograd through the reference, and
 ``torch.autograd.gradcheck`` on the native op, on random scenes covering every option;
 no NaN/Inf at the degenerate points; determinism; only requested gradients computed.
 

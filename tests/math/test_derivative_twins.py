@@ -137,7 +137,7 @@ def _compiler() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def harness(tmp_path_factory) -> dict[str, Path]:
     """The harness built twice: "plain", and "perturbing" (PULSAR_TWINS_PERTURB)."""
     cxx = _compiler()
@@ -178,7 +178,7 @@ def run_harness(exe: Path, *args: str) -> dict[str, list[Point]]:
     return points
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def results(harness) -> dict[str, list[Point]]:
     return run_harness(harness["plain"])
 

@@ -1,4 +1,4 @@
-"""View-dependent colour from spherical harmonics (issue 5, pulsar_py.sh).
+"""View-dependent colour from spherical harmonics (pulsar_py.sh).
 
 * The basis: orthonormal over the sphere (exact quadrature), bands rotation-invariant
   (addition theorem), degree 0 constant; the 3DGS colour rule (+0.5, clamp at 0).

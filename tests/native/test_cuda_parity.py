@@ -1,4 +1,4 @@
-"""CUDA vs CPU: the same function and the same gradients (issue 4).
+"""CUDA vs CPU: the same function and the same gradients.
 
 Forward to 1e-5. Gradients: float64 to 1e-9 of the largest magnitude of each gradient
 group, element-wise; float32 to 1e-4 in norm, |g_cuda - g_cpu| / |g_cpu| per group. The
