@@ -20,6 +20,7 @@ import torch
 from . import _checks, _native, ops
 from .cameras.camera import Camera
 from .cameras.params import NativeCamera
+from .gradient_scaling import check_gradient_scaling, render_call as scaled_render_call
 from .outputs import RenderResult, depth_from_moments, ray_axis_cosines
 from .sh import check_sh_degree, sh_n_coefficients, sh_to_color
 from .visibility import visible_spheres
@@ -90,6 +91,14 @@ class Renderer(torch.nn.Module):
         debug: when a native call fails, save its inputs to a file named in the error
             (pulsar_py.replay(path) repeats it); also PULSAR_PY_DEBUG=1. See
             docs/reliability.md.
+        gradient_scaling: "exact" (default): the exact gradients. "pulsar": the exact
+            gradients rescaled to the magnitudes PyTorch3D's Pulsar gives (per sphere 1 /
+            its tracked pixels, per camera Pulsar's area weighting), so learning rates
+            tuned for Pulsar carry over (pulsar_py/gradient_scaling.py,
+            docs/migrating_from_pytorch3d.md).
+
+    State dicts: the module holds Pulsar's persistent buffer ``device_tracker`` (float32
+    [1], zero), so state dicts load both ways with PyTorch3D's Renderer.
 
     A renderer serves one call at a time: a call made while another thread's call on the
     same renderer runs raises RuntimeError (give each thread its own renderer).
@@ -108,6 +117,7 @@ class Renderer(torch.nn.Module):
         num_threads: int = 0,
         deterministic: bool = False,
         debug: bool = False,
+        gradient_scaling: str = "exact",
     ) -> None:
         super().__init__()
         self.width = _checks.check_int("width", width, 1, _checks.MAX_IMAGE_SIDE)
@@ -130,9 +140,11 @@ class Renderer(torch.nn.Module):
         # CUDA backward: bytes of gradient rows per window (0: default). For tests that
         # exercise many windows; any budget computes the same gradients.
         self._backward_row_budget = 0
-        # Tracks the module's device through .to(), .cuda(), .cpu().
-        self.register_buffer("_device_tracker", torch.empty(0), persistent=False)
-        self._device = self._device_tracker.device
+        self.gradient_scaling = gradient_scaling
+        # Tracks the module's device through .to(), .cuda(), .cpu(). Persistent under
+        # Pulsar's name and shape: state dicts load both ways with PyTorch3D's Renderer.
+        self.register_buffer("device_tracker", torch.zeros(1))
+        self._device = self.device_tracker.device
         self._warned_small_gamma = False
         self._warned_setting_grad = False
         self._new_id()
@@ -152,9 +164,23 @@ class Renderer(torch.nn.Module):
     def device(self) -> torch.device:
         return self._device
 
+    @property
+    def gradient_scaling(self) -> str:
+        """"exact" or "pulsar" (see the class docstring); may be changed between calls."""
+        return "pulsar" if self._pulsar_gradients else "exact"
+
+    @gradient_scaling.setter
+    def gradient_scaling(self, value: str) -> None:
+        self._pulsar_gradients = check_gradient_scaling(value) == "pulsar"
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # State dicts saved without the buffer (it carries no information) still load strictly.
+        state_dict.setdefault(prefix + "device_tracker", self.device_tracker)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
     def _apply(self, fn, *args, **kwargs):
         module = super()._apply(fn, *args, **kwargs)
-        self._device = self._device_tracker.device
+        self._device = self.device_tracker.device
         return module
 
     def to(self, *args, **kwargs) -> "Renderer":
@@ -203,20 +229,24 @@ class Renderer(torch.nn.Module):
             percent_allowed_difference: p in [0, 1) of the early termination rule.
             max_n_hits: hard cap on processed hits per pixel (None: unlimited).
             mode: 0 renders features; 1 returns the hit count [B?, H, W, 1] (no gradient).
-            return_forward_info: also return forward info [B?, H, W, 3 + 2K].
+            return_forward_info: also return forward info [B?, H, W, 3 + 2K] (mode 0; None
+                in mode 1, as Pulsar returns).
             first_R_then_T: camera position is rotated first (``M @ pos``).
 
         Returns:
             image [B?, H, W, C] (mode 0) or hit counts [B?, H, W, 1] (mode 1), and the
-            forward info when requested. The batch dimension is present when any input
-            was batched.
+            forward info (None in mode 1) when requested. The batch dimension is present
+            when any input was batched.
         """
         mode = _checks.check_int("mode", mode, 0, 1)
         want_info = _checks.check_bool("return_forward_info", return_forward_info)
         raw = self._call(vert_pos, vert_col, vert_rad, opacity, bg_col, cam_params, gamma, max_depth, min_depth,
-                         percent_allowed_difference, max_n_hits, first_R_then_T, want_info, False, "cam_params")
-        result = raw.image if mode == 0 else raw.hit_count[..., None].to(raw.image.dtype)
-        return (result, raw.forward_info) if want_info else result
+                         percent_allowed_difference, max_n_hits, first_R_then_T, want_info and mode == 0, False,
+                         "cam_params")
+        if mode == 0:
+            return (raw.image, raw.forward_info) if want_info else raw.image
+        hits = raw.hit_count[..., None].to(raw.image.dtype)
+        return (hits, None) if want_info else hits  # mode 1 has no forward info (as Pulsar)
 
     # ----------------------------------------------------------------------------------
     def _call(self, vert_pos, vert_col, vert_rad, opacity, bg_col, camera, gamma, max_depth, min_depth,
@@ -252,7 +282,8 @@ class Renderer(torch.nn.Module):
             want_moments, batched, self.check_values, self.debug, camera_input.length,
             vectors and bool(first_R_then_T), depths.min_depth if vectors else 0.0,
             depths.max_depth if vectors else 0.0, _checks.CAMERA_ARGUMENTS.index(camera_name))
-        image, _state, counts, info, moments = ops.render_call(
+        call = scaled_render_call if self._pulsar_gradients else ops.render_call
+        image, _state, counts, info, moments = call(
             scene.positions, scene.features, scene.radii, scene.opacities, scene.background, cams, settings)
         if eager:  # after the call: the device works meanwhile
             self._warn_once(gamma_arg, percent_arg, checked.gamma, scene, cams)
@@ -545,12 +576,15 @@ class Renderer(torch.nn.Module):
 
     @staticmethod
     def sphere_ids_from_result_info_nograd(result_info: torch.Tensor) -> torch.Tensor:
-        """Sphere ids of the K closest hits: int32 [B?, H, W, K], -1 where empty.
+        """Sphere ids of the K closest hits: int32 [B, H, W, K], -1 where empty.
 
-        float32 forward info stores ids as int32 bits (Pulsar's layout); float64 stores
-        the id's value.
+        Always 4-dimensional, as Pulsar's: unbatched forward info [H, W, 3 + 2K] gives
+        [1, H, W, K]. float32 forward info stores ids as int32 bits (Pulsar's layout);
+        float64 stores the id's value.
         """
         result_info = _checks.check_forward_info("result_info", result_info)
+        if result_info.dim() == 3:
+            result_info = result_info[None]
         n_track = (result_info.shape[-1] - 3) // 2
         slots = result_info[..., 3 : 3 + 2 * n_track : 2].detach().contiguous()
         if slots.dtype == torch.float32:
@@ -559,14 +593,9 @@ class Renderer(torch.nn.Module):
 
     @staticmethod
     def depth_map_from_result_info_nograd(result_info: torch.Tensor) -> torch.Tensor:
-        """Intersection depth of the closest hit: [B?, H, W], -1 where nothing is hit."""
+        """Intersection depth of the closest hit: [B?, H, W] (as Pulsar's: no batch
+        dimension for unbatched forward info), -1 where nothing is hit."""
         return _checks.check_forward_info("result_info", result_info)[..., 4].detach().clone()
-
-    def extra_repr(self) -> str:
-        return (f"width={self.width}, height={self.height}, n_channels={self.n_channels}, n_track={self.n_track}, "
-                f"orthogonal_projection={self.orthogonal_projection}, "
-                f"right_handed_system={self.right_handed_system}")
-
 
     def extra_repr(self) -> str:
         return (f"width={self.width}, height={self.height}, n_channels={self.n_channels}, n_track={self.n_track}, "

@@ -69,9 +69,10 @@ def test_forward_info_helpers(dtype, device):
     ids = Renderer.sphere_ids_from_result_info_nograd(info)
     depth = Renderer.depth_map_from_result_info_nograd(info)
     h, w, k = scene.height, scene.width, scene.n_track
-    assert ids.shape == (h, w, k) and ids.dtype == torch.int32 and ids.device == info.device
+    # Pulsar's shapes: ids always batched ([1, ...] here), the depth map as the info.
+    assert ids.shape == (1, h, w, k) and ids.dtype == torch.int32 and ids.device == info.device
     assert depth.shape == (h, w) and depth.dtype == dtype
-    ids, depth = ids.cpu().long(), depth.cpu().double()
+    ids, depth = ids[0].cpu().long(), depth.cpu().double()
     # Both kinds of pixels occur: empty ones and ones with hits.
     hit_count = ref.hit_count
     assert bool((hit_count == 0).any()) and bool((hit_count > 0).any())
@@ -177,7 +178,7 @@ def test_mode_1_returns_hit_counts(device):
     hits_b = renderer(**_scene(batch=2).call_kwargs(device=device), mode=1)
     assert hits_b.shape == (2, scene.height, scene.width, 1)
     hits_info, info = renderer(**kwargs, mode=1, return_forward_info=True)
-    assert torch.equal(hits_info, hits) and info.shape[-1] == 3 + 2 * scene.n_track
+    assert torch.equal(hits_info, hits) and info is None  # as Pulsar: no forward info in mode 1
 
 
 @pytest.mark.parametrize("device", DEVICES)

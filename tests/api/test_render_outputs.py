@@ -242,7 +242,7 @@ def test_padded_and_masked_equals_unpadded(batched_cameras, device):
             torch.testing.assert_close(getattr(result, out)[b], getattr(one, out), rtol=1e-12, atol=1e-12,
                                        msg=lambda m: f"scene {b} {out}: {m}")
         # Forward info: the same hits, ids refer to the padded slots.
-        one_ids = Renderer.sphere_ids_from_result_info_nograd(one.forward_info).long()
+        one_ids = Renderer.sphere_ids_from_result_info_nograd(one.forward_info)[0].long()
         mapped = torch.where(one_ids >= 0, idx.to(device)[one_ids.clamp_min(0)], one_ids)
         assert torch.equal(ids[b].long(), mapped)
         assert float(one.hit_count.sum()) > 0

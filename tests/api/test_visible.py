@@ -29,11 +29,11 @@ def _drawn(renderer: Renderer, pos, rad, camera, **settings) -> torch.Tensor:
     col = torch.ones(pos.shape[:-1] + (renderer.n_channels,), dtype=pos.dtype, device=pos.device)
     _, info = renderer(pos, col, rad, camera, percent_allowed_difference=0.0, return_forward_info=True, **settings)
     ids = Renderer.sphere_ids_from_result_info_nograd(info).long()
-    flat = ids.reshape(ids.shape[0], -1) if ids.dim() == 4 else ids.reshape(1, -1)
+    flat = ids.reshape(ids.shape[0], -1)  # ids are [B, H, W, K], B = 1 for unbatched info
     drawn = torch.zeros(flat.shape[0], n + 1, dtype=torch.bool, device=pos.device)
     drawn.scatter_(1, torch.where(flat < 0, n, flat), True)
     drawn = drawn[:, :n]
-    return drawn if ids.dim() == 4 else drawn[0]
+    return drawn if info.dim() == 4 else drawn[0]
 
 
 def _widened(camera: Camera, margin: int) -> Camera:

@@ -231,7 +231,7 @@ def test_n_track_128(dtype, device):
                        max_depth=20.0)
     check_case(scene, device, dtype, min_hit_pixels=100)
     image, info, _ = native_run(scene, device, dtype)
-    ids = Renderer.sphere_ids_from_result_info_nograd(info).cpu().long()
+    ids = Renderer.sphere_ids_from_result_info_nograd(info)[0].cpu().long()
     assert ids.shape == (9, 12, 128)
     assert bool((ids >= 0).all()), "every pixel has at least 128 hits"
     if dtype == F64:

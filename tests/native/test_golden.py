@@ -21,7 +21,7 @@ def _render(case, dtype, device):
     args = case.call_args(dtype, device)
     image, info = renderer(**args, return_forward_info=True)
     hits = renderer(**args, mode=1)
-    ids = Renderer.sphere_ids_from_result_info_nograd(info)
+    ids = Renderer.sphere_ids_from_result_info_nograd(info)[0]
     return image.cpu().double().numpy(), hits[..., 0].cpu().numpy(), ids.cpu().numpy()
 
 

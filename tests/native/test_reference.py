@@ -87,7 +87,7 @@ def _check_forward_info(info, ref, dtype, gamma, agree):
     # D: sum of kappa o exp(s - m); kappa = 1 - delta / r carries an absolute rounding error.
     torch.testing.assert_close(d[agree], ref.normaliser[agree], rtol=scale + 100 * eps / gamma, atol=100 * eps)
     torch.testing.assert_close(zc[agree], ref.max_closest_depth[agree], rtol=scale, atol=scale)
-    ids = Renderer.sphere_ids_from_result_info_nograd(info.to(dtype)).long()
+    ids = Renderer.sphere_ids_from_result_info_nograd(info.to(dtype))[0].long()
     depths = info[..., 4::2]
     assert ids.shape == ref.closest_ids.shape
     same_ids = (ids == ref.closest_ids).all(-1) & agree
@@ -138,7 +138,7 @@ def test_tiny_spheres_are_drawn_by_the_tiny_rule(name):
     scene = _scene(name)
     renderer = scene.renderer()
     _, info = renderer(**scene.call_kwargs(), return_forward_info=True)
-    ids = Renderer.sphere_ids_from_result_info_nograd(info)
+    ids = Renderer.sphere_ids_from_result_info_nograd(info)[0]
     delta = pixel_deltas(scene)  # [N, H, W] world units
     outside = delta > scene.vert_rad[:, None, None]
     n = scene.vert_pos.shape[0]
