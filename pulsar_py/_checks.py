@@ -45,7 +45,8 @@ MIN_GAMMA, MAX_GAMMA = 1e-5, 1.0
 UNLIMITED_HITS = 2**32 - 1
 #: Names of the argument a camera came in (RenderSettings.camera_argument), for messages.
 CAMERA_ARGUMENTS = ("cam_params", "camera")
-# min_depth = 0 stands for the focal length plus this (docs/model.md section 1).
+# min_depth = 0 stands for the focal length plus this, or the next representable value
+# above the focal length where the sum rounds back to it (docs/model.md section 1).
 NEAR_OFFSET = 2e-6
 
 
@@ -186,10 +187,24 @@ def check_depths(max_depth: object, min_depth: object) -> DepthRange:
     return DepthRange(near, far)
 
 
+def near_for_focal(focal: torch.Tensor) -> torch.Tensor:
+    """What min_depth = 0 stands for (docs/model.md section 1): the focal length + 2e-6 in
+    its dtype, or the next representable value above it where that sum rounds back to the
+    focal length (float32 from 64 on); derivative 1 either way. Rounded like the native
+    conversion (include/pulsar/camera_params.h, near_for_focal). Any value above the focal
+    length is at least the next one above it, so the rule is their maximum."""
+    plain = focal + NEAR_OFFSET
+    fixed = focal.detach()
+    near = torch.maximum(plain.detach(), torch.nextafter(fixed, fixed.new_full((), math.inf)))
+    if not (focal.requires_grad and torch.is_grad_enabled()):
+        return near
+    return plain + (near - plain.detach())  # near's value (the difference is exact), plain's derivative
+
+
 def resolve_near(min_depth: Union[float, torch.Tensor], focal: torch.Tensor) -> torch.Tensor:
-    """[B] near depths: ``min_depth``, or the focal length + 2e-6 where it is 0, in the
-    dtype of ``focal`` (rounded like the native conversion, include/pulsar/camera_params.h)."""
-    near = focal + NEAR_OFFSET
+    """[B] near depths: ``min_depth``, or where it is 0 ``near_for_focal(focal)``, in the
+    dtype of ``focal``."""
+    near = near_for_focal(focal)
     if isinstance(min_depth, torch.Tensor):
         return torch.where(min_depth == 0, near, min_depth.to(focal.dtype).expand_as(focal))
     return near if min_depth == 0 else torch.full_like(focal, min_depth)
@@ -315,7 +330,8 @@ def plain_camera_vectors(cam_params: object, pos: torch.Tensor, device: torch.de
     vectors [L] or [B, L] (L in {8, 10, 11, 13}, B >= 1 and pos's batch when the spheres
     are batched) of pos's dtype on ``device``; False takes the full checks."""
     kind = type(cam_params)
-    if not (kind is torch.Tensor or kind is torch.nn.Parameter) or cam_params.dtype is not pos.dtype:
+    if not (kind is torch.Tensor or kind is torch.nn.Parameter) or cam_params.dtype is not pos.dtype \
+            or cam_params.is_nested:
         return False
     shape = cam_params.shape
     rank = len(shape)
@@ -392,6 +408,31 @@ def check_values(positions: torch.Tensor, features: torch.Tensor, radii: torch.T
         checks.finite(f"{name} (as packed cameras)", cameras)
         add_depth_checks(checks, cameras[:, 13], cameras[:, 14], cameras[:, 12], settings.orthographic,
                          "the camera's", "the camera's")
+    checks.run()
+
+
+def check_visible_values(positions: torch.Tensor, radii: torch.Tensor, cam_params: Optional[torch.Tensor],
+                         packed: torch.Tensor, orthographic: bool, depths: DepthRange) -> None:
+    """The value checks of ``Renderer.visible`` (one read-back), as a render call's: the
+    spheres' positions and radii, the camera vectors ``cam_params`` [B, L] (None for a
+    ``pulsar_py.Camera``, which checks its own values), and the depth range of the packed
+    cameras [B, 15] against their focal lengths (an infinite far depth: no far culling)."""
+    checks = DeferredValueChecks()
+    limit = magnitude_limit(positions.dtype)
+    checks.bounded("vert_pos", positions, limit)
+    checks.bounded("vert_rad", radii, limit)
+    checks.in_range("vert_rad", radii, 0.0, limit, low_open=True)
+    if cam_params is not None:
+        add_camera_vector_checks(checks, cam_params, orthographic, "camera")
+    else:
+        checks.finite("camera (as packed cameras)", packed[:, :13])
+    near, far = packed[:, 13], packed[:, 14]
+    min_depth = depths.min_depth if not isinstance(depths.min_depth, torch.Tensor) else "a tensor"
+    max_depth = depths.max_depth if not isinstance(depths.max_depth, torch.Tensor) else "a tensor"
+    if isinstance(depths.max_depth, float) and math.isinf(depths.max_depth):
+        far = near + 1  # no far plane: only the near depth is checked
+        max_depth = None
+    add_depth_checks(checks, near, far, packed[:, 12], orthographic, min_depth, max_depth)
     checks.run()
 
 

@@ -22,6 +22,8 @@ from typing import Dict, Optional
 
 import torch
 
+from .outputs import DEPTH_STATS
+
 ENV_FLAG = "PULSAR_PY_DEBUG"
 _TENSOR_NAMES = ("vert_pos", "vert_col", "vert_rad", "opacity", "bg_col", "cameras")
 
@@ -88,7 +90,7 @@ def _check_snapshot(path: str, snap: object) -> None:
     lead_out = (batch, s.height, s.width) if s.batch_dim else (s.height, s.width)
     if snap["stage"] == "backward":
         want["grad_image"] = lead_out + (channels,)
-        want["grad_depth_moments"] = lead_out + (3,)
+        want["grad_depth_moments"] = lead_out + (DEPTH_STATS,)
     for name, shape in want.items():
         t = tensors.get(name)
         if t is None and name in ("opacity", "bg_col", "grad_depth_moments"):

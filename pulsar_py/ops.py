@@ -21,7 +21,7 @@ Shapes (B cameras, N spheres, C channels, K = n_track, image H x W):
     call converts (its gradient comes back as [B, L]).
     image [B, H, W, C]; blend_state [B, H, W, 2] (m, D); counts int32 [2, B, H, W] (the
     hit count, then the traversal end the backward reads); forward_info [B, H, W, 3 + 2K]
-    or [0]; depth_moments [B, H, W, 3] or [0].
+    or [0]; depth_moments [B, H, W, 4] (outputs.DEPTH_STATS) or [0].
     Without ``batch_dim`` (B = 1) the outputs have no leading B. The backward reuses the
     native binning of its forward when that forward was the renderer's last (the native
     renderer recognises its traversal-end array), else bins the same inputs again.
@@ -40,6 +40,7 @@ import torch
 
 from . import _checks, _native
 from .debug import debug_enabled, save_snapshot
+from .outputs import DEPTH_STATS
 
 Tensor = torch.Tensor
 
@@ -295,7 +296,7 @@ def _render_forward(positions, features, radii, opacities, background, cameras,
         counts = torch.empty((2,) + lead, dtype=torch.int32, device=device)
         info = torch.empty(lead + (3 + 2 * int(s.n_track),), dtype=dtype, device=device) \
             if s.want_forward_info else None
-        moments = torch.empty(lead + (3,), dtype=dtype, device=device) if s.want_depth_moments else None
+        moments = torch.empty(lead + (DEPTH_STATS,), dtype=dtype, device=device) if s.want_depth_moments else None
         outputs.extend((image, state, counts, info, moments))
         hits = counts.data_ptr()
         return _native.ForwardOutputs(image.data_ptr(), state.data_ptr(), hits, hits + 4 * math.prod(lead),
@@ -327,7 +328,7 @@ def _render_fake(positions, features, radii, opacities, background, cameras, set
     state = positions.new_empty(lead + (2,))
     counts = positions.new_empty((2,) + lead, dtype=torch.int32)
     info = positions.new_empty(lead + (3 + 2 * int(s.n_track),) if s.want_forward_info else (0,))
-    moments = positions.new_empty(lead + (3,) if s.want_depth_moments else (0,))
+    moments = positions.new_empty(lead + (DEPTH_STATS,) if s.want_depth_moments else (0,))
     return image, state, counts, info, moments
 
 

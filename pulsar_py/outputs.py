@@ -43,19 +43,27 @@ class RenderResult:
     z_depth: Optional[torch.Tensor] = None
 
 
-def depth_from_moments(moments: torch.Tensor, min_depth: torch.Tensor, max_depth: torch.Tensor):
-    """Expected depth and depth distortion from the moments [..., 3] (M_0, M_1, M_2).
+#: Values per pixel of the render operator's depth statistics (include/pulsar/renderer.h,
+#: kDepthStats): coverage M_0, mean of n, variance of n, low part of the mean.
+DEPTH_STATS = 4
 
-    depth = min + range * M_1 / M_0 (world units; min_depth where nothing is hit);
-    distortion = range^2 * 2 (M_0 M_2 - M_1^2) = sum_ij a_i a_j (z_i - z_j)^2.
-    min_depth, max_depth broadcast against moments[..., 0].
+
+def depth_from_moments(moments: torch.Tensor, min_depth: torch.Tensor, max_depth: torch.Tensor):
+    """Expected depth and depth distortion from the depth statistics [..., 4] that the
+    render operator outputs (model.md section 7): the coverage M_0, the mean and the
+    variance of the hits' normalised depths under their weights b_i = a_i / M_0, and the
+    low part of the mean (the mean is moments[..., 1] + moments[..., 3]).
+
+    depth = min + range * mean (world units; min_depth where nothing is hit: the mean is
+    0 there); distortion = 2 range^2 M_0^2 variance = sum_ij a_i a_j (z_i - z_j)^2, never
+    negative. Neither divides by M_0, so a pixel whose coverage underflows keeps finite
+    values and gradients. min_depth, max_depth broadcast against moments[..., 0].
     """
-    m0, m1, m2 = moments.unbind(-1)
+    coverage, mean, variance, mean_low = moments.unbind(-1)
     depth_range = max_depth - min_depth
-    hit = m0 > 0
-    mean_n = torch.where(hit, m1 / torch.where(hit, m0, torch.ones_like(m0)), torch.zeros_like(m0))
-    depth = min_depth + depth_range * mean_n
-    distortion = depth_range * depth_range * 2 * (m0 * m2 - m1 * m1)
+    depth = min_depth + depth_range * (mean + mean_low)
+    spread = depth_range * coverage
+    distortion = 2 * (spread * spread) * variance
     return depth, distortion
 
 

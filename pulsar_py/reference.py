@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from .cameras.params import NativeCamera
-from .outputs import depth_from_moments
+from .outputs import DEPTH_STATS, depth_from_moments
 
 # Perspective culling: the centre must be in front, c.z / |c| >= this (model.md sec. 3).
 MIN_FORWARD_COSINE = 1e-6
@@ -31,11 +31,13 @@ class ReferenceResult:
     max_exponent (m) and normaliser (D): [H, W]; max_closest_depth: [H, W] (largest zc
     among the pixel's hits, -1 if none); closest_ids: [H, W, K] (int64, -1 if empty);
     closest_depths: [H, W, K] (intersection depth z, -1 if empty);
-    depth_moments: [H, W, 3] = sum_i a_i n_i^k (k = 0, 1, 2) with a_i = w_i / total
-    weight (background included) and n_i the normalised depth of hit i.
+    depth_moments: [H, W, 4] the depth statistics of model.md section 7: the coverage
+    M_0, and the mean and variance of the hits' normalised depths n_i under the weights
+    b_i = w_i / sum w (0 and 0 where no hit has weight), and 0 (the native renderer's low
+    part of the mean, outputs.DEPTH_STATS).
     depth: [H, W] expected depth sum(w z)/sum(w) over the hits (world units; min_depth
     where nothing is hit);
-    coverage: [H, W] = 1 - exp(s_bg) / (exp(s_bg) + sum w) = M_0;
+    coverage: [H, W] = sum w / (exp(s_bg) + sum w) = M_0;
     distortion: [H, W] = sum_ij a_i a_j (z_i - z_j)^2 (world units squared).
     """
 
@@ -66,9 +68,14 @@ def _sqrt_pos(x: torch.Tensor) -> torch.Tensor:
 
 
 def resolve_min_depth(min_depth: torch.Tensor | float, focal: torch.Tensor) -> torch.Tensor:
-    """``min_depth = 0`` means "focal length + 2e-6" (model.md section 1)."""
+    """``min_depth = 0`` means "focal length + 2e-6" in the focal length's dtype, or the
+    next representable value above the focal length where that sum rounds back to it
+    (model.md section 1); the derivative with respect to the focal length is 1."""
     min_depth = torch.as_tensor(min_depth, dtype=focal.dtype, device=focal.device)
-    return torch.where(min_depth == 0, focal + 2e-6, min_depth.expand_as(focal))
+    plain = focal + 2e-6
+    above = torch.nextafter(focal.detach(), torch.full_like(focal.detach(), float("inf")))
+    near = torch.where(plain > focal, plain, focal + (above - focal.detach()))
+    return torch.where(min_depth == 0, near, min_depth.expand_as(focal))
 
 
 def render_reference(
@@ -152,8 +159,10 @@ def render_reference(
     m = torch.full((n_pix,), s_bg, dtype=dtype, device=device)
     norm_d = torch.ones(n_pix, dtype=dtype, device=device)
     accum = bg_col.expand(n_pix, n_channels).clone()
-    moment_1 = torch.zeros(n_pix, dtype=dtype, device=device)  # sum w n, relative to exp(m)
-    moment_2 = torch.zeros(n_pix, dtype=dtype, device=device)  # sum w n^2
+    hits_weight = torch.zeros(n_pix, dtype=dtype, device=device)  # sum w, relative to exp(m)
+    # Per processed sphere: the log-weight ln(kappa o) + s of its hits (-inf elsewhere) and
+    # their normalised depth, for the depth statistics (model.md section 7).
+    log_weights, depths_n = [], []
     count = torch.zeros(n_pix, dtype=torch.int64, device=device)
     tau = torch.full((n_pix,), float("inf"), dtype=dtype, device=device)
     max_zc = torch.full((n_pix,), -1.0, dtype=dtype, device=device)
@@ -199,8 +208,12 @@ def render_reference(
                             torch.zeros_like(s))
         norm_d = norm_d * scale_old + w_rel
         accum = accum * scale_old[:, None] + w_rel[:, None] * vert_col[k]
-        moment_1 = moment_1 * scale_old + w_rel * n
-        moment_2 = moment_2 * scale_old + w_rel * n * n
+        hits_weight = hits_weight * scale_old + w_rel
+        factor = kappa * opacity[k]
+        weighs = processed & (factor > 0)
+        log_weights.append(torch.where(weighs, torch.log(torch.where(weighs, factor, torch.ones_like(factor))) + s,
+                                       -torch.inf))
+        depths_n.append(torch.where(processed, n, torch.zeros_like(n)))
         m = m_new
         count = count + processed.long()
         if log_odds is not None:
@@ -215,8 +228,25 @@ def render_reference(
         k_ids = torch.gather(cand_i, 1, sel)
 
     image = accum / norm_d[:, None]
-    coverage = 1 - torch.exp(s_bg - m) / norm_d
-    moments = torch.stack([coverage, moment_1 / norm_d, moment_2 / norm_d], -1)
+    # M_0 = W_h / W, the value with relative precision however small; its derivative is
+    # taken through the same function written 1 - a_bg (the background's share), whose
+    # autograd does not subtract the two nearly equal terms that W_h / W's does where the
+    # pixel is nearly covered.
+    background_share = torch.exp(s_bg - m) / norm_d
+    coverage = (1 - background_share) + (hits_weight / norm_d - (1 - background_share)).detach()
+    # The mean and variance of the hits' n under b_i = w_i / sum w: a softmax of their
+    # log-weights, which divides by no small sum however small the weights (0 and 0 where
+    # no hit has weight).
+    if log_weights:
+        t = torch.stack(log_weights)  # [S, P]
+        weighted = torch.isfinite(t).any(0)
+        b = torch.softmax(torch.where(weighted, t, 0.0), 0) * weighted
+        n_hits = torch.stack(depths_n)
+        mean_n = (b * n_hits).sum(0)
+        variance = (b * (n_hits - mean_n) ** 2).sum(0)
+    else:
+        mean_n = variance = torch.zeros(n_pix, dtype=dtype, device=device)
+    moments = torch.stack([coverage, mean_n, variance, torch.zeros_like(mean_n)], -1)
     depth, distortion = depth_from_moments(moments, near, far)
     empty = torch.isinf(k_depths)
     k_ids = torch.where(empty, -1, k_ids)
@@ -230,7 +260,7 @@ def render_reference(
         max_closest_depth=max_zc.reshape(shape),
         closest_ids=k_ids.reshape(shape + (n_track,)),
         closest_depths=k_depths.reshape(shape + (n_track,)),
-        depth_moments=moments.reshape(shape + (3,)),
+        depth_moments=moments.reshape(shape + (DEPTH_STATS,)),
         depth=depth.reshape(shape),
         coverage=coverage.reshape(shape),
         distortion=distortion.reshape(shape),

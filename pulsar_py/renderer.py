@@ -503,19 +503,30 @@ class Renderer(torch.nn.Module):
             camera: a ``pulsar_py.Camera`` or Pulsar camera vectors [B?, L].
             max_depth: far depth (None: no far culling); min_depth: near depth (0 means
                 focal length / film distance + 2e-6), as for rendering.
+
+        The arguments are checked as for rendering (docs/reliability.md): types, shapes
+        and devices always, values (finite positions within the magnitude limit, radii >
+        0, the camera's values, the depth range against the focal length) unless
+        ``check_values`` is off; a failed check raises ValueError or TypeError naming the
+        argument.
         """
         pos = _checks.check_tensor("vert_pos", vert_pos, dims=(2, 3), last=3, device=self.device)
         rad = _checks.check_tensor("vert_rad", vert_rad, dims=(pos.dim() - 1,), dtype=pos.dtype, device=self.device)
         if rad.shape != pos.shape[:-1]:
             raise ValueError(f"vert_rad: expected shape {tuple(pos.shape[:-1])} to match vert_pos, "
                              f"got {tuple(rad.shape)}")
+        if pos.dim() == 3 and pos.shape[0] == 0:
+            raise ValueError(f"vert_pos: expected a batch of at least 1 sphere set, got shape {tuple(pos.shape)}")
         if max_depth is None:  # no far culling
             depths = _checks.DepthRange(_checks.check_depth("min_depth", min_depth), math.inf)
         else:
             depths = _checks.check_depths(max_depth, min_depth)
-        cams, batched, _, _ = self._resolve_camera(camera, pos, first_R_then_T, "camera")
+        cams, batched, _, orthographic = self._resolve_camera(camera, pos, first_R_then_T, "camera")
         native = self._native_camera(cams, depths, bool(first_R_then_T))
         packed = self._pack(native, depths)
+        if self.check_values and not torch.compiler.is_compiling():
+            _checks.check_visible_values(pos, rad, cams if isinstance(cams, torch.Tensor) else None, packed,
+                                         orthographic, depths)
         result = visible_spheres(pos, rad, native, self.width, self.height, packed[:, 13], packed[:, 14])
         return result if (pos.dim() == 3 or batched) else result[0]
 

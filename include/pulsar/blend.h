@@ -151,6 +151,82 @@ struct OnlineSoftmax {
   }
 };
 
+// w / total for weights 0 <= w <= total, total > 0: the share of one weight in a sum that
+// contains it (in [0, 1] after rounding too). On the GPU in float the fast division (2
+// instructions): the forward there flushes denormals, so total is a normal number, far
+// below the 2^126 where the fast reciprocal flushes (total <= hits + 1).
+template <typename T>
+PULSAR_HD T weight_share(T w, T total) {
+#ifdef __CUDA_ARCH__
+  if constexpr (std::is_same<T, float>::value) return fminf(__fdividef(w, total), 1.0f);
+#endif
+  return w / total;
+}
+
+// The depth statistics of a pixel's hits (docs/model.md section 7), accumulated beside the
+// online softmax: the hits' total weight W_h relative to exp(m) (rescaled with the blend),
+// the mean of their normalised depths n under the weights b_i = w_i / W_h, and the sum of
+// w_i (n_i - mean)^2 relative to exp(m). West's weighted update: the mean moves by the new
+// hit's share of the deviation, and the squares grow by w (1 - share) dev^2, a product of
+// non-negative factors, so the variance is never negative and nothing cancels (the raw
+// moments' M_0 M_2 - M_1^2 loses every digit when the depths are close). A hit of weight 0
+// (underflowed) changes nothing; without any weight the mean and variance are 0.
+//
+// The mean is kept as an unevaluated sum mean + mean_low: each step's rounding error is
+// carried in mean_low (Fast2Sum). The backward forms each hit's deviation n_i - mean from
+// both; from a rounded mean alone, the deviation of a hit that dominates its pixel (within
+// a rounding of the mean of it) would lose its digits, and the variance's gradient with
+// them (with a sharp blend, several times a plain float evaluation's error).
+template <typename T>
+struct DepthStats {
+  T weight = 0;    // W_h, relative to exp(m)
+  T mean = 0;      // sum b_i n_i, with mean_low
+  T mean_low = 0;
+  T squares = 0;   // sum w_i (n_i - mean)^2, relative to exp(m)
+
+  // The blend's maximum exponent rose: the sums relative to it shrink by `rescale`.
+  PULSAR_HD void scale(T rescale) {
+    weight *= rescale;
+    squares *= rescale;
+  }
+  // Adds a hit of weight w (relative to exp(m)) at normalised depth n.
+  PULSAR_HD void add(T w, T n) {
+    weight += w;
+    const T share = weight > T(0) ? weight_share(w, weight) : T(0);
+    const T dev = (n - mean) - mean_low;
+    const T step = share * dev;
+    const T next = mean + step;
+    mean_low += step - (next - mean);
+    mean = next;
+    squares += (w * (T(1) - share)) * (dev * dev);
+  }
+  // The variance of n under b (0 without any weight).
+  PULSAR_HD T variance() const { return weight > T(0) ? squares / weight : T(0); }
+};
+
+// The depth outputs' part of a hit's gradient. With M_0 = W_h / W (W the total weight,
+// background included), the mean and the variance V of n under b_i = w_i / W_h:
+//   dM_0/dw_i W = 1 - M_0 = the background's share a_bg (taken from the blend state, not as
+//     1 - M_0: where the pixel is nearly covered, 1 - M_0 would be the rounding of M_0);
+//   dmean/dw_i W_h = n_i - mean, dV/dw_i W_h = (n_i - mean)^2 - V;
+//   dmean/dn_i = b_i, dV/dn_i = 2 b_i (n_i - mean).
+// The last three are in units of b_i, which stays within [0, 1] however small the coverage
+// (in units of the blend weight a_i = M_0 b_i they would divide by M_0, which underflows).
+template <typename T>
+struct DepthStatsGrad {
+  T mean = 0, mean_low = 0, variance = 0;  // the pixel's outputs (DepthStats)
+  T grad_mean = 0, grad_variance = 0;      // dL/dmean, dL/dV
+
+  PULSAR_HD T deviation(T n) const { return (n - mean) - mean_low; }
+  // dL/dw_i * W_h through the mean and the variance, for a hit at normalised depth n.
+  PULSAR_HD T weight_grad(T n) const {
+    const T dev = deviation(n);
+    return grad_mean * dev + grad_variance * (dev * dev - variance);
+  }
+  // dL/dn_i / b_i.
+  PULSAR_HD T depth_grad(T n) const { return grad_mean + T(2) * grad_variance * deviation(n); }
+};
+
 // Early termination (docs/model.md section 6): a sphere whose closest depth exceeds this
 // would contribute less than the share p; with its depth sorted list, traversal stops.
 template <typename T>

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cmath>
+#include <limits>
 
 #include "pulsar/camera.h"
 #include "pulsar/dual.h"
@@ -115,6 +116,29 @@ PULSAR_HD Mat3<S> rotation_6d_to_matrix(Vec3<S> a1, Vec3<S> a2) {
   return out;
 }
 
+// The next representable value above x (x finite).
+template <typename T>
+PULSAR_HD T next_above(T x) {
+#ifdef __CUDA_ARCH__
+  return nextafter(x, T(INFINITY));
+#else
+  return std::nextafter(x, std::numeric_limits<T>::infinity());
+#endif
+}
+
+// The near depth that min_depth = 0 stands for (docs/model.md section 1): focal + 2e-6 in
+// T, or, where that sum rounds back to the focal length (float32 from a focal length of
+// 64 on), the next representable value above it. Its derivative with respect to the
+// focal length is 1 either way (the step added is a constant).
+template <typename S>
+PULSAR_HD S near_for_focal(const S& focal) {
+  using T = typename ScalarOf<S>::type;
+  const S plain = focal + T(2e-6);
+  if (value_of(plain) > value_of(focal)) return plain;
+  const T f = value_of(focal);
+  return focal + (next_above(f) - f);
+}
+
 }  // namespace camera_params_detail
 
 // The conversion for one camera, over any scalar type S (T or Dual<T, N>).
@@ -155,7 +179,7 @@ PULSAR_HD void camera_from_params_generic(const S* params, const CameraParamsSpe
   // min_depth 0 stands for "just past the sensor" (Pulsar's convention); compared in T
   // like the torch reference compares its T-typed depth tensor.
   const T min_depth = T(spec.min_depth);
-  const S near = min_depth == T(0) ? focal_out + T(2e-6) : S(min_depth);
+  const S near = min_depth == T(0) ? near_for_focal(focal_out) : S(min_depth);
   store_vec3(packed + kEye, pos);
   store_vec3(packed + kP00, p00_rel);
   store_vec3(packed + kPdx, pdx);

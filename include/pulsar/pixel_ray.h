@@ -2,6 +2,9 @@
 // film coordinates (orthographic), and the pair evaluation on top of a prepared sphere.
 #pragma once
 
+#include <cmath>
+#include <limits>
+
 #include "pulsar/camera.h"
 #include "pulsar/hd.h"
 #include "pulsar/intersection.h"
@@ -36,7 +39,11 @@ PULSAR_HD PixelRay<T> pixel_ray(const CameraFrame<T>& cam, int x, int y) {
 template <typename T>
 PULSAR_HD PairTerms<T> pair_terms(const CameraFrame<T>& cam, T dist, T radius, bool is_tiny) {
   PairTerms<T> k;
-  k.inv_radius = T(1) / radius;
+  // 1 / r, at most the largest finite value: a denormal radius (valid input) would give
+  // infinity, and the backward's products with it (dL/dkappa / r, where the tiny-sphere
+  // rule makes dL/dkappa 0) NaN. Capped, such a sphere hits by the tiny-sphere rule or
+  // at delta <= r, and its derivatives are those of the capped reciprocal.
+  k.inv_radius = std::fmin(T(1) / radius, std::numeric_limits<T>::max());
   if (cam.orthographic) {
     k.inv_two_dist = T(0);
     k.tiny_radius = is_tiny ? T(0) : T(-1);

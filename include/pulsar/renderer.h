@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 namespace pulsar {
@@ -68,7 +69,23 @@ struct RenderOptions {
   double percent_allowed_difference = 0.0;  // p in [0, 1); 0 disables early termination
   std::int64_t max_n_hits = -1;             // hard cap on processed hits per pixel; < 0: none
   void* stream = nullptr;                   // CUDA stream (cudaStream_t); ignored on the CPU
+  // Asked by the CPU backend from the calling thread between work items, at most every
+  // 50 ms; when it returns true the call stops: its worker threads are joined and it
+  // throws Interrupted. Null (the default): never asked. The CUDA backend, which only
+  // enqueues work, ignores it. (A pointer, so that the struct stays trivially copyable.)
+  const std::function<bool()>* interrupt_requested = nullptr;
 };
+
+// Thrown by a call whose RenderOptions::interrupt_requested returned true. The renderer
+// is usable afterwards (as after any failed call: the next call bins again).
+class Interrupted : public std::runtime_error {
+ public:
+  Interrupted() : std::runtime_error("pulsar: the call was interrupted") {}
+};
+
+// Slots of the depth statistics (ForwardOutputs::depth_moments).
+constexpr int kDepthStats = 4;
+enum DepthStatSlot : int { kCoverage = 0, kDepthMean = 1, kDepthVariance = 2, kDepthMeanLow = 3 };
 
 // Caller-owned outputs of forward, [B, H, W, ...] row-major.
 struct ForwardOutputs {
@@ -79,9 +96,11 @@ struct ForwardOutputs {
   // list (0 if none). Backward revisits exactly the hits before it.
   std::int32_t* traversal_end = nullptr;
   void* forward_info = nullptr;   // [B, H, W, 3 + 2K] (Pulsar layout) or null
-  // [B, H, W, 3] or null: moments M_k = sum_i a_i n_i^k, k = 0, 1, 2, of the hits'
-  // normalised depths n_i under their normalised blend weights a_i = w_i / total weight
-  // (background included). M_0 is the coverage; depth and distortion derive from them.
+  // [B, H, W, kDepthStats] or null: the depth statistics of docs/model.md section 7, in
+  // the slots below: the coverage M_0 = sum_i a_i (a_i = w_i / total weight, background
+  // included), and the mean and variance of the hits' normalised depths n_i under the
+  // weights b_i = a_i / M_0, the mean as the unevaluated sum of two values (blend.h,
+  // DepthStats). Depth and distortion derive from them.
   void* depth_moments = nullptr;
 };
 
@@ -91,7 +110,9 @@ struct BackwardArgs {
   const void* image = nullptr;        // [B, H, W, C]
   const void* blend_state = nullptr;  // [B, H, W, 2]
   const std::int32_t* traversal_end = nullptr;  // [B, H, W], from forward
-  // Both or neither: the forward's depth moments and dL/d(moments), [B, H, W, 3].
+  // Both or neither: the forward's depth statistics and their gradient, [B, H, W,
+  // kDepthStats] (the gradient's kDepthMeanLow slot is not read: the two parts of the mean
+  // share dL/dmean).
   const void* depth_moments = nullptr;
   const void* grad_depth_moments = nullptr;
 };

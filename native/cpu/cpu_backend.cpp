@@ -1,4 +1,5 @@
-// The CPU backend: owns the host scratch and runs the CPU stages with every core.
+// The CPU backend: owns the host scratch and runs the CPU stages with every core. Each
+// stage takes the call's interrupt check (RenderOptions::interrupt_requested) with it.
 #include "../core/backend.h"
 #include "cpu_scratch.h"
 #include "parallel_for.h"
@@ -13,7 +14,8 @@ class CpuBackend final : public Backend {
     scratch_.threads = resolve_thread_count(config.num_threads);
   }
 
-  void begin_binning(const SceneArgs& scene, const RenderOptions&) override {
+  void begin_binning(const SceneArgs& scene, const RenderOptions& options) override {
+    scratch_.interrupt = options.interrupt_requested;
     dispatch_dtype(scene.dtype, [&](auto tag) {
       cpu_setup_and_bin<decltype(tag)>(config_, scene, scratch_);
     });
@@ -22,6 +24,7 @@ class CpuBackend final : public Backend {
 
   void render_forward(const SceneArgs& scene, const RenderOptions& options,
                       const ForwardOutputs& outputs) override {
+    scratch_.interrupt = options.interrupt_requested;
     dispatch_dtype(scene.dtype, [&](auto tag) {
       cpu_render_forward<decltype(tag)>(config_, scene, options, outputs, scratch_);
     });
@@ -29,12 +32,15 @@ class CpuBackend final : public Backend {
 
   void render_backward(const SceneArgs& scene, const RenderOptions& options, const BackwardArgs& args,
                        const GradientOutputs& grads) override {
+    scratch_.interrupt = options.interrupt_requested;
     dispatch_dtype(scene.dtype, [&](auto tag) {
       cpu_render_backward<decltype(tag)>(config_, scene, options, args, grads, scratch_);
     });
   }
 
-  void reduce_gradients(const SceneArgs& scene, const RenderOptions&, const GradientOutputs& grads) override {
+  void reduce_gradients(const SceneArgs& scene, const RenderOptions& options,
+                        const GradientOutputs& grads) override {
+    scratch_.interrupt = options.interrupt_requested;
     dispatch_dtype(scene.dtype, [&](auto tag) {
       cpu_reduce_gradients<decltype(tag)>(config_, scene, grads, scratch_);
     });

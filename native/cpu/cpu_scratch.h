@@ -3,8 +3,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 
 #include "../core/host_buffer.h"
+#include "parallel_for.h"
 #include "../core/tiling.h"
 #include "pulsar/blend.h"
 #include "pulsar/camera.h"
@@ -27,6 +29,10 @@ struct SphereRecord {
 
 struct CpuScratch {
   int threads = 1;
+  // The running call's interrupt check (RenderOptions::interrupt_requested), set by the
+  // backend before each stage.
+  const std::function<bool()>* interrupt = nullptr;
+  Workers workers() const { return Workers{threads, interrupt}; }
   HostBuffer records;       // SphereRecord<T> [B, N]
   HostBuffer order;         // int32 [B, N]: per camera, its visible ids sorted by (zc, id)
                             // at the start of its row (the rest unused)

@@ -29,7 +29,7 @@ void cpu_reduce_gradients(const RendererConfig& config, const SceneArgs& scene,
 
   // Sphere gradients: one work item per sphere set (each owns its output slice); within
   // it cameras, tiles and entries in ascending order.
-  parallel_for(scratch.threads, sphere_sets, [&](std::int64_t set, int) {
+  parallel_for(scratch.workers(), sphere_sets, [&](std::int64_t set, int) {
     const int b_first = scene.shared_spheres ? 0 : int(set);
     const int b_last = scene.shared_spheres ? scene.batch_size : int(set) + 1;
     const std::int64_t base = set * n;

@@ -13,6 +13,22 @@
 
 namespace pulsar {
 
+namespace {
+
+// What the backward keeps of one hit between its blend terms and the rest (render_backward).
+template <typename T>
+struct HitTerms {
+  PairHit<T> hit;
+  std::int64_t e = 0;  // list position (its instance row)
+  std::int32_t i = 0;  // sphere
+  T opacity = 0, slope = 0;
+  T rel = 0;   // exp(s - m)
+  T unit = 0;  // exp(s) / total weight
+  T g = 0;     // dL/dw * total weight through the image and the coverage
+};
+
+}  // namespace
+
 template <typename T>
 void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
                          const RenderOptions& options, const BackwardArgs& args,
@@ -34,7 +50,7 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
   const bool want_geometry = grads.positions || grads.radii || grads.cameras;
   const bool want_blend = want_geometry || grads.opacities;
 
-  parallel_for(scratch.threads, scene.batch_size * n_tiles, [&](std::int64_t item, int) {
+  parallel_for(scratch.workers(), scene.batch_size * n_tiles, [&](std::int64_t item, int) {
     const TileWork<T> w = TileWork<T>::of(item, config, scene, options, scratch);
     const int b = w.b;
     const CameraFrame<T>& cam = w.cam;
@@ -54,54 +70,66 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
         const T* colour = image + pix * channels;
         const T m = state[2 * pix], norm_d = state[2 * pix + 1];
         const std::int64_t end = first + args.traversal_end[pix];
-        const T* mom = moments ? moments + 3 * pix : nullptr;
-        const T* g_mom = grad_moments ? grad_moments + 3 * pix : nullptr;
+        const T* mom = moments ? moments + kDepthStats * pix : nullptr;
+        const T* g_mom = grad_moments ? grad_moments + kDepthStats * pix : nullptr;
         // Background: C = (exp(s_bg) bg + sum w col) / (exp(s_bg) + sum w).
         const T bg_share = std::exp(bp.bg_exponent - m) / norm_d;
         for (int ch = 0; ch < channels; ++ch) bg[ch] += g_img[ch] * bg_share;
         if (end == first) continue;
+        // The depth outputs (docs/model.md section 7): coverage M_0 = W_h / W, and the mean
+        // and variance of n under b_i = w_i / W_h (blend.h, DepthStatsGrad).
+        T g_coverage = 0;    // dL/dM_0 * (1 - M_0): a hit's dL/dw * W through M_0
+        T hits_weight = 0;   // W_h relative to exp(m)
+        DepthStatsGrad<T> stats;
+        if (g_mom) {
+          g_coverage = g_mom[kCoverage] * bg_share;
+          hits_weight = mom[kCoverage] * norm_d;
+          stats = DepthStatsGrad<T>{mom[kDepthMean], mom[kDepthMeanLow], mom[kDepthVariance], g_mom[kDepthMean],
+                                    g_mom[kDepthVariance]};
+        }
+        const bool with_stats = g_mom != nullptr && hits_weight > T(0);
         const PixelRay<T> ray = pixel_ray(cam, x, y);
         const Vec3<T> sensor_rel = cam.sensor_offset(T(x), T(y));  // S = P - eye
         Vec3<T> grad_ray{0, 0, 0};     // perspective: dL/d(unit ray)
         Vec3<T> grad_sensor{0, 0, 0};  // orthographic: dL/dS
-        for (std::int64_t e = first; e < end; ++e) {
-          const std::int32_t i = entries[e];
-          const SphereRecord<T>& r = rec[i];
-          if (!r.bounds.contains(x, y)) continue;
-          const T radius = sv.radii[i];
-          const PairHit<T> h = evaluate_pair(cam, r.c, r.dist, radius, r.terms, ray);
-          if (!h.hit) continue;
-          const T opacity = sv.opacity(i);
-          const T slope = blend_exponent_slope(bp, opacity);
-          const T s = blend_exponent(bp, slope, h.depth);
-          const T unit = std::exp(s - m) / norm_d;  // exp(s) / total weight
-          const T weight = h.kappa * opacity * unit;  // normalised blend weight
-          const T* col = sv.features + std::int64_t(i) * channels;
-          T* gi = inst + e * stride;
-          // g = dL/dw * total weight. Image: gL . (col - C). Moments M_k = sum a n^k:
-          // dM_k/dw * total weight = n^k - M_k, and dM_k/dn = a k n^(k-1) directly.
-          T g = 0, grad_n = 0;
-          for (int ch = 0; ch < channels; ++ch) {
-            g += g_img[ch] * (col[ch] - colour[ch]);
-            gi[kInstFeatures + ch] += weight * g_img[ch];
-          }
-          if (g_mom) {
-            const T n_depth = normalized_depth(bp, h.depth);
-            g += g_mom[0] * (T(1) - mom[0]) + g_mom[1] * (n_depth - mom[1]) +
-                 g_mom[2] * (n_depth * n_depth - mom[2]);
-            grad_n += weight * (g_mom[1] + T(2) * g_mom[2] * n_depth);
-          }
-          if (!want_blend) continue;
+        // Everything of a hit's gradient but its features', given the part of dL/ds that
+        // comes through the image and the coverage (blend_grad_s). dominant: the hit's
+        // weight exceeds 1/2 (below).
+        auto hit_backward = [&](const HitTerms<T>& t, T blend_grad_s, bool dominant) {
+          const SphereRecord<T>& r = rec[t.i];
+          const PairHit<T>& h = t.hit;
+          T* gi = inst + t.e * stride;
           // w = kappa * o * exp(s): dL/ds = weight * g, dL/dkappa = o * unit * g, and
-          // opacity enters both as a factor and through s.
-          const T grad_s = weight * g;
-          const T grad_opacity = h.kappa * unit * g + blend_exponent_grad_opacity(bp, h.depth, grad_s);
+          // opacity enters both as a factor (dL/d(factor) = kappa * unit * g) and through s.
+          T grad_s = blend_grad_s;
+          T grad_kappa = t.opacity * t.unit * t.g;
+          T grad_factor = h.kappa * t.unit * t.g;
+          T grad_n = 0;  // dL/dn directly (the mean and variance)
+          if (with_stats) {
+            // The mean and variance, in units of b_i = w_i / W_h (<= 1): dL/dw through them
+            // is hits_g / W_h, and dL/dn is b_i depth_grad. The quotients by W_h come last,
+            // so that a tiny W_h (a pixel barely covered) overflows nothing that is finite:
+            // a lone hit (hits_g 0) keeps 0 however small its weight.
+            const T n_depth = normalized_depth(bp, h.depth);
+            const T hits_g = stats.weight_grad(n_depth);
+            const T share = h.kappa * t.opacity * t.rel / hits_weight;  // b_i
+            grad_s += share * hits_g;
+            grad_kappa += t.opacity * t.rel * hits_g / hits_weight;
+            grad_factor += h.kappa * t.rel * hits_g / hits_weight;
+            grad_n = share * stats.depth_grad(n_depth);
+          }
+          if (dominant) {
+            // w = kappa o exp(s) exactly, so dL/dkappa = dL/ds / kappa and dL/d(factor o) =
+            // dL/ds / o (both positive here): the same cancellation-free dL/ds.
+            grad_kappa = grad_s / h.kappa;
+            grad_factor = grad_s / t.opacity;
+          }
+          const T grad_opacity = grad_factor + blend_exponent_grad_opacity(bp, h.depth, grad_s);
           // dL/dz through s and through the moments' n; its depth range terms with it.
-          const T grad_depth = blend_exponent_grad_depth(slope, grad_s) + normalized_depth_grad(bp, grad_n);
+          const T grad_depth = blend_exponent_grad_depth(t.slope, grad_s) + normalized_depth_grad(bp, grad_n);
           range_sums.add(grad_depth, h.depth);
           gi[kInstOpacity] += grad_opacity;
-          if (!want_geometry) continue;
-          const T grad_kappa = opacity * unit * g;
+          if (!want_geometry) return;
           RadiusGradSums<T> radius_parts;
           Vec3<T> grad_c{0, 0, 0};  // world dL/d(centre - eye)
           if (cam.orthographic) {
@@ -110,7 +138,7 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
                                             grad_depth, ga, gb, gcz, radius_parts);
             grad_c = ga * cam.x_unit + gb * cam.y_unit + gcz * cam.z_axis;
             // a = (c - S).x_unit, b = (c - S).y_unit, cz = c.z_axis, all in world terms.
-            const Vec3<T> c_world = load_vec3(sv.positions + 3 * std::int64_t(i)) - cam.eye;
+            const Vec3<T> c_world = load_vec3(sv.positions + 3 * std::int64_t(t.i)) - cam.eye;
             cg.x_unit += ga * (c_world - sensor_rel);
             cg.y_unit += gb * (c_world - sensor_rel);
             cg.z_axis += gcz * c_world;
@@ -124,8 +152,56 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
           gi[kInstPos + 0] += grad_c.x;
           gi[kInstPos + 1] += grad_c.y;
           gi[kInstPos + 2] += grad_c.z;
-          gi[kInstRadius] += radius_parts.resolve(radius, r.terms.inv_radius);
+          gi[kInstRadius] += radius_parts.resolve(sv.radii[t.i], r.terms.inv_radius);
           cg.eye -= grad_c;
+        };
+        // The image's and coverage's dL/ds of the blend's contributors (hits and background)
+        // sum to 0 (softmax weights): a hit that dominates its pixel (weight above 1/2) takes
+        // minus the others' sum, whose rounding is that of the small weights. Its own
+        // product weight * g would carry the rounding of the stored C (dL/dw * W = gL .
+        // (col - C), nearly 0 there), which the exponent's slope 1 / (gamma range) and, at a
+        // silhouette, 1 / kappa then amplify in every saturated pixel.
+        HitTerms<T> dominant;
+        bool has_dominant = false;
+        T others_grad_s = 0;  // sum of weight * g over the other contributors
+        for (std::int64_t e = first; e < end; ++e) {
+          const std::int32_t i = entries[e];
+          const SphereRecord<T>& r = rec[i];
+          if (!r.bounds.contains(x, y)) continue;
+          HitTerms<T> t;
+          t.hit = evaluate_pair(cam, r.c, r.dist, sv.radii[i], r.terms, ray);
+          if (!t.hit.hit) continue;
+          t.e = e;
+          t.i = i;
+          t.opacity = sv.opacity(i);
+          t.slope = blend_exponent_slope(bp, t.opacity);
+          const T s = blend_exponent(bp, t.slope, t.hit.depth);
+          t.rel = std::exp(s - m);  // exp(s) relative to exp(m)
+          t.unit = t.rel / norm_d;  // exp(s) / total weight
+          const T weight = t.hit.kappa * t.opacity * t.unit;  // normalised blend weight a_i
+          const T* col = sv.features + std::int64_t(i) * channels;
+          T* gi = inst + e * stride;
+          // g = dL/dw * total weight. Image: gL . (col - C); coverage: g_coverage.
+          t.g = g_coverage;
+          for (int ch = 0; ch < channels; ++ch) {
+            t.g += g_img[ch] * (col[ch] - colour[ch]);
+            gi[kInstFeatures + ch] += weight * g_img[ch];
+          }
+          if (!want_blend) continue;
+          if (!has_dominant && weight > T(0.5)) {
+            dominant = t;
+            has_dominant = true;
+            continue;
+          }
+          const T grad_s = weight * t.g;
+          others_grad_s += grad_s;
+          hit_backward(t, grad_s, false);
+        }
+        if (has_dominant) {
+          // The background's weight * g: gL . (bg - C), and through the coverage -M_0 dL/dM_0.
+          T g_bg = g_mom ? -mom[kCoverage] * g_mom[kCoverage] : T(0);
+          for (int ch = 0; ch < channels; ++ch) g_bg += g_img[ch] * (sv.background[ch] - colour[ch]);
+          hit_backward(dominant, -(others_grad_s + bg_share * g_bg), true);
         }
         // The pixel's own camera terms: its ray (perspective) or sensor point (orthographic).
         if (want_geometry) {

@@ -29,7 +29,7 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene,
   auto* moments = static_cast<T*>(out.depth_moments);
   const int info_len = 3 + 2 * k_track;
 
-  parallel_for(scratch.threads, scene.batch_size * n_tiles, [&](std::int64_t item, int worker) {
+  parallel_for(scratch.workers(), scene.batch_size * n_tiles, [&](std::int64_t item, int worker) {
     const TileWork<T> w = TileWork<T>::of(item, config, scene, options, scratch);
     const int b = w.b;
     const CameraFrame<T>& cam = w.cam;
@@ -49,7 +49,7 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene,
         TrackedHits<T> tracked{track_depth, track_id, k_track, 0};
         TerminationTest<T> termination = TerminationTest<T>::start();
         T max_closest = T(-1);
-        T mom[3] = {0, 0, 0};  // sum w n^k relative to exp(m)
+        DepthStats<T> stats;  // the depth outputs' sums (moments)
         std::int64_t hits = 0;
         std::int64_t end = 0;  // one past the last processed entry, relative to `first`
         for (std::int64_t e = first; e < last; ++e) {
@@ -70,10 +70,8 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene,
           const T* col = sv.features + std::int64_t(i) * channels;
           for (int ch = 0; ch < channels; ++ch) accum[ch] = accum[ch] * rescale + w * col[ch];
           if (moments) {
-            const T n_depth = normalized_depth(bp, h.depth);
-            mom[0] = mom[0] * rescale + w;
-            mom[1] = mom[1] * rescale + w * n_depth;
-            mom[2] = mom[2] * rescale + w * n_depth * n_depth;
+            stats.scale(rescale);
+            stats.add(w, normalized_depth(bp, h.depth));
           }
           ++hits;
           end = e - first + 1;
@@ -88,8 +86,13 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene,
         state[2 * pix + 1] = blend.D;
         out.hit_count[pix] = std::int32_t(hits);
         out.traversal_end[pix] = std::int32_t(end);
-        if (moments)
-          for (int k = 0; k < 3; ++k) moments[3 * pix + k] = mom[k] / blend.D;
+        if (moments) {
+          T* out_stats = moments + kDepthStats * pix;
+          out_stats[kCoverage] = stats.weight / blend.D;
+          out_stats[kDepthMean] = stats.mean;
+          out_stats[kDepthVariance] = stats.variance();
+          out_stats[kDepthMeanLow] = stats.mean_low;
+        }
         if (info) write_forward_info(info + pix * info_len, blend.m, blend.D, max_closest, tracked);
       }
     }

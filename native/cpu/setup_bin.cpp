@@ -35,7 +35,7 @@ void cpu_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, Cpu
 
   // Per-sphere setup, chunked over (camera, spheres).
   const std::int64_t chunks = (n + kSetupChunk - 1) / kSetupChunk;
-  parallel_for(scratch.threads, batch * chunks, [&](std::int64_t item, int) {
+  parallel_for(scratch.workers(), batch * chunks, [&](std::int64_t item, int) {
     const int b = int(item / chunks);
     const std::int64_t begin = (item % chunks) * kSetupChunk;
     const std::int64_t end = std::min(n, begin + kSetupChunk);
@@ -57,7 +57,7 @@ void cpu_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, Cpu
   // Per camera: visible spheres sorted by (zc, index), then tile counts.
   std::fill(offsets, offsets + batch * n_tiles + 1, std::int64_t(0));
   std::vector<std::int64_t> visible_count(batch);
-  parallel_for(scratch.threads, batch, [&](std::int64_t b, int) {
+  parallel_for(scratch.workers(), batch, [&](std::int64_t b, int) {
     const SphereRecord<T>* rec = records + b * n;
     std::int32_t* ord = order + b * n;
     std::int64_t count = 0;
@@ -82,7 +82,7 @@ void cpu_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, Cpu
   auto* entries = scratch.entries.reserve<std::int32_t>(std::size_t(scratch.n_instances), "tile entries");
 
   // Fill each tile's list in depth order.
-  parallel_for(scratch.threads, batch, [&](std::int64_t b, int) {
+  parallel_for(scratch.workers(), batch, [&](std::int64_t b, int) {
     const SphereRecord<T>* rec = records + b * n;
     const std::int32_t* ord = order + b * n;
     std::vector<std::int64_t> cursor(offsets + b * n_tiles, offsets + (b + 1) * n_tiles);

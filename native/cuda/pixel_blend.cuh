@@ -94,7 +94,7 @@ struct PixelBlend {
   OnlineSoftmax<T> blend;
   TerminationTest<T> termination;
   T max_closest;
-  T mom[3];
+  DepthStats<T> stats;  // the depth outputs' sums (MOMENTS)
   int hits;
   int end;             // one past the last processed entry, relative to the tile's first
   unsigned last_hit;   // this batch's last hit (shared-memory address), kNoHit: none yet
@@ -116,7 +116,7 @@ struct PixelBlend {
     blend = OnlineSoftmax<T>::start(ctx.bp);
     termination = TerminationTest<T>::start();
     max_closest = T(-1);
-    for (int k = 0; k < 3; ++k) mom[k] = T(0);
+    stats = DepthStats<T>{};
     hits = 0;
     end = 0;
     last_hit = kNoHit;
@@ -153,17 +153,11 @@ struct PixelBlend {
       keep_as_branch();
       const T rescale = blend.raise(s);
       accum.scale(rescale, img, ctx.channels);
-      if (MOMENTS)
-        for (int k = 0; k < 3; ++k) mom[k] *= rescale;
+      if (MOMENTS) stats.scale(rescale);
     }
     const T w = blend.add_at_most_max(s, h.kappa * g.opacity);
     accum.add(w, col, img, ctx.channels);
-    if (MOMENTS) {
-      const T n_depth = normalized_depth(ctx.bp, h.depth);
-      mom[0] += w;
-      mom[1] += w * n_depth;
-      mom[2] += w * n_depth * n_depth;
-    }
+    if (MOMENTS) stats.add(w, normalized_depth(ctx.bp, h.depth));
     ++hits;
     last_hit = address;
     if (ctx.bp.early_stop) termination.after_hit(blend);
@@ -194,8 +188,13 @@ struct PixelBlend {
     out.hit_count[pix] = std::int32_t(hits);
     out.traversal_end[pix] = end;
     T* moments = static_cast<T*>(out.depth_moments);
-    if (MOMENTS && moments)
-      for (int k = 0; k < 3; ++k) moments[3 * pix + k] = mom[k] / blend.D;
+    if (MOMENTS && moments) {
+      T* out_stats = moments + kDepthStats * pix;
+      out_stats[kCoverage] = stats.weight / blend.D;
+      out_stats[kDepthMean] = stats.mean;
+      out_stats[kDepthVariance] = stats.variance();
+      out_stats[kDepthMeanLow] = stats.mean_low;
+    }
     if (WITH_INFO)
       write_forward_info(static_cast<T*>(out.forward_info) + pix * (3 + 2 * config.n_track), blend.m, blend.D,
                          max_closest, TrackedHits<T>{track_depth, track_id, n_track, tracked});

@@ -19,6 +19,7 @@
 // unreached entries and leave. No block's rows are cleared before its launch: each
 // block zeroes the rows of the entries its tile never reached (zero_unreached_rows).
 #include <algorithm>
+#include <limits>
 #include <type_traits>
 
 #include "cuda_scratch.h"
@@ -169,7 +170,7 @@ constexpr std::size_t pixel_grads_align(int c_static, std::size_t value_bytes) {
 }
 template <typename T, int C_STATIC>
 struct alignas(pixel_grads_align(C_STATIC, sizeof(T))) PixelGrads {
-  T dot;                                    // dL/dimage . image
+  T dot;                                    // dL/dimage . image, less dL/dM_0 (1 - M_0) (render())
   T image[C_STATIC > 0 ? C_STATIC : 1];     // dL/dimage
 };
 
@@ -182,7 +183,10 @@ struct PixelStage {
   int end[kThreads];                      // traversal end (entries the forward processed)
   RayAndTotal<T> ray_total[kThreads];     // the ray only in perspective
   PixelGrads<T, C_STATIC> grads[kThreads];  // dL/dimage only with a static channel count
-  T mom[kThreads][3], grad_mom[kThreads][3];  // depth moments and their gradients
+  // The depth outputs (render()): the mean (two parts) and variance of the hits'
+  // normalised depths and 1 / M_0 (0 where nothing is covered); dL/dmean and dL/dvariance
+  // (blend.h, DepthStatsGrad). dL/dM_0 joins the image's term of each hit (PixelGrads::dot).
+  T mom[kThreads][4], grad_mom[kThreads][2];
 };
 
 // One entry of the tile's list as the warps read it. A batch of entries is staged in
@@ -423,13 +427,27 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
       if (kStatic) pg.image[ch] = g;
     }
     if (!kStatic) pg.image[0] = T(0);
-    stage.grads[threadIdx.x] = pg;
     const Vec3<T> dir = ORTHO ? make_vec3(T(0), T(0), T(0)) : pixel_ray(cam, own_x, own_y).dir;
     stage.ray_total[threadIdx.x] = RayAndTotal<T>{dir.x, dir.y, dir.z, m + log(d)};
-    for (int k = 0; k < 3; ++k) {
-      stage.mom[threadIdx.x][k] = with_moments ? static_cast<const T*>(args.depth_moments)[3 * own_pix + k] : T(0);
-      stage.grad_mom[threadIdx.x][k] = with_moments ? static_cast<const T*>(args.grad_depth_moments)[3 * own_pix + k] : T(0);
+    if (with_moments) {
+      const T* mom = static_cast<const T*>(args.depth_moments) + kDepthStats * own_pix;
+      const T* g_mom = static_cast<const T*>(args.grad_depth_moments) + kDepthStats * own_pix;
+      // A hit's dL/dw * W through the coverage is dL/dM_0 (1 - M_0), with 1 - M_0 the
+      // background's share: one term per pixel, folded into gL . C.
+      pg.dot -= g_mom[kCoverage] * bg_share;
+      // 1 / M_0: the weights b_i = w_i / W_h are a_i / M_0. M_0 is 0 or a normal number
+      // here (this kernel and the forward flush denormals in float); in double a
+      // denormal M_0 is taken as the smallest normal one, so that no reciprocal overflows.
+      const T coverage = mom[kCoverage];
+      const T inv_coverage = coverage > T(0) ? T(1) / fmax(coverage, std::numeric_limits<T>::min()) : T(0);
+      stage.mom[threadIdx.x][0] = mom[kDepthMean];
+      stage.mom[threadIdx.x][1] = mom[kDepthMeanLow];
+      stage.mom[threadIdx.x][2] = mom[kDepthVariance];
+      stage.mom[threadIdx.x][3] = inv_coverage;
+      stage.grad_mom[threadIdx.x][0] = g_mom[kDepthMean];
+      stage.grad_mom[threadIdx.x][1] = g_mom[kDepthVariance];
     }
+    stage.grads[threadIdx.x] = pg;
     atomicMax(&max_end, stage.end[threadIdx.x]);
   } else {
     stage.end[threadIdx.x] = 0;
@@ -493,8 +511,8 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
     const T unit = softmax_exp(s - px.log_total());
     const T opacity_unit = opacity * unit;  // dw/dkappa, shared with the weight
     const T weight = h.kappa * opacity_unit;
-    // gw = dL/dw * total weight; grad_n: dL/dn through the depth moments.
-    T gw = -px.grad_dot_image(), grad_n = 0;
+    // gw = dL/dw * total weight through the image and the coverage (PixelGrads::dot).
+    T gw = -px.grad_dot_image();
     if (kStatic) {
       // dL/dfeatures here, where dL/dimage is loaded for gw, so that the compiler loads
       // it once (after the geometry it loads it again).
@@ -506,19 +524,28 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
     } else {
       for (int ch = 0; ch < channels; ++ch) gw += g_img[ch] * acc.col_global[ch];
     }
-    if (with_moments) {
-      const T n_depth = normalized_depth(bp, h.depth);
-      const T* mom = px.moments();
-      const T* g_mom = px.grad_moments();
-      gw += g_mom[0] * (T(1) - mom[0]) + g_mom[1] * (n_depth - mom[1]) + g_mom[2] * (n_depth * n_depth - mom[2]);
-      grad_n += weight * (g_mom[1] + T(2) * g_mom[2] * n_depth);
-    }
     if (!flags.blend) return weight;
     // The entry's sums are the accumulators of the backward twins (blend.h,
     // intersection.h), so no per-pair zeroes are added to them.
-    const T grad_s = weight * gw;  // dL/ds
+    T grad_s = weight * gw;  // dL/ds
+    T hits_unit_g = 0;  // the depth mean and variance's dL/dw per unit closeness and opacity
+    T grad_n = 0;       // and their dL/dn
+    if (with_moments) {
+      // The mean and variance in units of b_i = a_i / M_0 (blend.h, DepthStatsGrad).
+      const T* st = px.moments();
+      const T* g_st = px.grad_moments();
+      const DepthStatsGrad<T> stats{st[0], st[1], st[2], g_st[0], g_st[1]};
+      const T n_depth = normalized_depth(bp, h.depth);
+      const T hits_g = stats.weight_grad(n_depth);
+      const T unit_hits = unit * st[3];  // exp(s) / W_h
+      const T share = weight * st[3];    // b_i
+      grad_s += share * hits_g;
+      hits_unit_g = unit_hits * hits_g;
+      grad_n = share * stats.depth_grad(n_depth);
+    }
     if (flags.opacity) {  // w = kappa o exp(s): o as a factor and through s
       acc.sums.opacity += h.kappa * unit * gw;
+      if (with_moments) acc.sums.opacity += h.kappa * hits_unit_g;
       acc.sums.opacity += blend_exponent_grad_opacity(bp, h.depth, grad_s);
     }
     // dL/dz through s, and in the kernels that may carry moments through their n
@@ -528,7 +555,8 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
     if (!ALL_GRADS) grad_depth += normalized_depth_grad(bp, grad_n);
     range_sums.add(grad_depth, h.depth);
     if (!flags.geometry) return weight;
-    const T grad_kappa = opacity_unit * gw;
+    T grad_kappa = opacity_unit * gw;
+    if (with_moments) grad_kappa += opacity * hits_unit_g;
     if (ORTHO) {
       const Vec3<T> sensor_rel = cam.sensor_offset(T(x), T(y));
       T ga = 0, gb = 0, gcz = 0;

@@ -78,6 +78,8 @@ EXPECTED_TWINS = [
     "blend/blend_exponent_grad_depth",
     "blend/DepthRangeSums/normalized_depth",
     "blend/DepthRangeSums/blend_exponent",
+    "blend/weight_grad",
+    "blend/depth_grad",
     "camera/frame_backward",
     "camera/add_sensor_offset",
     "pixel_ray/pixel_ray/perspective",

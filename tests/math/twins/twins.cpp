@@ -623,6 +623,40 @@ std::vector<Twin> twin_table() {
         vjp[1] = grad_max - kStart;
       },
       nullptr});
+  // The depth statistics (DepthStats) of kHits hits, accumulated in a shuffled order of
+  // weights: x = the hits' weights w | their normalised depths n (weight_grad), or x = n |
+  // w (depth_grad). f = (mean, variance); the twins give dL/dw_i = weight_grad(n_i) / W_h
+  // and dL/dn_i = b_i depth_grad(n_i), b_i = w_i / W_h.
+  for (const bool by_depth : {false, true}) {
+    table.push_back(Twin{
+        by_depth ? "blend/depth_grad" : "blend/weight_grad", kHits, 2, kHits, 8, 1e-5,
+        [by_depth](Rng& rng, int, double* x) {
+          double* w = by_depth ? x + kHits : x;
+          double* n = by_depth ? x : x + kHits;
+          for (int i = 0; i < kHits; ++i) {
+            w[i] = std::exp(rng.uniform(-3, 1));  // weights relative to exp(m): some above 1
+            n[i] = rng.uniform(-0.2, 1.2);        // past either end of the depth range too
+          }
+        },
+        [by_depth](const double* x, double* y) {
+          const double* w = by_depth ? x + kHits : x;
+          const double* n = by_depth ? x : x + kHits;
+          pulsar::DepthStats<double> stats;
+          for (int i = 0; i < kHits; ++i) stats.add(w[i], n[i]);
+          y[0] = stats.mean + stats.mean_low;
+          y[1] = stats.variance();
+        },
+        [by_depth](const double* x, const double* g, double* vjp) {
+          const double* w = by_depth ? x + kHits : x;
+          const double* n = by_depth ? x : x + kHits;
+          pulsar::DepthStats<double> stats;
+          for (int i = 0; i < kHits; ++i) stats.add(w[i], n[i]);
+          const pulsar::DepthStatsGrad<double> grad{stats.mean, stats.mean_low, stats.variance(), g[0], g[1]};
+          for (int i = 0; i < kHits; ++i)
+            vjp[i] = by_depth ? w[i] / stats.weight * grad.depth_grad(n[i]) : grad.weight_grad(n[i]) / stats.weight;
+        },
+        nullptr});
+  }
 
   // camera.h ----------------------------------------------------------------------------
   // load_camera's frame: x = packed camera | right-handed (alternating by point).
