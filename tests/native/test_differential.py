@@ -239,7 +239,8 @@ def _forward_info_close(info: torch.Tensor, ref: ReferenceRun, agree: torch.Tens
            rtol=scale + 100 * eps / gamma, plain=pick("normaliser"))
     _close("forward info zc", zc[agree], ref.stacked("max_closest_depth")[agree], atol=scale, rtol=scale,
            plain=pick("max_closest_depth"))
-    ids = Renderer.sphere_ids_from_result_info_nograd(info.to(dtype)).long()
+    # Pulsar's shapes: unbatched forward info gives ids [1, H, W, K].
+    ids = Renderer.sphere_ids_from_result_info_nograd(info.to(dtype)).long().reshape(info.shape[:-1] + (-1,))
     want_ids, want_depths = ref.stacked("closest_ids"), ref.stacked("closest_depths")
     depths = info[..., 4::2]
     if dtype == F32:
