@@ -38,6 +38,7 @@ class RenderOptions:
     percent_allowed_difference: float
     max_n_hits: int  # < 0: unlimited
     stream: int  # cudaStream_t as an integer; 0 on the CPU
+    partial: bool  # a share's state instead of the image (include/pulsar/renderer.h)
     @overload
     def __init__(self) -> None: ...
     @overload

@@ -74,6 +74,7 @@ class RenderSettings(NamedTuple):
     min_depth: float  # camera vectors: near depth (0: focal length + 2e-6)
     max_depth: float  # camera vectors: far depth
     camera_argument: int  # the camera's argument, for messages: _checks.CAMERA_ARGUMENTS[camera_argument]
+    partial: bool = False  # a share's state instead of the image (RenderOptions::partial; no depth moments)
 
     def encode(self) -> List[float]:
         """The operator argument (ints and bools pass through a float[] as floats)."""
@@ -220,12 +221,14 @@ _options_cache: Dict[tuple, "_native.RenderOptions"] = {}
 def _options(s: RenderSettings, device: torch.device) -> "_native.RenderOptions":
     """The native options of a call, one object per distinct value (the native core only
     reads them); a few hundred distinct values at most are kept."""
-    key = (s.gamma, s.percent_allowed_difference, s.max_n_hits, stream_handle(device))
+    key = (s.gamma, s.percent_allowed_difference, s.max_n_hits, stream_handle(device), s.partial)
     options = _options_cache.get(key)
     if options is None:
         if len(_options_cache) > 256:
             _options_cache.clear()
-        options = _options_cache[key] = _native.RenderOptions(key[0], key[1], int(key[2]), key[3])
+        options = _native.RenderOptions(key[0], key[1], int(key[2]), key[3])
+        options.partial = bool(s.partial)
+        _options_cache[key] = options
     return options
 
 

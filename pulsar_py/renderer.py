@@ -282,12 +282,17 @@ class Renderer(torch.nn.Module):
             want_moments, batched, self.check_values, self.debug, camera_input.length,
             vectors and bool(first_R_then_T), depths.min_depth if vectors else 0.0,
             depths.max_depth if vectors else 0.0, _checks.CAMERA_ARGUMENTS.index(camera_name))
-        call = scaled_render_call if self._pulsar_gradients else ops.render_call
-        image, _state, counts, info, moments = call(
+        image, _state, counts, info, moments = self._render(
             scene.positions, scene.features, scene.radii, scene.opacities, scene.background, cams, settings)
         if eager:  # after the call: the device works meanwhile
             self._warn_once(gamma_arg, percent_arg, checked.gamma, scene, cams)
         return RawOutputs(image, counts[0], info, moments, batched)
+
+    def _render(self, positions, features, radii, opacities, background, cameras,
+                settings: ops.RenderSettings) -> Tuple[torch.Tensor, ...]:
+        """The render operator's call with checked arguments: its five outputs."""
+        call = scaled_render_call if self._pulsar_gradients else ops.render_call
+        return call(positions, features, radii, opacities, background, cameras, settings)
 
     def _check_scene(self, vert_pos, vert_col, vert_rad, opacity, bg_col) -> _checks.SceneTensors:
         return _checks.check_scene(vert_pos, vert_col, vert_rad, opacity, bg_col, n_channels=self.n_channels,

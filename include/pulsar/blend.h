@@ -151,6 +151,19 @@ struct OnlineSoftmax {
   }
 };
 
+// A share's own normaliser after a partial render (RenderOptions::partial): its blend
+// started from the background's weight (D = 1 at m = s_bg), which the merge of shares adds
+// once; this takes it out, D_share = D - exp(s_bg - m) >= 0 (clamped: exp(s_bg - m) and the
+// rescales D went through may round apart by an ulp). The share's feature sum is A = C D for
+// the image C it blended with zero background features. The merge (docs/model.md section 5)
+// is m = max m_r, D = exp(s_bg - m) + sum D_r exp(m_r - m), A = exp(s_bg - m) bg +
+// sum A_r exp(m_r - m), C = A / D. No derivative: backward takes the merged state.
+template <typename T>
+PULSAR_HD T partial_normalizer(T norm_d, T m, T bg_exponent) {
+  const T share = norm_d - std::exp(bg_exponent - m);
+  return share > T(0) ? share : T(0);
+}
+
 // w / total for weights 0 <= w <= total, total > 0: the share of one weight in a sum that
 // contains it (in [0, 1] after rounding too). On the GPU in float the fast division (2
 // instructions): the forward there flushes denormals, so total is a normal number, far

@@ -74,6 +74,14 @@ struct RenderOptions {
   // throws Interrupted. Null (the default): never asked. The CUDA backend, which only
   // enqueues work, ignores it. (A pointer, so that the struct stays trivially copyable.)
   const std::function<bool()>* interrupt_requested = nullptr;
+  // A partial render: the blend of one share of a scene's spheres, as the per-pixel state
+  // that merges exactly with the other shares' (docs/model.md section 5, "Shares"): forward
+  // writes the share's feature sum A into `image` and its own normaliser into blend_state
+  // (ForwardOutputs). The background's features are not read; its weight still counts in
+  // the termination rule. No depth statistics. Backward, given the merged state of all
+  // shares instead (BackwardArgs), differentiates this share's spheres; partial tells it
+  // that the pixel's other contributors are not all among them.
+  bool partial = false;
 };
 
 // Thrown by a call whose RenderOptions::interrupt_requested returned true. The renderer
@@ -87,7 +95,10 @@ class Interrupted : public std::runtime_error {
 constexpr int kDepthStats = 4;
 enum DepthStatSlot : int { kCoverage = 0, kDepthMean = 1, kDepthVariance = 2, kDepthMeanLow = 3 };
 
-// Caller-owned outputs of forward, [B, H, W, ...] row-major.
+// Caller-owned outputs of forward, [B, H, W, ...] row-major. A partial render
+// (RenderOptions::partial) writes, in `image`, the feature sum A of its spheres relative to
+// exp(m), and in blend_state (m, D_share): D_share = D - exp(s_bg - m), the normaliser
+// without the background's weight (blend.h, partial_normalizer).
 struct ForwardOutputs {
   void* image = nullptr;          // [B, H, W, C]
   void* blend_state = nullptr;    // [B, H, W, 2]: (m, D), needed by backward
@@ -154,7 +165,11 @@ class Renderer {
                const std::function<ForwardOutputs()>& make_outputs);
 
   // Exact gradients of the forward (docs/model.md section 8) for the same scene and
-  // options, given that forward's very output arrays (args). When that forward is the
+  // options, given that forward's very output arrays (args). After a partial forward, args
+  // hold the merged image and blend state of all shares (the same for every share) with
+  // this share's traversal end: the gradients are those of this share's spheres, and the
+  // camera's and background's parts that come through them (every share computes the
+  // background's whole gradient: it depends on the merged state alone). When that forward is the
   // last this renderer ran (its traversal_end array is the one given), its binning is
   // reused; otherwise the binning is rebuilt from the same inputs, which gives the same
   // lists. (Output arrays overwritten by another forward hold that forward's results, so

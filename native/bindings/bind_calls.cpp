@@ -79,6 +79,7 @@ void bind_calls(py::module_& m) {
       .def_readwrite("gamma", &RenderOptions::gamma)
       .def_readwrite("percent_allowed_difference", &RenderOptions::percent_allowed_difference)
       .def_readwrite("max_n_hits", &RenderOptions::max_n_hits)
+      .def_readwrite("partial", &RenderOptions::partial)
       .def_property(
           "stream", [](const RenderOptions& o) { return reinterpret_cast<std::uintptr_t>(o.stream); },
           [](RenderOptions& o, std::uintptr_t v) { o.stream = reinterpret_cast<void*>(v); });

@@ -11,6 +11,8 @@
 //   3. render_backward: per-pixel re-traversal of the processed hits; gradient partials
 //      per (tile, sphere) instance and per tile for the camera.
 //   4. reduce_gradients: partials -> caller's gradient arrays.
+// A partial render (RenderOptions::partial) blends with zero_features as its background
+// and ends with partial_state, which turns the outputs of stage 2 into the share's state.
 #pragma once
 
 #include <cstddef>
@@ -34,14 +36,21 @@ class Backend {
   virtual void finish_binning(const SceneArgs& scene, const RenderOptions& options) = 0;
   virtual void render_forward(const SceneArgs& scene, const RenderOptions& options,
                               const ForwardOutputs& outputs) = 0;
+  // After render_forward of a partial render (with zero background features): image
+  // C -> C D, blend_state D -> partial_normalizer (blend.h).
+  virtual void partial_state(const SceneArgs& scene, const RenderOptions& options,
+                             const ForwardOutputs& outputs) = 0;
   virtual void render_backward(const SceneArgs& scene, const RenderOptions& options,
                                const BackwardArgs& args, const GradientOutputs& grads) = 0;
   virtual void reduce_gradients(const SceneArgs& scene, const RenderOptions& options,
                                 const GradientOutputs& grads) = 0;
   // Room for `bytes` of packed cameras [B, 15] that the Renderer converts from camera
-  // vectors itself (Renderer::use_camera_vectors), in the backend's memory; kept across
+  // vectors itself (Renderer::with_packed_cameras), in the backend's memory; kept across
   // calls and rewritten by the next conversion.
   virtual void* packed_cameras(std::size_t bytes) = 0;
+  // `bytes` of zeros in the backend's memory (ready in stream order): a partial render's
+  // background features.
+  virtual const void* zero_features(std::size_t bytes, const RenderOptions& options) = 0;
   virtual std::size_t scratch_bytes() const = 0;
   virtual std::int64_t binned_instances() const = 0;
 };

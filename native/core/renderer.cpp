@@ -140,13 +140,18 @@ void Renderer::forward(const SceneArgs& scene_in, const RenderOptions& options,
                        const std::function<ForwardOutputs()>& make_outputs) {
   Busy busy(busy_);
   check_call(scene_in, options);
-  const SceneArgs scene = with_packed_cameras(scene_in, options);
+  SceneArgs scene = with_packed_cameras(scene_in, options);
+  if (options.partial)
+    scene.background = backend_->zero_features(std::size_t(config_.n_channels) * element_size(scene.dtype), options);
   binned_for_ = nullptr;
   backend_->begin_binning(scene, options);
   const ForwardOutputs outputs = make_outputs();
   check_forward_outputs(outputs);
+  PULSAR_REQUIRE(!options.partial || outputs.depth_moments == nullptr,
+                 "depth_moments: a partial render (RenderOptions::partial) has no depth statistics");
   backend_->finish_binning(scene, options);
   backend_->render_forward(scene, options, outputs);
+  if (options.partial) backend_->partial_state(scene, options, outputs);
   binned_for_ = outputs.traversal_end;
 }
 

@@ -4,6 +4,8 @@
 #include "cpu_scratch.h"
 #include "parallel_for.h"
 
+#include <cstring>
+
 namespace pulsar {
 
 namespace {
@@ -30,6 +32,14 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void partial_state(const SceneArgs& scene, const RenderOptions& options,
+                     const ForwardOutputs& outputs) override {
+    scratch_.interrupt = options.interrupt_requested;
+    dispatch_dtype(scene.dtype, [&](auto tag) {
+      cpu_partial_state<decltype(tag)>(config_, options, scene.batch_size, outputs, scratch_);
+    });
+  }
+
   void render_backward(const SceneArgs& scene, const RenderOptions& options, const BackwardArgs& args,
                        const GradientOutputs& grads) override {
     scratch_.interrupt = options.interrupt_requested;
@@ -48,6 +58,11 @@ class CpuBackend final : public Backend {
 
   void* packed_cameras(std::size_t bytes) override {
     return scratch_.packed_cameras.reserve<unsigned char>(bytes, "packed cameras");
+  }
+  const void* zero_features(std::size_t bytes, const RenderOptions&) override {
+    auto* zeros = scratch_.zero_features.reserve<unsigned char>(bytes, "zero features");
+    std::memset(zeros, 0, bytes);
+    return zeros;
   }
   std::size_t scratch_bytes() const override { return scratch_.bytes(); }
   std::int64_t binned_instances() const override { return scratch_.n_instances; }

@@ -45,11 +45,13 @@ struct CpuScratch {
   HostBuffer tile_background_grads;  // T [B * n_tiles, C]
   HostBuffer pixel_scratch;  // per worker: features and tracked hits
   HostBuffer packed_cameras;  // T [B, 15]: cameras converted from camera vectors (Renderer)
+  HostBuffer zero_features;   // T [C] of zeros: a partial render's background
 
   std::size_t bytes() const {
     return records.capacity() + order.capacity() + tile_offsets.capacity() + entries.capacity() +
            instance_grads.capacity() + tile_camera_grads.capacity() +
-           tile_background_grads.capacity() + pixel_scratch.capacity() + packed_cameras.capacity();
+           tile_background_grads.capacity() + pixel_scratch.capacity() + packed_cameras.capacity() +
+           zero_features.capacity();
   }
 };
 
@@ -97,6 +99,9 @@ template <typename T>
 void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
                          const RenderOptions& options, const BackwardArgs& args,
                          const GradientOutputs& grads, CpuScratch& scratch);
+template <typename T>
+void cpu_partial_state(const RendererConfig& config, const RenderOptions& options, int batch_size,
+                       const ForwardOutputs& out, CpuScratch& scratch);
 template <typename T>
 void cpu_reduce_gradients(const RendererConfig& config, const SceneArgs& scene,
                           const GradientOutputs& grads, CpuScratch& scratch);

@@ -49,6 +49,10 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
   const auto* grad_moments = static_cast<const T*>(args.grad_depth_moments);
   const bool want_geometry = grads.positions || grads.radii || grads.cameras;
   const bool want_blend = want_geometry || grads.opacities;
+  // A share of a partial render (RenderOptions::partial) does not see the pixel's other
+  // shares' hits, so a dominant hit cannot take minus the others' sum (below): it keeps
+  // its own product, as the CUDA backward does.
+  const bool whole_pixel = !options.partial;
 
   parallel_for(scratch.workers(), scene.batch_size * n_tiles, [&](std::int64_t item, int) {
     const TileWork<T> w = TileWork<T>::of(item, config, scene, options, scratch);
@@ -188,7 +192,7 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
             gi[kInstFeatures + ch] += weight * g_img[ch];
           }
           if (!want_blend) continue;
-          if (!has_dominant && weight > T(0.5)) {
+          if (!has_dominant && whole_pixel && weight > T(0.5)) {
             dominant = t;
             has_dominant = true;
             continue;

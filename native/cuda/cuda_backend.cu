@@ -48,6 +48,14 @@ class CudaBackend final : public Backend {
     });
   }
 
+  void partial_state(const SceneArgs& scene, const RenderOptions& options,
+                     const ForwardOutputs& outputs) override {
+    DeviceGuard guard(config_.device_index);
+    dispatch_dtype(scene.dtype, [&](auto tag) {
+      cuda_partial_state<decltype(tag)>(config_, options, scene.batch_size, outputs, stream(options));
+    });
+  }
+
   void render_backward(const SceneArgs& scene, const RenderOptions& options, const BackwardArgs& args,
                        const GradientOutputs& grads) override {
     DeviceGuard guard(config_.device_index);
@@ -67,6 +75,12 @@ class CudaBackend final : public Backend {
   void* packed_cameras(std::size_t bytes) override {
     DeviceGuard guard(config_.device_index);
     return scratch_.packed_cameras.reserve<unsigned char>(bytes, "packed cameras");
+  }
+  const void* zero_features(std::size_t bytes, const RenderOptions& options) override {
+    DeviceGuard guard(config_.device_index);
+    auto* zeros = scratch_.zero_features.reserve<unsigned char>(bytes, "zero features");
+    PULSAR_CUDA_CHECK(cudaMemsetAsync(zeros, 0, bytes, stream(options)));
+    return zeros;
   }
   std::size_t scratch_bytes() const override { return scratch_.bytes(); }
   std::int64_t binned_instances() const override { return scratch_.n_instances; }

@@ -133,6 +133,7 @@ struct CudaScratch {
   DeviceBuffer tile_ends;       // int [B * n_tiles]: entries any pixel of the tile processed (backward)
   DeviceBuffer cub_temp;        // CUB workspace
   DeviceBuffer packed_cameras;  // T [B, 15]: cameras converted from camera vectors (Renderer)
+  DeviceBuffer zero_features;   // T [C] of zeros: a partial render's background
   int backward_splits = 1;         // blocks per tile in the last backward (render_backward.cu)
   // Partials per backward block, written in the first backward window, added to in the others.
   DeviceBuffer tile_camera_grads;  // T [B * n_tiles * backward_splits, kCameraGradValues]
@@ -165,7 +166,7 @@ struct CudaScratch {
            tile_depth_bound.capacity() + tile_settled.capacity() + depth_order.capacity() + tile_counts.capacity() +
            sphere_slots.capacity() + instance_arena.capacity() + tile_ranges.capacity() + tile_ends.capacity() +
            cub_temp.capacity() + packed_cameras.capacity() + tile_camera_grads.capacity() +
-           tile_background_grads.capacity() + camera_chunk_sums.capacity();
+           tile_background_grads.capacity() + camera_chunk_sums.capacity() + zero_features.capacity();
   }
 };
 
@@ -252,6 +253,10 @@ template <typename T>
 void cuda_reduce_sphere_rows(const RendererConfig& config, const SceneArgs& scene,
                              const GradientOutputs& grads, cudaStream_t stream, const CudaScratch& scratch,
                              T* rows, std::int64_t lo, std::int64_t hi, bool first);
+// A partial render's last step (backend.h, partial_state).
+template <typename T>
+void cuda_partial_state(const RendererConfig& config, const RenderOptions& options, int batch_size,
+                        const ForwardOutputs& out, cudaStream_t stream);
 // Sums the camera and background partials into the caller's arrays.
 template <typename T>
 void cuda_reduce_gradients(const RendererConfig& config, const SceneArgs& scene,

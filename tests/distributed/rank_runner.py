@@ -4,13 +4,14 @@ spawned process (as torchrun starts them), and returns what each rank's call ret
     results = run_ranks(fn, world_size, *args, backend="gloo")
 
 ``fn(rank, world_size, *args)`` runs after ``init_process_group``; it must be a module-level
-function (spawned processes import it by name) and return something picklable (numbers,
-lists, CPU tensors). A rank that raises fails the whole run with that rank's traceback.
+function (spawned processes import it by name) and return what torch.save stores and
+``torch.load(weights_only=True)`` reads (numbers, strings, lists, dicts, CPU tensors). A rank that raises fails the whole run with that rank's traceback.
 NCCL ranks use GPU ``rank``.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import queue as queue_module
 import tempfile
@@ -29,7 +30,11 @@ def _rank_main(fn: Callable, rank: int, world_size: int, init_method: str, backe
         torch.cuda.set_device(rank)
     dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size)
     try:
-        results.put((rank, None, fn(rank, world_size, *args)))
+        # As bytes: tensors put on the queue as they are would be passed as shared memory,
+        # gone once this process exits.
+        buffer = io.BytesIO()
+        torch.save(fn(rank, world_size, *args), buffer)
+        results.put((rank, None, buffer.getvalue()))
     except BaseException:  # reported to the parent, which raises
         results.put((rank, traceback.format_exc(), None))
     finally:
@@ -59,7 +64,7 @@ def run_ranks(fn: Callable, world_size: int, *args: Any, backend: str = "gloo",
                                          f"result within {timeout} s") from None
                 if error is not None:
                     raise AssertionError(f"rank {rank} of {world_size} failed:\n{error}")
-                collected[rank] = value
+                collected[rank] = torch.load(io.BytesIO(value), weights_only=True)
         finally:
             for p in processes:
                 p.join(timeout=30)

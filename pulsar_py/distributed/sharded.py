@@ -1,0 +1,165 @@
+"""``ShardedRenderer``: one scene's spheres split across the ranks of a process group."""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple, Union
+
+import torch
+import torch.distributed as dist
+
+from .. import ops
+from ..cameras import Camera
+from ..renderer import Renderer
+from .merge import merge_forward_info, merge_partial_states, share_offset
+
+Tensor = torch.Tensor
+
+
+class ShardedRenderer(Renderer):
+    """A Renderer whose scene is split across the ranks of a torch.distributed group.
+
+    Each rank passes its own share of the spheres (any count, zero included) and the same
+    cameras and settings as every other rank; every rank gets the image of all spheres.
+    Each share renders to a partial per-pixel state, and the states merge exactly (the
+    blend is a weighted average, independent of the spheres' order; docs/model.md section
+    5, "Shares"): two collectives per call, a maximum over [B, H, W] and a sum over
+    [B, H, W, C + 1], whatever the number of spheres. In the backward each rank
+    differentiates its own spheres against the merged state, and the camera gradient is
+    summed over the ranks (one more collective); the background's gradient is computed
+    whole on every rank.
+
+    Args:
+        *args, **kwargs: as ``Renderer`` (``gradient_scaling`` must be "exact").
+        process_group: the group whose ranks share the scene (None: the default group).
+            NCCL (CUDA tensors, each rank on its own GPU) or gloo (CPU).
+
+    Rules every rank follows in a call: the same cameras, settings and sphere batch shape
+    (the sphere count may differ), and the same ``requires_grad`` of the cameras and the
+    background; then every rank computes its loss from the image (the same loss on every
+    rank) and calls backward, since the backward holds a collective. The collectives run
+    on the caller's CUDA stream's order (no host synchronisation beyond the renderer's one
+    per call).
+
+    Exactness: with ``percent_allowed_difference = 0`` and no ``max_n_hits`` the image,
+    forward info and gradients equal a single-process render of all spheres up to
+    rounding. With early termination (p > 0) each share stops on its own normaliser, which
+    is never larger than the whole pixel's: it processes every hit of its spheres that a
+    single-process render would, and possibly more (the same holds per share under
+    ``max_n_hits``). docs/distributed.md gives the resulting bound on the image.
+
+    Supported calls: ``forward`` (mode 0 with or without forward info, whose ids are
+    global: the shares numbered in rank order; mode 1, the hit counts summed over the
+    ranks) and ``visible`` (of this rank's spheres). ``render`` (depth outputs) raises.
+    The call runs eagerly (torch.compile leaves it out of its graphs).
+    """
+
+    def __init__(self, *args: Any, process_group: Optional[dist.ProcessGroup] = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.process_group = process_group
+        self._check_gradient_scaling()
+
+    def _check_gradient_scaling(self) -> None:
+        if self._pulsar_gradients:
+            raise ValueError('ShardedRenderer: gradient_scaling: expected "exact" (Pulsar\'s gradient scale is '
+                             'per sphere over the pixels of one process), got "pulsar"')
+
+    def forward(
+        self,
+        vert_pos: Tensor,
+        vert_col: Tensor,
+        vert_rad: Tensor,
+        cam_params: Union[Tensor, Camera],
+        gamma: float,
+        max_depth: float,
+        min_depth: float = 0.0,
+        bg_col: Optional[Tensor] = None,
+        opacity: Optional[Tensor] = None,
+        percent_allowed_difference: float = 0.01,
+        max_n_hits: Optional[int] = None,
+        mode: int = 0,
+        return_forward_info: bool = False,
+        first_R_then_T: bool = False,
+    ) -> Union[Tensor, Tuple[Tensor, Optional[Tensor]]]:
+        """``Renderer.forward`` over this rank's spheres: the image of every rank's spheres.
+
+        Args and returns as ``Renderer.forward``; vert_pos [B?, N_r, 3], vert_col
+        [B?, N_r, C], vert_rad and opacity [B?, N_r] are this rank's share (N_r >= 0).
+        Forward info holds global sphere ids (shares numbered in rank order); mode 1 gives
+        the hit counts summed over the ranks.
+        """
+        out = super().forward(vert_pos, vert_col, vert_rad, cam_params, gamma, max_depth, min_depth, bg_col,
+                              opacity, percent_allowed_difference, max_n_hits, mode, return_forward_info,
+                              first_R_then_T)
+        if mode == 1:
+            hits = out[0] if isinstance(out, tuple) else out
+            dist.all_reduce(hits, group=self.process_group)
+        return out
+
+    def render(self, *args: Any, **kwargs: Any):
+        raise NotImplementedError("ShardedRenderer: render() (depth, coverage and distortion outputs) is not "
+                                  "available for a scene split across ranks; use forward()")
+
+    def _render(self, positions, features, radii, opacities, background, cameras,
+                settings: ops.RenderSettings) -> Tuple[Tensor, ...]:
+        self._check_gradient_scaling()
+        if not dist.is_available() or not dist.is_initialized():
+            raise RuntimeError("ShardedRenderer: torch.distributed is not initialised: call "
+                               "torch.distributed.init_process_group first")
+        if settings.want_depth_moments:
+            raise NotImplementedError("ShardedRenderer: depth outputs are not available for a scene split "
+                                      "across ranks")
+        return sharded_render(positions, features, radii, opacities, background, cameras, settings,
+                              self.process_group)
+
+
+@torch.compiler.disable
+def sharded_render(positions: Tensor, features: Tensor, radii: Tensor, opacities: Optional[Tensor],
+                   background: Optional[Tensor], cameras: Tensor, settings: ops.RenderSettings,
+                   group: Optional[dist.ProcessGroup]) -> Tuple[Optional[Tensor], ...]:
+    """The render operator's outputs (ops.render_call) for this rank's share of the spheres:
+    (image, merged blend state, this share's counts, merged forward info or None, None)."""
+    needs_node = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (positions, features, radii, opacities, background, cameras))
+    if needs_node:
+        return _ShardedRender.apply(positions, features, radii, opacities, background, cameras,
+                                    settings._replace(partial=True), group)
+    return _forward(positions, features, radii, opacities, background, cameras, settings._replace(partial=True),
+                    group)[0]
+
+
+def _forward(positions, features, radii, opacities, background, cameras, settings, group):
+    (partial, state, counts, info, _), call = ops._render_forward(
+        positions, features, radii, opacities, background, cameras, settings)
+    bg = background if background is not None else ops._ones(features.shape[-1], partial.dtype, partial.device)
+    bg_exponent = settings.background_normalized_depth / settings.gamma  # as the native blend's s_bg
+    image, merged = merge_partial_states(partial, state, bg.to(partial.dtype), bg_exponent, group)
+    if info is not None:
+        info = merge_forward_info(info, merged, share_offset(positions.shape[-2], positions.device, group), group)
+    return (image, merged, counts, info, None), call
+
+
+class _ShardedRender(torch.autograd.Function):
+    """The sharded render with its exact gradients: this share's, against the merged state."""
+
+    @staticmethod
+    def forward(ctx, positions, features, radii, opacities, background, cameras, settings, group):
+        outputs, ctx.call = _forward(positions, features, radii, opacities, background, cameras, settings, group)
+        image, merged, counts, info, _ = outputs
+        ctx.settings, ctx.group = settings, group
+        ctx.save_for_backward(positions, features, radii, opacities, background, cameras, image, merged, counts)
+        ctx.mark_non_differentiable(merged, counts, *(() if info is None else (info,)))
+        ctx.set_materialize_grads(False)
+        return outputs
+
+    @staticmethod
+    def backward(ctx, grad_image, *_):
+        if grad_image is None:
+            return (None,) * 8
+        positions, features, radii, opacities, background, cameras, image, merged, counts = ctx.saved_tensors
+        needs = [bool(ctx.needs_input_grad[i]) and t is not None
+                 for i, t in enumerate((positions, features, radii, opacities, background, cameras))]
+        grads = ops._render_backward_impl(grad_image, None, positions, features, radii, opacities, background,
+                                          cameras, image, merged, counts, None, ctx.settings, needs, call=ctx.call)
+        if grads[5] is not None:  # the camera's gradient comes through every share's spheres
+            dist.all_reduce(grads[5], group=ctx.group)
+        return (*grads, None, None)

@@ -1,0 +1,75 @@
+"""Scenes and the per-rank work of the sharded-rendering tests (test_sharded.py, and the
+GPU check benchmarks/distributed.py runs): a sharded render of a scene split across the
+ranks, and the single-process render of the whole scene to compare it with."""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+import torch
+
+import pulsar_py
+from pulsar_py.distributed import ShardedRenderer
+from scenes import grad_output_like, random_scene
+
+GRAD_NAMES = ("vert_pos", "vert_col", "vert_rad", "opacity", "bg_col", "cam_params")
+SPHERE_NAMES = ("vert_pos", "vert_col", "vert_rad", "opacity")
+
+
+def case_scene(case: dict):
+    return random_scene(case["seed"], width=40, height=30, n_spheres=sum(case["shares"]), radius_px=(3.0, 12.0),
+                        batch=case.get("batch"), shared_spheres=case.get("batch") is not None, n_track=4,
+                        percent_allowed_difference=case["p"], gamma=case.get("gamma", 0.1))
+
+
+def _bounds(shares: List[int]) -> List[int]:
+    out = [0]
+    for n in shares:
+        out.append(out[-1] + n)
+    return out
+
+
+def _render(renderer, tensors: dict, scene, device: str, mode: int = 0, info: bool = True):
+    return renderer(**tensors, **scene.settings(), mode=mode, return_forward_info=info)
+
+
+def run_case(renderer, scene, case: dict, dtype: torch.dtype, device: str, rank: Optional[int] = None) -> Dict:
+    """Renders ``scene`` (rank None: all of it; else rank's share of ``case["shares"]``) in
+    ``dtype`` with every input requiring grad, back-propagates a fixed image gradient and
+    returns the image, forward info, hit counts and gradients (CPU tensors)."""
+    tensors = scene.tensors(dtype, device)
+    if rank is not None:
+        lo, hi = _bounds(case["shares"])[rank:rank + 2]
+        for name in SPHERE_NAMES:
+            tensors[name] = tensors[name][..., lo:hi].contiguous() if name in ("vert_rad", "opacity") \
+                else tensors[name][..., lo:hi, :].contiguous()
+    for t in tensors.values():
+        t.requires_grad_(True)
+    image, info = _render(renderer, tensors, scene, device)
+    (image * grad_output_like(image)).sum().backward()
+    with torch.no_grad():
+        hits = _render(renderer, tensors, scene, device, mode=1, info=False)
+    out = {"image": image.detach(), "info": info, "hits": hits}
+    out.update({"grad_" + name: tensors[name].grad for name in GRAD_NAMES})
+    return {k: v.cpu() for k, v in out.items()}
+
+
+def sharded_rank(rank: int, world_size: int, cases: List[dict], device: str = "cpu") -> List[Dict]:
+    """Every case's sharded result on this rank (run_ranks' function)."""
+    if device == "cuda":
+        device = f"cuda:{rank}"
+    results = []
+    for case in cases:
+        scene = case_scene(case)
+        renderer = ShardedRenderer(scene.width, scene.height, n_track=scene.n_track, n_channels=scene.n_channels,
+                                   background_normalized_depth=scene.beta).to(device)
+        results.append(run_case(renderer, scene, case, case["dtype"], device, rank))
+    return results
+
+
+def single_result(case: dict, device: str = "cpu", p: Optional[float] = None) -> Dict:
+    """The case's single-process result (``p``: another percent_allowed_difference)."""
+    scene = case_scene(case if p is None else dict(case, p=p))
+    renderer = pulsar_py.Renderer(scene.width, scene.height, n_track=scene.n_track, n_channels=scene.n_channels,
+                                  background_normalized_depth=scene.beta).to(device)
+    return run_case(renderer, scene, case, case["dtype"], device)

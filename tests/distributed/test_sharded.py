@@ -1,0 +1,109 @@
+"""ShardedRenderer over gloo (CPU), ranks in spawned processes: a scene split across 2 and 3
+ranks, with uneven and empty shares, against a single-process render of all its spheres."""
+
+from __future__ import annotations
+
+from typing import Dict, List
+
+import pytest
+import torch
+
+import pulsar_py
+from pulsar_py.distributed import ShardedRenderer
+from rank_runner import run_ranks
+from sharded_cases import SPHERE_NAMES, _bounds, sharded_rank, single_result
+
+F32, F64 = torch.float32, torch.float64
+TOLERANCE = {F64: 1e-12, F32: 1e-5}
+
+# 2 ranks: uneven shares; 3 ranks: an empty share first and one in the middle (batched).
+CASES = {
+    2: [dict(seed=11, shares=[41, 17], p=0.0, dtype=F64), dict(seed=12, shares=[9, 50], p=0.0, dtype=F32),
+        dict(seed=13, shares=[30, 30], p=0.01, dtype=F64)],
+    3: [dict(seed=21, shares=[0, 35, 24], p=0.0, dtype=F64),
+        dict(seed=22, shares=[20, 0, 33], p=0.0, dtype=F32, batch=2),
+        dict(seed=23, shares=[25, 10, 25], p=0.01, dtype=F32)],
+}
+
+
+def _relative(got: torch.Tensor, want: torch.Tensor) -> float:
+    scale = want.abs().max().item()
+    return (got.to(F64) - want.to(F64)).abs().max().item() / (scale if scale > 0 else 1.0)
+
+
+def _share(t: torch.Tensor, name: str, case: dict, rank: int) -> torch.Tensor:
+    lo, hi = _bounds(case["shares"])[rank:rank + 2]
+    return t[..., lo:hi] if name in ("vert_rad", "opacity") else t[..., lo:hi, :]
+
+
+def _ids(info: torch.Tensor) -> torch.Tensor:
+    slots = info[..., 3::2]
+    return slots.view(torch.int32).long() if slots.dtype == F32 else slots.long()
+
+
+def _check_exact(case: dict, ranks: List[Dict], single: Dict) -> None:
+    tol = TOLERANCE[case["dtype"]]
+    for rank, got in enumerate(ranks):
+        where = f"rank {rank}, case {case}"
+        assert _relative(got["image"], single["image"]) <= tol, where
+        assert torch.equal(got["hits"], single["hits"]), where
+        # Forward info: m exactly, D to rounding, the largest closest depth and the K
+        # closest hits (global ids) as one process finds them.
+        assert torch.equal(got["info"][..., 0], single["info"][..., 0]), where
+        assert _relative(got["info"][..., 1], single["info"][..., 1]) <= tol, where
+        assert torch.equal(got["info"][..., 2], single["info"][..., 2]), where
+        assert torch.equal(_ids(got["info"]), _ids(single["info"])), where
+        assert _relative(got["info"][..., 4::2], single["info"][..., 4::2]) <= tol, where
+        for name in SPHERE_NAMES:
+            want = _share(single["grad_" + name], name, case, rank)
+            if want.numel():
+                assert want.abs().max() > 0, f"{name}: the scene must give a non-zero gradient"
+                assert _relative(got["grad_" + name], want) <= tol, f"grad {name}, {where}"
+            else:
+                assert got["grad_" + name].shape == want.shape, where
+        for name in ("bg_col", "cam_params"):
+            assert single["grad_" + name].abs().max() > 0
+            assert _relative(got["grad_" + name], single["grad_" + name]) <= tol, f"grad {name}, {where}"
+
+
+def _check_bound(case: dict, ranks: List[Dict], single: Dict, exhaustive: Dict) -> None:
+    """Each share processes every hit of its spheres that one process processes, so the
+    image is within (the weight share one process skips) x (feature range) of the
+    exhaustive (p = 0) image (docs/distributed.md), and the hits lie between both."""
+    tol = TOLERANCE[case["dtype"]]
+    total = lambda info: info[..., 1].to(F64) * torch.exp(info[..., 0].to(F64))  # noqa: E731  D e^m
+    skipped = (1 - total(single["info"]) / total(exhaustive["info"])).clamp(min=0)
+    scene_features = torch.cat((single["image"].flatten(0, -2), exhaustive["image"].flatten(0, -2)))
+    feature_range = (scene_features.max(0).values - scene_features.min(0).values).to(F64)
+    assert (skipped > 1e-3).any(), "the scene must terminate early somewhere"
+    for rank, got in enumerate(ranks):
+        error = (got["image"].to(F64) - exhaustive["image"].to(F64)).abs()
+        assert (error <= skipped[..., None] * feature_range + 10 * tol).all(), f"rank {rank}"
+        assert (got["hits"] >= single["hits"]).all() and (got["hits"] <= exhaustive["hits"]).all()
+        assert torch.equal(got["image"], ranks[0]["image"])  # the same image on every rank
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_sharded_render_equals_one_process(world_size):
+    cases = CASES[world_size]
+    per_rank = run_ranks(sharded_rank, world_size, cases)
+    for i, case in enumerate(cases):
+        ranks = [per_rank[r][i] for r in range(world_size)]
+        single = single_result(case)
+        if case["p"] == 0:
+            _check_exact(case, ranks, single)
+        else:
+            _check_bound(case, ranks, single, single_result(case, p=0.0))
+
+
+def test_sharded_renderer_refuses_what_it_cannot_do():
+    with pytest.raises(ValueError, match="gradient_scaling"):
+        ShardedRenderer(8, 8, gradient_scaling="pulsar")
+    renderer = ShardedRenderer(8, 8)
+    with pytest.raises(NotImplementedError, match="render"):
+        renderer.render(torch.zeros(1, 3), torch.zeros(1, 3), torch.ones(1), torch.zeros(8), 0.1, 10.0)
+    if not torch.distributed.is_initialized():
+        cam = torch.tensor([0.0, 0, 0, 0, 0, 0, 5.0, 2.0])
+        with pytest.raises(RuntimeError, match="init_process_group"):
+            renderer(torch.tensor([[0.0, 0, 10]]), torch.ones(1, 3), torch.ones(1), cam, 0.1, 20.0)
+    assert isinstance(renderer, pulsar_py.Renderer)
