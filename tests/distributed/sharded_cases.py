@@ -1,6 +1,6 @@
-"""Scenes and the per-rank work of the sharded-rendering tests (test_sharded.py, and the
-GPU check benchmarks/distributed.py runs): a sharded render of a scene split across the
-ranks, and the single-process render of the whole scene to compare it with."""
+"""Scenes and the per-rank work of the sharded-rendering tests (test_sharded.py): a sharded
+render of a scene split across the ranks, and the single-process render of the whole scene
+to compare it with. A module of its own: spawned ranks import their function by name."""
 
 from __future__ import annotations
 
@@ -22,14 +22,14 @@ def case_scene(case: dict):
                         percent_allowed_difference=case["p"], gamma=case.get("gamma", 0.1))
 
 
-def _bounds(shares: List[int]) -> List[int]:
+def share_bounds(shares: List[int]) -> List[int]:
     out = [0]
     for n in shares:
         out.append(out[-1] + n)
     return out
 
 
-def _render(renderer, tensors: dict, scene, device: str, mode: int = 0, info: bool = True):
+def _render(renderer, tensors: dict, scene, mode: int = 0, info: bool = True):
     return renderer(**tensors, **scene.settings(), mode=mode, return_forward_info=info)
 
 
@@ -39,16 +39,16 @@ def run_case(renderer, scene, case: dict, dtype: torch.dtype, device: str, rank:
     returns the image, forward info, hit counts and gradients (CPU tensors)."""
     tensors = scene.tensors(dtype, device)
     if rank is not None:
-        lo, hi = _bounds(case["shares"])[rank:rank + 2]
+        lo, hi = share_bounds(case["shares"])[rank:rank + 2]
         for name in SPHERE_NAMES:
             tensors[name] = tensors[name][..., lo:hi].contiguous() if name in ("vert_rad", "opacity") \
                 else tensors[name][..., lo:hi, :].contiguous()
     for t in tensors.values():
         t.requires_grad_(True)
-    image, info = _render(renderer, tensors, scene, device)
+    image, info = _render(renderer, tensors, scene)
     (image * grad_output_like(image)).sum().backward()
     with torch.no_grad():
-        hits = _render(renderer, tensors, scene, device, mode=1, info=False)
+        hits = _render(renderer, tensors, scene, mode=1, info=False)
     out = {"image": image.detach(), "info": info, "hits": hits}
     out.update({"grad_" + name: tensors[name].grad for name in GRAD_NAMES})
     return {k: v.cpu() for k, v in out.items()}

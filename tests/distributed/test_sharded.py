@@ -11,7 +11,7 @@ import torch
 import pulsar_py
 from pulsar_py.distributed import ShardedRenderer
 from rank_runner import run_ranks
-from sharded_cases import SPHERE_NAMES, _bounds, sharded_rank, single_result
+from sharded_cases import SPHERE_NAMES, share_bounds, sharded_rank, single_result
 
 F32, F64 = torch.float32, torch.float64
 TOLERANCE = {F64: 1e-12, F32: 1e-5}
@@ -32,7 +32,7 @@ def _relative(got: torch.Tensor, want: torch.Tensor) -> float:
 
 
 def _share(t: torch.Tensor, name: str, case: dict, rank: int) -> torch.Tensor:
-    lo, hi = _bounds(case["shares"])[rank:rank + 2]
+    lo, hi = share_bounds(case["shares"])[rank:rank + 2]
     return t[..., lo:hi] if name in ("vert_rad", "opacity") else t[..., lo:hi, :]
 
 
@@ -94,6 +94,21 @@ def test_sharded_render_equals_one_process(world_size):
             _check_exact(case, ranks, single)
         else:
             _check_bound(case, ranks, single, single_result(case, p=0.0))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")
+def test_sharded_render_over_nccl_equals_one_gpu():
+    """The same over NCCL, one GPU per rank, against one GPU rendering every sphere."""
+    cases = CASES[2] + [dict(case, dtype=F32 if case["dtype"] == F64 else F64) for case in CASES[2]]
+    per_rank = run_ranks(sharded_rank, 2, cases, "cuda", backend="nccl")
+    for i, case in enumerate(cases):
+        ranks = [per_rank[r][i] for r in range(2)]
+        single = single_result(case, "cuda:0")
+        if case["p"] == 0:
+            _check_exact(case, ranks, single)
+        else:
+            _check_bound(case, ranks, single, single_result(case, "cuda:0", p=0.0))
 
 
 def test_sharded_renderer_refuses_what_it_cannot_do():
