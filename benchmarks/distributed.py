@@ -137,10 +137,10 @@ def run_rank(rank: int, world_size: int, device: torch.device, args: argparse.Na
         leaves = [t.requires_grad_(True) for t in (pos, col, rad, opa, cam.clone())]
         grad = torch.rand(size, size, 3, device=device, generator=torch.Generator(device=device).manual_seed(7))
 
-        def fwd_bwd():
+        def fwd_bwd(call=renderer):
             for t in leaves:
                 t.grad = None
-            image = renderer(*leaves[:3], leaves[4], GAMMA, MAX_DEPTH, opacity=leaves[3])
+            image = call(*leaves[:3], leaves[4], GAMMA, MAX_DEPTH, opacity=leaves[3])
             image.backward(grad)
 
         def fwd():
@@ -163,6 +163,11 @@ def run_rank(rank: int, world_size: int, device: torch.device, args: argparse.Na
             "fwd_bwd_ms": _slowest(statistics.median(fwd_bwd_ms), device),
             "merge_ms": _slowest(statistics.median(comm_ms), device), "fwd_bwd_runs_rank0": fwd_bwd_ms,
         }
+        if world_size == 1:  # one GPU without the merge: pulsar_py.Renderer itself
+            plain = pulsar_py.Renderer(size, size).to(device)
+            plain.check_values = False
+            result["S16"]["renderer_fwd_bwd_ms"] = statistics.median(
+                _times_ms(lambda: fwd_bwd(plain), 3, args.repeats, device))
         log(f"  fwd {result['S16']['fwd_ms']:.2f} ms, fwd+bwd {result['S16']['fwd_bwd_ms']:.2f} ms, "
             f"merge collectives {result['S16']['merge_ms']:.3f} ms")
         del pos, col, rad, opa, leaves, grad
@@ -247,13 +252,16 @@ def main(argv: List[str]) -> int:
               "build": pulsar_py.build_info(), "gamma": GAMMA, "max_depth": MAX_DEPTH,
               "percent_allowed_difference": 0.01, "runs": {str(n): r for n, r in runs.items()}}
     base = runs[args.gpus[0]][0].get("S16")
-    print(f"{'GPUs':>4}  {'fwd ms':>8}  {'fwd+bwd ms':>10}  {'merge ms':>8}  {'throughput x':>12}")
+    if base and "renderer_fwd_bwd_ms" in base:
+        print(f"one GPU, pulsar_py.Renderer: fwd+bwd {base['renderer_fwd_bwd_ms']:.2f} ms")
+    print(f"{'GPUs':>4}  {'fwd ms':>8}  {'fwd+bwd ms':>10}  {'merge ms':>8}  {'x first':>8}  {'x Renderer':>10}")
     for n, ranks in runs.items():
         s16 = ranks[0].get("S16")
         if s16:
-            speedup = base["fwd_bwd_ms"] / s16["fwd_bwd_ms"]
-            s16["throughput_vs_first"] = speedup
-            print(f"{n:>4}  {s16['fwd_ms']:>8.2f}  {s16['fwd_bwd_ms']:>10.2f}  {s16['merge_ms']:>8.3f}  {speedup:>12.2f}")
+            s16["throughput_vs_first"] = base["fwd_bwd_ms"] / s16["fwd_bwd_ms"]
+            s16["throughput_vs_renderer"] = base.get("renderer_fwd_bwd_ms", float("nan")) / s16["fwd_bwd_ms"]
+            print(f"{n:>4}  {s16['fwd_ms']:>8.2f}  {s16['fwd_bwd_ms']:>10.2f}  {s16['merge_ms']:>8.3f}  "
+                  f"{s16['throughput_vs_first']:>8.2f}  {s16['throughput_vs_renderer']:>10.2f}")
         large = ranks[0].get("large")
         if large:
             need = sum(r["large"]["allocator_peak_mib"] + r["large"]["scratch_mib"] for r in ranks)

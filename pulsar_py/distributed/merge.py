@@ -41,13 +41,19 @@ def merge_partial_states(partial: Tensor, state: Tensor, background: Tensor, bg_
     m_share = state[..., 0]
     m = m_share.clone()
     dist.all_reduce(m, op=dist.ReduceOp.MAX, group=group)
-    scale = torch.exp(m_share - m)  # in (0, 1]: no overflow
-    sums = torch.cat((partial * scale[..., None], (state[..., 1] * scale)[..., None]), dim=-1)
+    scale = torch.sub(m_share, m).exp_()  # in (0, 1]: no overflow
+    channels = partial.shape[-1]
+    sums = partial.new_empty(partial.shape[:-1] + (channels + 1,))
+    torch.mul(partial, scale[..., None], out=sums[..., :channels])
+    torch.mul(state[..., 1], scale, out=sums[..., channels])
     dist.all_reduce(sums, group=group)
-    background_weight = torch.exp(bg_exponent - m)  # <= 1: m >= s_bg on every share
-    norm_d = sums[..., -1] + background_weight
-    image = (sums[..., :-1] + background_weight[..., None] * background) / norm_d[..., None]
-    return image, torch.stack((m, norm_d), dim=-1)
+    merged = torch.empty_like(state)
+    merged[..., 0] = m
+    background_weight = torch.sub(bg_exponent, m).exp_()  # <= 1: m >= s_bg on every share
+    torch.add(sums[..., channels], background_weight, out=merged[..., 1])
+    image = torch.addcmul(sums[..., :channels], background_weight[..., None], background)
+    image.div_(merged[..., 1:])
+    return image, merged
 
 
 def share_offset(n_spheres: int, device: torch.device, group: Optional[dist.ProcessGroup]) -> Tensor:

@@ -60,10 +60,7 @@ def _ddp_steps(rank: int, world_size: int, view_counts):
         optimiser.register_step_pre_hook(lambda *_: gradients.update(
             {name: p.grad.detach().clone() for name, p in spheres.named_parameters()}))
         example.train_step(model, optimiser, renderer, cameras, targets, views, world_size)
-        # Returned as numpy arrays, which pickle by value: tensors would travel as shared
-        # memory that the parent can no longer open once this rank's process has exited.
-        results[views] = ({name: g.numpy() for name, g in gradients.items()},
-                          {name: p.detach().numpy().copy() for name, p in spheres.named_parameters()})
+        results[views] = (gradients, {name: p.detach().clone() for name, p in spheres.named_parameters()})
     return results
 
 
@@ -92,7 +89,7 @@ def test_ranks_get_the_gradient_of_the_loss_over_all_views(ddp_ranks, views):
     expected, spheres = _single_process_gradients(views)
     assert set(expected) == {"positions", "colours", "log_radii", "opacity_logits"}
     for rank, per_views in enumerate(ddp_ranks):
-        gradients = {name: torch.from_numpy(g) for name, g in per_views[views][0].items()}
+        gradients = per_views[views][0]
         for name, want in expected.items():
             scale = float(want.abs().max())
             assert scale > 0, f"{name}: the scene gives a zero gradient; the comparison would be empty"
@@ -100,8 +97,7 @@ def test_ranks_get_the_gradient_of_the_loss_over_all_views(ddp_ranks, views):
             assert error <= 1e-12, f"rank {rank}, {name}: relative gradient error {error:.3e}"
 
     # One step later every rank holds the same parameters, and they have moved.
-    params0, params1 = ({name: torch.from_numpy(p) for name, p in per_views[views][1].items()}
-                        for per_views in ddp_ranks)
+    params0, params1 = (per_views[views][1] for per_views in ddp_ranks)
     for name, start in spheres.named_parameters():
         assert torch.equal(params0[name], params1[name]), f"{name}: ranks differ after the step"
         assert not torch.equal(params0[name], start.detach()), f"{name}: the step left it unchanged"
