@@ -11,7 +11,7 @@ import torch
 import pulsar_py
 from pulsar_py.distributed import ShardedRenderer
 from rank_runner import run_ranks
-from sharded_cases import SPHERE_NAMES, share_bounds, sharded_rank, single_result
+from sharded_cases import SPHERE_NAMES, case_scene, share_bounds, sharded_rank, single_result
 
 F32, F64 = torch.float32, torch.float64
 TOLERANCE = {F64: 1e-12, F32: 1e-5}
@@ -73,8 +73,9 @@ def _check_bound(case: dict, ranks: List[Dict], single: Dict, exhaustive: Dict) 
     tol = TOLERANCE[case["dtype"]]
     total = lambda info: info[..., 1].to(F64) * torch.exp(info[..., 0].to(F64))  # noqa: E731  D e^m
     skipped = (1 - total(single["info"]) / total(exhaustive["info"])).clamp(min=0)
-    scene_features = torch.cat((single["image"].flatten(0, -2), exhaustive["image"].flatten(0, -2)))
-    feature_range = (scene_features.max(0).values - scene_features.min(0).values).to(F64)
+    scene = case_scene(case)
+    features = torch.cat((scene.vert_col.reshape(-1, scene.n_channels), scene.bg_col[None]))
+    feature_range = features.max(0).values - features.min(0).values
     assert (skipped > 1e-3).any(), "the scene must terminate early somewhere"
     for rank, got in enumerate(ranks):
         error = (got["image"].to(F64) - exhaustive["image"].to(F64)).abs()
