@@ -42,6 +42,7 @@ except ImportError:  # a checkout with an in-place build
     import pulsar_py
 from pulsar_py.distributed import ShardedRenderer
 from pulsar_py.distributed.merge import merge_partial_states
+from pulsar_py.tools.bench import scratch_bytes, time_runs
 
 CHUNK = 1 << 20
 S16_SPHERES = 16_000_000
@@ -79,26 +80,13 @@ def _sync(device: torch.device) -> None:
 
 
 def _times_ms(run, warmup: int, repeats: int, device: torch.device) -> List[float]:
-    """CUDA: events on the current stream; CPU (a check of the script): perf_counter."""
-    for _ in range(warmup):
-        run()
-    _sync(device)
-    times = []
-    for _ in range(repeats):
+    """The benchmark driver's timing (CUDA events on the current stream; the CPU, a check of
+    the script: perf_counter), every call started together on every rank."""
+    def together() -> None:
         dist.barrier()
         _sync(device)
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            run()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            begin = time.perf_counter()
-            run()
-            times.append((time.perf_counter() - begin) * 1000)
-    return times
+
+    return time_runs(device, run, together, warmup, repeats, lambda text: None)
 
 
 def _slowest(value: float, device: torch.device) -> float:
@@ -197,7 +185,6 @@ def run_rank(rank: int, world_size: int, device: torch.device, args: argparse.Na
             step_ms.append((time.perf_counter() - start) * 1000)
             losses.append(float(loss.item()))
             log(f"  step {step + 1}: loss {losses[-1]:.6f}, {step_ms[-1]:.0f} ms")
-        from pulsar_py.tools.bench import scratch_bytes
         scratch = (scratch_bytes(renderer, device) or 0) / MIB
         cuda = device.type == "cuda"
         peak = torch.cuda.max_memory_allocated(device) / MIB if cuda else 0.0
