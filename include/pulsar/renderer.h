@@ -169,8 +169,8 @@ class Renderer {
   // hold the merged image and blend state of all shares (the same for every share) with
   // this share's traversal end: the gradients are those of this share's spheres, and the
   // camera's and background's parts that come through them (every share computes the
-  // background's whole gradient: it depends on the merged state alone). When that forward is the
-  // last this renderer ran (its traversal_end array is the one given), its binning is
+  // background's whole gradient: it depends on the merged state alone). When that forward
+  // is the last this renderer ran (its traversal_end array is the one given), its binning is
   // reused; otherwise the binning is rebuilt from the same inputs, which gives the same
   // lists. (Output arrays overwritten by another forward hold that forward's results, so
   // the backward of the first needs its own arrays in any case.)
