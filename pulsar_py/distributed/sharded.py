@@ -10,9 +10,15 @@ import torch.distributed as dist
 from .. import ops
 from ..cameras import Camera
 from ..renderer import Renderer
+from .agreement import check_ranks_agree
 from .merge import merge_forward_info, merge_partial_states, share_offset
 
 Tensor = torch.Tensor
+
+# The settings every rank's call must share (ops.RenderSettings fields).
+_AGREED = ("width", "height", "n_track", "orthographic", "background_normalized_depth", "gamma",
+           "percent_allowed_difference", "max_n_hits", "right_handed", "want_forward_info", "batch_dim",
+           "camera_length", "first_R_then_T", "min_depth", "max_depth")
 
 
 class ShardedRenderer(Renderer):
@@ -36,9 +42,11 @@ class ShardedRenderer(Renderer):
     Rules every rank follows in a call: the same cameras, settings and sphere batch shape
     (the sphere count may differ), and the same ``requires_grad`` of the cameras and the
     background; then every rank computes its loss from the image (the same loss on every
-    rank) and calls backward, since the backward holds a collective. The collectives run
-    on the caller's CUDA stream's order (no host synchronisation beyond the renderer's one
-    per call).
+    rank) and calls backward, since the backward holds a collective. With the value checks
+    on (``check_values``, the default; the same on every rank) each call first checks that
+    the ranks agree (one small all-reduce, read on the host) and raises ValueError on every
+    rank when they do not. The collectives run in the caller's CUDA stream order; without
+    the value checks a call synchronises with the host only once, as the Renderer does.
 
     Exactness: with ``percent_allowed_difference = 0`` and no ``max_n_hits`` the image,
     forward info and gradients equal a single-process render of all spheres up to
@@ -108,6 +116,10 @@ class ShardedRenderer(Renderer):
         if settings.want_depth_moments:
             raise NotImplementedError("ShardedRenderer: depth outputs are not available for a scene split "
                                       "across ranks")
+        if settings.check_values:
+            batch = positions.shape[0] if positions.dim() == 3 else 0
+            check_ranks_agree(cameras, background, [*(getattr(settings, name) for name in _AGREED), batch],
+                              self.process_group)
         return sharded_render(positions, features, radii, opacities, background, cameras, settings,
                               self.process_group)
 

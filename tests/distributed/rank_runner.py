@@ -5,8 +5,9 @@ spawned process (as torchrun starts them), and returns what each rank's call ret
 
 ``fn(rank, world_size, *args)`` runs after ``init_process_group``; it must be a module-level
 function (spawned processes import it by name) and return what torch.save stores and
-``torch.load(weights_only=True)`` reads (numbers, strings, lists, dicts, CPU tensors). A rank that raises fails the whole run with that rank's traceback.
-NCCL ranks use GPU ``rank``.
+``torch.load(weights_only=True)`` reads (numbers, strings, lists, dicts, CPU tensors). A
+rank that raises fails the whole run with that rank's traceback. NCCL ranks use GPU
+``rank``.
 """
 
 from __future__ import annotations

@@ -73,3 +73,20 @@ def single_result(case: dict, device: str = "cpu", p: Optional[float] = None) ->
     renderer = pulsar_py.Renderer(scene.width, scene.height, n_track=scene.n_track, n_channels=scene.n_channels,
                                   background_normalized_depth=scene.beta).to(device)
     return run_case(renderer, scene, case, case["dtype"], device)
+
+
+def disagreeing_rank(rank: int, world_size: int) -> List[str]:
+    """The errors of calls whose ranks disagree: rank 1's camera moved, then its camera alone
+    requiring grad (run_ranks' function)."""
+    scene = case_scene(dict(seed=31, shares=[10, 10], p=0.0))
+    renderer = ShardedRenderer(scene.width, scene.height, n_channels=scene.n_channels)
+    tensors = scene.tensors(torch.float64)
+    errors = []
+    moved = tensors["cam_params"] + (0.01 if rank == 1 else 0.0)
+    for cam_params in (moved, tensors["cam_params"].clone().requires_grad_(rank == 1)):
+        try:
+            renderer(**dict(tensors, cam_params=cam_params), **scene.settings())
+            errors.append("")
+        except ValueError as error:
+            errors.append(str(error))
+    return errors

@@ -11,7 +11,8 @@ import torch
 import pulsar_py
 from pulsar_py.distributed import ShardedRenderer
 from rank_runner import run_ranks
-from sharded_cases import SPHERE_NAMES, case_scene, share_bounds, sharded_rank, single_result
+from sharded_cases import (SPHERE_NAMES, case_scene, disagreeing_rank, share_bounds, sharded_rank,
+                           single_result)
 
 F32, F64 = torch.float32, torch.float64
 TOLERANCE = {F64: 1e-12, F32: 1e-5}
@@ -110,6 +111,14 @@ def test_sharded_render_over_nccl_equals_one_gpu():
             _check_exact(case, ranks, single)
         else:
             _check_bound(case, ranks, single, single_result(case, "cuda:0", p=0.0))
+
+
+def test_ranks_that_disagree_get_an_error_on_every_rank():
+    """Different cameras (a wrong image otherwise) or a camera gradient asked on one rank
+    only (a hang in the backward otherwise) raise ValueError on every rank."""
+    for errors in run_ranks(disagreeing_rank, 2):
+        assert "differ in camera values" in errors[0]
+        assert "differ in cameras.requires_grad" in errors[1]
 
 
 def test_sharded_renderer_refuses_what_it_cannot_do():
