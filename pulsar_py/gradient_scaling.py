@@ -43,6 +43,7 @@ import torch
 
 from . import ops
 from .cameras.params import dot3, normalize3, cross3
+from .outputs import forward_info_ids
 
 Tensor = torch.Tensor
 
@@ -123,10 +124,7 @@ def render_call(positions: Tensor, features: Tensor, radii: Tensor, opacities: O
 
 def _tracked_pixel_counts(info: Tensor, n: int) -> Tensor:
     """int64 [B, N]: per camera, the pixels whose forward info tracks each sphere."""
-    k = (info.shape[-1] - 3) // 2
-    slots = info[..., 3: 3 + 2 * k: 2]
-    ids = slots.contiguous().view(torch.int32) if slots.dtype == torch.float32 else slots.round().to(torch.int32)
-    ids = ids.reshape(info.shape[0] if info.dim() == 4 else 1, -1)
+    ids = forward_info_ids(info).reshape(info.shape[0] if info.dim() == 4 else 1, -1)
     batch = ids.shape[0]
     offset = torch.arange(batch, device=ids.device, dtype=torch.int64)[:, None] * n
     ids = ids.to(torch.int64)

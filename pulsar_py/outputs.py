@@ -1,4 +1,5 @@
-"""``RenderResult``: what ``Renderer.render`` returns."""
+"""The renderer's outputs: ``RenderResult`` (what ``Renderer.render`` returns), the depth
+outputs from the depth statistics, and the sphere ids of forward info."""
 
 from __future__ import annotations
 
@@ -85,3 +86,23 @@ def ray_axis_cosines(camera: NativeCamera, width: int, height: int) -> torch.Ten
                + i * i * term(dot3(dx, dx)) + j * j * term(dot3(dy, dy)) + 2 * i * j * term(dot3(dx, dy)))
     along = term(dot3(p, camera.optical_axis()))
     return along / length2.sqrt()
+
+
+def ids_of_slots(slots: torch.Tensor) -> torch.Tensor:
+    """int32 sphere ids [...] of forward info's id slots [...] (include/pulsar/forward_info.h):
+    the bits of an int32 in a float32 slot (Pulsar's layout), the value in a float64 one;
+    -1 for an empty slot."""
+    if slots.dtype == torch.float32:
+        return slots.contiguous().view(torch.int32)
+    return slots.round().to(torch.int32)
+
+
+def slots_of_ids(ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Forward info's id slots of ``dtype`` holding integer ids [...]: ids_of_slots' inverse."""
+    ids = ids.to(torch.int32)
+    return ids.view(torch.float32) if dtype == torch.float32 else ids.to(dtype)
+
+
+def forward_info_ids(info: torch.Tensor) -> torch.Tensor:
+    """int32 [..., K]: the sphere ids of the K closest hits in forward info [..., 3 + 2K]."""
+    return ids_of_slots(info[..., 3::2])

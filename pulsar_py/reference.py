@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ._checks import near_for_focal
 from .cameras.params import NativeCamera
 from .outputs import DEPTH_STATS, depth_from_moments
 
@@ -72,10 +73,7 @@ def resolve_min_depth(min_depth: torch.Tensor | float, focal: torch.Tensor) -> t
     next representable value above the focal length where that sum rounds back to it
     (model.md section 1); the derivative with respect to the focal length is 1."""
     min_depth = torch.as_tensor(min_depth, dtype=focal.dtype, device=focal.device)
-    plain = focal + 2e-6
-    above = torch.nextafter(focal.detach(), torch.full_like(focal.detach(), float("inf")))
-    near = torch.where(plain > focal, plain, focal + (above - focal.detach()))
-    return torch.where(min_depth == 0, near, min_depth.expand_as(focal))
+    return torch.where(min_depth == 0, near_for_focal(focal), min_depth.expand_as(focal))
 
 
 def render_reference(

@@ -21,7 +21,7 @@ from . import _checks, _native, ops
 from .cameras.camera import Camera
 from .cameras.params import NativeCamera
 from .gradient_scaling import check_gradient_scaling, render_call as scaled_render_call
-from .outputs import RenderResult, depth_from_moments, ray_axis_cosines
+from .outputs import RenderResult, depth_from_moments, forward_info_ids, ray_axis_cosines
 from .sh import check_sh_degree, sh_n_coefficients, sh_to_color
 from .visibility import visible_spheres
 
@@ -601,11 +601,7 @@ class Renderer(torch.nn.Module):
         result_info = _checks.check_forward_info("result_info", result_info)
         if result_info.dim() == 3:
             result_info = result_info[None]
-        n_track = (result_info.shape[-1] - 3) // 2
-        slots = result_info[..., 3 : 3 + 2 * n_track : 2].detach().contiguous()
-        if slots.dtype == torch.float32:
-            return slots.view(torch.int32).clone()
-        return slots.round().to(torch.int32)
+        return forward_info_ids(result_info.detach()).clone()
 
     @staticmethod
     def depth_map_from_result_info_nograd(result_info: torch.Tensor) -> torch.Tensor:

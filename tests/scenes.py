@@ -324,3 +324,17 @@ def grad_output_like(image: torch.Tensor, seed: int = 1234) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
     g = torch.rand(tuple(image.shape), generator=gen, dtype=F64) * 2 - 1
     return g.to(dtype=image.dtype, device=image.device)
+
+
+def scene_in_front(seed: int, n: int, dtype: torch.dtype, requires_grad: bool) -> list:
+    """Fresh leaves [positions [n, 3], colours [n, 3], radii [n], opacities [n], camera
+    vector [8]] of n random spheres in front of the camera [0.1, -0.1, 0, 0.02, -0.03,
+    0.01, 4, 2] (x in [-2, 2], y in [-1.5, 1.5], z in [8, 10])."""
+    g = torch.Generator().manual_seed(seed)
+    pos = torch.rand(n, 3, generator=g, dtype=dtype) * torch.tensor([4.0, 3.0, 2.0], dtype=dtype) \
+        + torch.tensor([-2.0, -1.5, 8.0], dtype=dtype)
+    col = torch.rand(n, 3, generator=g, dtype=dtype)
+    rad = 0.2 + 0.4 * torch.rand(n, generator=g, dtype=dtype)
+    opa = 0.2 + 0.8 * torch.rand(n, generator=g, dtype=dtype)
+    cam = torch.tensor([0.1, -0.1, 0.0, 0.02, -0.03, 0.01, 4.0, 2.0], dtype=dtype)
+    return [t.requires_grad_(requires_grad) for t in (pos, col, rad, opa, cam)]

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "pulsar/hd.h"
+#include "pulsar/renderer.h"
 
 namespace pulsar {
 
@@ -164,6 +165,15 @@ PULSAR_HD T partial_normalizer(T norm_d, T m, T bg_exponent) {
   return share > T(0) ? share : T(0);
 }
 
+// One pixel of a partial render, in place: its image C [channels] becomes A = C D and its
+// blend state (m, D) becomes (m, partial_normalizer).
+template <typename T>
+PULSAR_HD void to_partial_state(T* features, int channels, T* state, T bg_exponent) {
+  const T m = state[0], norm_d = state[1];
+  for (int c = 0; c < channels; ++c) features[c] *= norm_d;
+  state[1] = partial_normalizer(norm_d, m, bg_exponent);
+}
+
 // w / total for weights 0 <= w <= total, total > 0: the share of one weight in a sum that
 // contains it (in [0, 1] after rounding too). On the GPU in float the fast division (2
 // instructions): the forward there flushes denormals, so total is a normal number, far
@@ -215,6 +225,14 @@ struct DepthStats {
   }
   // The variance of n under b (0 without any weight).
   PULSAR_HD T variance() const { return weight > T(0) ? squares / weight : T(0); }
+  // Writes the pixel's depth statistics (ForwardOutputs::depth_moments, DepthStatSlot),
+  // given its blend normaliser D: the coverage M_0 = W_h / D (both relative to exp(m)).
+  PULSAR_HD void store(T* out, T norm_d) const {
+    out[kCoverage] = weight / norm_d;
+    out[kDepthMean] = mean;
+    out[kDepthVariance] = variance();
+    out[kDepthMeanLow] = mean_low;
+  }
 };
 
 // The depth outputs' part of a hit's gradient. With M_0 = W_h / W (W the total weight,

@@ -10,18 +10,13 @@ template <typename T>
 void cpu_partial_state(const RendererConfig& config, const RenderOptions& options, int batch_size,
                        const ForwardOutputs& out, CpuScratch& scratch) {
   const int channels = config.n_channels;
-  const std::int64_t pixels = std::int64_t(batch_size) * config.width * config.height;
   const T bg_exponent = T(config.background_normalized_depth / options.gamma);  // as blend_params_of
   auto* image = static_cast<T*>(out.image);
   auto* state = static_cast<T*>(out.blend_state);
-  const std::int64_t rows = std::int64_t(batch_size) * config.height;
-  parallel_for(scratch.workers(), rows, [&](std::int64_t row, int) {
-    for (std::int64_t pix = row * config.width; pix < (row + 1) * config.width && pix < pixels; ++pix) {
-      const T m = state[2 * pix], norm_d = state[2 * pix + 1];
-      T* img = image + pix * channels;
-      for (int ch = 0; ch < channels; ++ch) img[ch] *= norm_d;
-      state[2 * pix + 1] = partial_normalizer(norm_d, m, bg_exponent);
-    }
+  // One work item per image row.
+  parallel_for(scratch.workers(), std::int64_t(batch_size) * config.height, [&](std::int64_t row, int) {
+    for (std::int64_t pix = row * config.width; pix < (row + 1) * config.width; ++pix)
+      to_partial_state(image + pix * channels, channels, state + 2 * pix, bg_exponent);
   });
 }
 

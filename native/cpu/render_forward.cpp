@@ -86,13 +86,7 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene,
         state[2 * pix + 1] = blend.D;
         out.hit_count[pix] = std::int32_t(hits);
         out.traversal_end[pix] = std::int32_t(end);
-        if (moments) {
-          T* out_stats = moments + kDepthStats * pix;
-          out_stats[kCoverage] = stats.weight / blend.D;
-          out_stats[kDepthMean] = stats.mean;
-          out_stats[kDepthVariance] = stats.variance();
-          out_stats[kDepthMeanLow] = stats.mean_low;
-        }
+        if (moments) stats.store(moments + kDepthStats * pix, blend.D);
         if (info) write_forward_info(info + pix * info_len, blend.m, blend.D, max_closest, tracked);
       }
     }

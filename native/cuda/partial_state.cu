@@ -12,11 +12,7 @@ namespace {
 template <typename T>
 __global__ void partial_state_kernel(T* image, T* state, std::int64_t pixels, int channels, T bg_exponent) {
   const std::int64_t pix = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (pix >= pixels) return;
-  const T m = state[2 * pix], norm_d = state[2 * pix + 1];
-  T* img = image + pix * channels;
-  for (int c = 0; c < channels; ++c) img[c] *= norm_d;
-  state[2 * pix + 1] = partial_normalizer(norm_d, m, bg_exponent);
+  if (pix < pixels) to_partial_state(image + pix * channels, channels, state + 2 * pix, bg_exponent);
 }
 
 }  // namespace

@@ -188,13 +188,7 @@ struct PixelBlend {
     out.hit_count[pix] = std::int32_t(hits);
     out.traversal_end[pix] = end;
     T* moments = static_cast<T*>(out.depth_moments);
-    if (MOMENTS && moments) {
-      T* out_stats = moments + kDepthStats * pix;
-      out_stats[kCoverage] = stats.weight / blend.D;
-      out_stats[kDepthMean] = stats.mean;
-      out_stats[kDepthVariance] = stats.variance();
-      out_stats[kDepthMeanLow] = stats.mean_low;
-    }
+    if (MOMENTS && moments) stats.store(moments + kDepthStats * pix, blend.D);
     if (WITH_INFO)
       write_forward_info(static_cast<T*>(out.forward_info) + pix * (3 + 2 * config.n_track), blend.m, blend.D,
                          max_closest, TrackedHits<T>{track_depth, track_id, n_track, tracked});

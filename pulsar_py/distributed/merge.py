@@ -20,6 +20,8 @@ from typing import Optional, Tuple
 import torch
 import torch.distributed as dist
 
+from ..outputs import forward_info_ids, ids_of_slots, slots_of_ids
+
 Tensor = torch.Tensor
 
 
@@ -65,15 +67,6 @@ def share_offset(n_spheres: int, device: torch.device, group: Optional[dist.Proc
     return sum(counts[:rank], torch.zeros(1, dtype=torch.int64, device=device))
 
 
-def _ids_of(slots: Tensor) -> Tensor:
-    """int64 sphere ids of forward-info id slots (int32 bits in float32, values in float64)."""
-    return (slots.view(torch.int32) if slots.dtype == torch.float32 else slots).to(torch.int64)
-
-
-def _slots_of(ids: Tensor, dtype: torch.dtype) -> Tensor:
-    return ids.to(torch.int32).view(torch.float32) if dtype == torch.float32 else ids.to(dtype)
-
-
 def merge_forward_info(info: Tensor, merged_state: Tensor, offset: Tensor,
                        group: Optional[dist.ProcessGroup]) -> Tensor:
     """Forward info [..., 3 + 2K] of the whole scene from every rank's share of it.
@@ -91,18 +84,18 @@ def merge_forward_info(info: Tensor, merged_state: Tensor, offset: Tensor,
         (-1, -1). Hits at equal depth keep rank order. One all-gather of [..., 1 + 2K].
     """
     k = (info.shape[-1] - 3) // 2
-    ids = _ids_of(info[..., 3::2])
+    ids = forward_info_ids(info).to(torch.int64)
     ids = torch.where(ids >= 0, ids + offset, ids)
-    mine = torch.cat((info[..., 2:3], _slots_of(ids, info.dtype), info[..., 4::2]), dim=-1)
+    mine = torch.cat((info[..., 2:3], slots_of_ids(ids, info.dtype), info[..., 4::2]), dim=-1)
     gathered = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
     dist.all_gather(gathered, mine, group=group)
     every = torch.stack(gathered, dim=-2)  # [..., R, 1 + 2K]
     max_closest = every[..., 0].amax(dim=-1, keepdim=True)
-    all_ids = _ids_of(every[..., 1:1 + k]).flatten(-2)  # [..., R K], rank-major
+    all_ids = ids_of_slots(every[..., 1:1 + k]).flatten(-2)  # [..., R K], rank-major
     all_depths = every[..., 1 + k:].flatten(-2)
     key = torch.where(all_ids >= 0, all_depths, torch.full_like(all_depths, float("inf")))
     order = torch.sort(key, dim=-1, stable=True).indices[..., :k]
     ids = all_ids.gather(-1, order)
     depths = all_depths.gather(-1, order)
-    pairs = torch.stack((_slots_of(ids, info.dtype), depths), dim=-1).flatten(-2)
+    pairs = torch.stack((slots_of_ids(ids, info.dtype), depths), dim=-1).flatten(-2)
     return torch.cat((merged_state, max_closest, pairs), dim=-1)

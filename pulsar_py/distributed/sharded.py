@@ -130,13 +130,11 @@ def sharded_render(positions: Tensor, features: Tensor, radii: Tensor, opacities
                    group: Optional[dist.ProcessGroup]) -> Tuple[Optional[Tensor], ...]:
     """The render operator's outputs (ops.render_call) for this rank's share of the spheres:
     (image, merged blend state, this share's counts, merged forward info or None, None)."""
-    needs_node = torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in (positions, features, radii, opacities, background, cameras))
-    if needs_node:
-        return _ShardedRender.apply(positions, features, radii, opacities, background, cameras,
-                                    settings._replace(partial=True), group)
-    return _forward(positions, features, radii, opacities, background, cameras, settings._replace(partial=True),
-                    group)[0]
+    inputs = (positions, features, radii, opacities, background, cameras)
+    settings = settings._replace(partial=True)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs):
+        return _ShardedRender.apply(*inputs, settings, group)
+    return _forward(*inputs, settings, group)[0]
 
 
 def _forward(positions, features, radii, opacities, background, cameras, settings, group):
@@ -144,7 +142,7 @@ def _forward(positions, features, radii, opacities, background, cameras, setting
         positions, features, radii, opacities, background, cameras, settings)
     bg = background if background is not None else ops._ones(features.shape[-1], partial.dtype, partial.device)
     bg_exponent = settings.background_normalized_depth / settings.gamma  # as the native blend's s_bg
-    image, merged = merge_partial_states(partial, state, bg.to(partial.dtype), bg_exponent, group)
+    image, merged = merge_partial_states(partial, state, bg, bg_exponent, group)
     if info is not None:
         info = merge_forward_info(info, merged, share_offset(positions.shape[-2], positions.device, group), group)
     return (image, merged, counts, info, None), call

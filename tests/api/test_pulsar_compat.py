@@ -15,20 +15,14 @@ import pulsar_py
 from pulsar_py import Renderer, gradient_scaling
 
 import pulsar_examples
+from scenes import scene_in_front
 
 F64 = torch.float64
 
 
 def _scene(seed: int = 0, n: int = 30, dtype=F64):
-    """Leaves of a scene in front of camera [0.1, -0.1, 0, 0.02, -0.03, 0.01, 4, 2]."""
-    g = torch.Generator().manual_seed(seed)
-    pos = torch.rand(n, 3, generator=g, dtype=dtype) * torch.tensor([4.0, 3.0, 2.0], dtype=dtype) \
-        + torch.tensor([-2.0, -1.5, 8.0], dtype=dtype)
-    col = torch.rand(n, 3, generator=g, dtype=dtype)
-    rad = 0.2 + 0.4 * torch.rand(n, generator=g, dtype=dtype)
-    opa = 0.2 + 0.8 * torch.rand(n, generator=g, dtype=dtype)
-    cam = torch.tensor([0.1, -0.1, 0.0, 0.02, -0.03, 0.01, 4.0, 2.0], dtype=dtype)
-    return [t.requires_grad_() for t in (pos, col, rad, opa, cam)]
+    """Leaves requiring grad of a scene in front of the camera (scenes.scene_in_front)."""
+    return scene_in_front(seed, n, dtype, requires_grad=True)
 
 
 def _grads(mode: str, leaves, width=64, height=48, n_track=5, **call):

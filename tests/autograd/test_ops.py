@@ -15,22 +15,14 @@ import torch
 import pulsar_py
 from pulsar_py import Camera, Renderer, ops
 
-from scenes import random_scene
+from scenes import random_scene, scene_in_front
 
 F32 = torch.float32
 
 
 def _inputs(seed: int = 0, n: int = 40, dtype=F32, requires_grad: bool = False):
-    """Fresh leaves of a small scene in front of the camera [0, 0, 0, 0, 0, 0, 4, 2]."""
-    g = torch.Generator().manual_seed(seed)
-    pos = torch.rand(n, 3, generator=g, dtype=dtype) * torch.tensor([4.0, 3.0, 2.0], dtype=dtype) \
-        + torch.tensor([-2.0, -1.5, 8.0], dtype=dtype)
-    col = torch.rand(n, 3, generator=g, dtype=dtype)
-    rad = 0.2 + 0.4 * torch.rand(n, generator=g, dtype=dtype)
-    opa = 0.2 + 0.8 * torch.rand(n, generator=g, dtype=dtype)
-    cam = torch.tensor([0.1, -0.1, 0.0, 0.02, -0.03, 0.01, 4.0, 2.0], dtype=dtype)
-    tensors = [pos, col, rad, opa, cam]
-    return [t.requires_grad_(requires_grad) for t in tensors]
+    """Fresh leaves of a small scene in front of the camera (scenes.scene_in_front)."""
+    return scene_in_front(seed, n, dtype, requires_grad)
 
 
 class ForwardModule(torch.nn.Module):
