@@ -446,11 +446,11 @@ class Renderer(torch.nn.Module):
         depth, distortion = depth_from_moments(raw.depth_moments, near, far)
         z_depth = None
         if z_depth_wanted:
-            packed = camera_input.cameras if camera_input.length == 0 else self._pack(
-                self._native_camera(camera_input.cameras.reshape(-1, camera_input.length), depths,
-                                    bool(first_R_then_T)), depths)
-            cosines = ray_axis_cosines(NativeCamera.from_packed(packed.reshape(-1, 15), camera_input.right_handed,
-                                                                camera_input.orthographic), self.width, self.height)
+            cams, length = camera_input.cameras, camera_input.length
+            camera = NativeCamera.from_packed(cams.reshape(-1, 15), camera_input.right_handed,
+                                              camera_input.orthographic) if length == 0 else \
+                self._native_camera(cams.reshape(-1, length), depths, bool(first_R_then_T))
+            cosines = ray_axis_cosines(camera, self.width, self.height)
             z_depth = depth * (cosines if raw.batched else cosines[0])
         return RenderResult(image=raw.image, depth=depth, coverage=raw.depth_moments[..., 0], distortion=distortion,
                             hit_count=raw.hit_count, forward_info=raw.forward_info if want_info else None,

@@ -149,27 +149,24 @@ def _forward(positions, features, radii, opacities, background, cameras, setting
 
 
 class _ShardedRender(torch.autograd.Function):
-    """The sharded render with its exact gradients: this share's, against the merged state."""
+    """The sharded render with its exact gradients: this share's, against the merged state
+    (the render operator's autograd formula, ops._render_setup_context and
+    ops._backward_arguments, with the camera gradient summed over the ranks)."""
 
     @staticmethod
     def forward(ctx, positions, features, radii, opacities, background, cameras, settings, group):
         outputs, ctx.call = _forward(positions, features, radii, opacities, background, cameras, settings, group)
-        image, merged, counts, info, _ = outputs
-        ctx.settings, ctx.group = settings, group
-        ctx.save_for_backward(positions, features, radii, opacities, background, cameras, image, merged, counts)
-        ctx.mark_non_differentiable(merged, counts, *(() if info is None else (info,)))
-        ctx.set_materialize_grads(False)
+        ops._render_setup_context(ctx, (positions, features, radii, opacities, background, cameras, settings),
+                                  outputs)
+        ctx.group = group
         return outputs
 
     @staticmethod
     def backward(ctx, grad_image, *_):
-        if grad_image is None:
+        args = ops._backward_arguments(ctx, grad_image, None)
+        if args is None:
             return (None,) * 8
-        positions, features, radii, opacities, background, cameras, image, merged, counts = ctx.saved_tensors
-        needs = [bool(ctx.needs_input_grad[i]) and t is not None
-                 for i, t in enumerate((positions, features, radii, opacities, background, cameras))]
-        grads = ops._render_backward_impl(grad_image, None, positions, features, radii, opacities, background,
-                                          cameras, image, merged, counts, None, ctx.settings, needs, call=ctx.call)
+        grads = ops._render_backward_impl(*args, call=ctx.call)
         if grads[5] is not None:  # the camera's gradient comes through every share's spheres
             dist.all_reduce(grads[5], group=ctx.group)
-        return (*grads, None, None)
+        return (*ops._input_gradients(grads, args), None)
