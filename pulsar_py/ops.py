@@ -97,8 +97,9 @@ def release_natives(renderer_id: int) -> None:
     with _natives_lock:
         for key in [k for k in list(_natives) if k[0][0] == renderer_id]:
             del _natives[key]
-        for key in [k for k in list(_needed) if k[0] == renderer_id]:
-            del _needed[key]
+        for table in (_needed, _capacities):
+            for key in [k for k in list(table) if k[0] == renderer_id]:
+                del table[key]
 
 
 def natives_of(renderer_id: int) -> List["_native.Renderer"]:
@@ -109,11 +110,13 @@ def natives_of(renderer_id: int) -> List["_native.Renderer"]:
 
 # ------------------------------------------------------------------ instance capacity
 # Per Renderer module and CUDA device: the most (camera, tile, sphere) instances any of
-# its binnings needed, as the host learnt it (verified calls, and status reads). A call
-# that lets the renderer choose makes room for that with headroom (learned_capacity); a
-# traced call reads it as a graph constant (guarded: a renderer that learns more is traced
-# again).
+# its binnings needed, as the host learnt it (verified calls, status reads), and the
+# capacity a call makes room for when it may choose: that need with headroom, on a
+# ladder of 16 steps per octave, so that it changes seldom as the need creeps up. A
+# traced call reads the capacity as a graph constant (Dynamo guards on its entry alone:
+# the renderer is traced again only when its own capacity grows).
 _needed: Dict[Tuple[int, int], int] = {}
+_capacities: Dict[Tuple[int, int], int] = {}
 # Largest capacity: list positions are int32.
 MAX_CAPACITY = 2**31 - 1
 
@@ -123,16 +126,17 @@ def capacity_key(renderer_id: int, device: torch.device) -> Tuple[int, int]:
 
 
 def grown_capacity(instances: int) -> int:
-    """Room for ``instances`` with headroom (1/16 and 1024 more), so that a scene whose
-    instance count creeps up does not outgrow it at every call."""
-    return min(MAX_CAPACITY, instances + instances // 16 + 1024)
+    """Room for ``instances``: 1/16 and 256 more, rounded up to the ladder (multiples of
+    1/16 of the leading power of two)."""
+    want = instances + instances // 16 + 256
+    step = 1 << max(0, want.bit_length() - 5)
+    return min(MAX_CAPACITY, -(-want // step) * step)
 
 
 def learned_capacity(renderer_id: int, device: torch.device) -> int:
     """The capacity a call of this renderer on ``device`` takes when it may choose (0:
     none learnt yet)."""
-    needed = _needed.get(capacity_key(renderer_id, device), 0)
-    return grown_capacity(needed) if needed > 0 else 0
+    return _capacities.get(capacity_key(renderer_id, device), 0)
 
 
 def estimated_capacity(batch: int, n_spheres: int, width: int, height: int) -> int:
@@ -140,12 +144,14 @@ def estimated_capacity(batch: int, n_spheres: int, width: int, height: int) -> i
     per sphere, and one per tile (a guess: a call that needs more renders correctly, and
     the renderer is traced again with what it learnt)."""
     tiles = -(-width // _checks.TILE_SIZE) * -(-height // _checks.TILE_SIZE)
-    return min(MAX_CAPACITY, grown_capacity(4 * batch * n_spheres + batch * tiles))
+    return grown_capacity(4 * batch * n_spheres + batch * tiles)
 
 
 def _learn(key: Tuple[int, int], instances: int) -> None:
     if instances > _needed.get(key, 0):
         _needed[key] = instances
+    if instances > _capacities.get(key, 0):
+        _capacities[key] = grown_capacity(instances)
 
 
 def _capacity_error(key: Tuple[int, int], what: str) -> RuntimeError:
@@ -343,7 +349,8 @@ def _memory(call: _Call, capacity: int, binning: Optional[Tensor] = None,
     """The memory of a call with room for ``capacity`` instances; ``binning`` and
     ``entries``: a forward's (for its backward), else made."""
     scene, device = call.scene, call.device
-    key = (id(call.native), scene.dtype, scene.batch_size, scene.n_spheres, capacity)
+    key = (call.settings[:_CONFIG_FIELDS], device.type, _device_index(device), call.tensors[1].shape[-1],
+           scene.dtype, scene.batch_size, scene.n_spheres, capacity)
     needs = _needs_cache.get(key)
     if needs is None:
         if len(_needs_cache) > 256:
