@@ -104,8 +104,6 @@ class CudaBackend final : public Backend {
     report.invalid_values = int(words.status.invalid_values - seen_.invalid_values);
     seen_ = words.status;
     last_instances_ = report.instances;
-    // The forward kernel the next calls take (the image is the same with either).
-    large_boxes_hint_ = 2 * report.small_box_instances < report.instances;
     return report;
   }
 
@@ -202,7 +200,6 @@ class CudaBackend final : public Backend {
     call.backward_splits = backward_splits_of(call.sizes.total_tiles, sm_count_);
     call.backward_row_budget = config_.backward_row_budget;
     call.status = status_;
-    call.large_boxes_hint = large_boxes_hint_;
     return call;
   }
   CudaCall forward_call(const SceneArgs& scene, const CallMemory& memory) const {
@@ -230,7 +227,6 @@ class CudaBackend final : public Backend {
   cudaEvent_t report_ready_ = nullptr;            // recorded behind the last reported binning
   DeviceStatus seen_{};                           // the status as the host last read it
   std::int64_t last_instances_ = 0;
-  bool large_boxes_hint_ = true;
   mutable std::size_t cub_bytes_ = 0;
   mutable std::int64_t cub_items_ = -1, cub_capacity_ = -1, cub_tiles_ = -1;
 };

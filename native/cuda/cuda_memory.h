@@ -332,9 +332,6 @@ struct CudaCall {
   std::int64_t backward_row_budget = 0;  // RendererConfig::backward_row_budget
   DeviceStatus* status = nullptr;        // the renderer's (device memory)
   BinningReportWords* report = nullptr;  // this call's report slot (device-mapped pinned memory), or null
-  // Which forward kernel renders (both give the same image): the two-pixel one where most
-  // instances' boxes are large, as the last report the renderer read said.
-  bool large_boxes_hint = true;
 };
 
 inline BackwardWorkspace BackwardWorkspace::carve(Carver& c, const CallSizes& z, const RowWindows& windows, int splits) {
@@ -394,6 +391,18 @@ void cuda_reduce_gradients(const RendererConfig& config, const SceneArgs& scene,
 
 // Whether a call's lists are unusable (BinningFlag bits set): its outputs are NaN.
 __device__ inline bool binning_failed(const std::uint32_t* flags) { return *flags != 0u; }
+
+// Small boxes: at least half of a binning's instances have a box within their tile of at
+// most kSmallBoxPixels pixels (counts: BinningView::instances(), then the small-box count).
+// Read on the device by the kernels whose variant it chooses: the host never waits for it.
+__device__ inline bool small_boxes(const std::int64_t* counts) { return 2 * counts[1] >= counts[0]; }
+
+// Which of two kernel variants a launch is, where both are launched and the binning's
+// counts choose the one that runs (the other returns at once).
+constexpr int kAnyBoxes = 0, kSmallBoxVariant = 1, kLargeBoxVariant = 2;
+__device__ inline bool variant_runs(int variant, const std::int64_t* counts) {
+  return variant == kAnyBoxes || small_boxes(counts) == (variant == kSmallBoxVariant);
+}
 
 inline unsigned blocks_for(std::int64_t n, int threads) {
   return unsigned((n + threads - 1) / threads);

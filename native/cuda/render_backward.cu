@@ -58,20 +58,14 @@ struct SlotWindow {
 // the other returns at once). The counts stay on the device: the host never waits for them.
 struct LaunchGate {
   const std::uint32_t* binning_flags;
-  const std::int64_t* counts;  // [0] instances, [1] small-box instances (BinningView::sphere_slots + items)
-  int grouping;                // kAnyGrouping, kSmallBoxGrouping or kLargeBoxGrouping
+  const std::int64_t* counts;  // [0] instances, [1] small-box instances (BinningView::instances())
+  int grouping;                // kAnyBoxes, kSmallBoxVariant (lane groups) or kLargeBoxVariant (whole warps)
 };
-constexpr int kAnyGrouping = 0, kSmallBoxGrouping = 1, kLargeBoxGrouping = 2;
-
-// Small boxes: at least half the instances' boxes within their tile hold at most
-// kSmallBoxPixels pixels (count_kernel).
-__device__ inline bool small_boxes(const std::int64_t* counts) { return 2 * counts[1] >= counts[0]; }
 
 __device__ inline bool launch_runs(const LaunchGate& gate, const SlotWindow& window) {
   if (binning_failed(gate.binning_flags)) return false;
   if (!window.first && window.lo >= gate.counts[0]) return false;
-  if (gate.grouping == kAnyGrouping) return true;
-  return small_boxes(gate.counts) == (gate.grouping == kSmallBoxGrouping);
+  return variant_runs(gate.grouping, gate.counts);
 }
 
 // The first of slots[0, count) (ascending) that is at least value; count if none.
@@ -841,10 +835,10 @@ void launch_kernel(unsigned blocks, std::size_t dynamic_smem, std::size_t ray_su
       run(group, std::integral_constant<int, kGradsByFlags>{}, grouping);
   };
   if (kSmallGroup == 32) {
-    run_group(std::integral_constant<int, 32>{}, kAnyGrouping);
+    run_group(std::integral_constant<int, 32>{}, kAnyBoxes);
   } else {
-    run_group(std::integral_constant<int, kSmallGroup>{}, kSmallBoxGrouping);
-    run_group(std::integral_constant<int, 32>{}, kLargeBoxGrouping);
+    run_group(std::integral_constant<int, kSmallGroup>{}, kSmallBoxVariant);
+    run_group(std::integral_constant<int, 32>{}, kLargeBoxVariant);
   }
 }
 

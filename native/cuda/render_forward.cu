@@ -128,7 +128,8 @@ template <typename T, int C_STATIC, bool ORTHO, bool WITH_INFO, bool MOMENTS>
 __global__ void __launch_bounds__(kThreads)
 render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions options, ForwardOutputs out,
                       const GpuSphere<T>* spheres, const std::int32_t* entry_sphere, const int2* tile_ranges,
-                      const std::uint32_t* binning_flags) {
+                      const std::uint32_t* binning_flags, const std::int64_t* counts, int variant) {
+  if (!variant_runs(variant, counts)) return;  // the other kernel renders this call
   __shared__ BatchEntry<T, C_STATIC> batch[kThreads];
   // coverage[w][e]: the lanes of warp w whose pixel entry e's box covers (written by the
   // entry's loader); then, once warp w has transposed its row chunk by chunk,
@@ -254,7 +255,8 @@ template <typename T, int C_STATIC, bool ORTHO>
 __global__ void __launch_bounds__(kThreads / 2, 8)
 render_forward_two_kernel(RendererConfig config, SceneArgs scene, RenderOptions options, ForwardOutputs out,
                           const GpuSphere<T>* spheres, const std::int32_t* entry_sphere, const int2* tile_ranges,
-                          const std::uint32_t* binning_flags) {
+                          const std::uint32_t* binning_flags, const std::int64_t* counts) {
+  if (!variant_runs(kLargeBoxVariant, counts)) return;  // render_forward_kernel renders this call
   constexpr int kBlock = kThreads / 2;
   __shared__ BatchEntry<T, C_STATIC> batch[kThreads];
   __shared__ unsigned coverage[kThreads / 32][kThreads];  // as render_forward_kernel's, per 8x4 block
@@ -344,18 +346,28 @@ void launch(const RendererConfig& config, const SceneArgs& scene, const RenderOp
   // depth, not from n, which only the moments use). The forward_info kernel (rare)
   // accumulates the moments too.
   // Two pixels per thread where most instances' boxes within their tile are large (the
-  // measure the backward picks its lane groups by, as the renderer last read it: the
-  // image is the same either way): lockstep is then the walk, and its visits serve both
-  // pixels. Not with a hit cap (rare), which that kernel leaves out.
+  // measure the backward picks its lane groups by): lockstep is then the walk, and its
+  // visits serve both pixels. Not with a hit cap (rare), which that kernel leaves out. The
+  // counts that choose are on the device: both kernels are launched, and the one not
+  // chosen returns at once.
   const bool hit_cap = hit_cap_of(options) < std::numeric_limits<int>::max();
-  if (out.forward_info)
-    render_forward_kernel<T, C_STATIC, ORTHO, true, true><<<blocks, kThreads, 0, stream>>>(config, scene, options, out, spheres, entries, ranges, flags);
-  else if (out.depth_moments)
-    render_forward_kernel<T, C_STATIC, ORTHO, false, true><<<blocks, kThreads, 0, stream>>>(config, scene, options, out, spheres, entries, ranges, flags);
-  else if (C_STATIC > 0 && call.large_boxes_hint && !hit_cap)
-    render_forward_two_kernel<T, (C_STATIC > 0 ? C_STATIC : 1), ORTHO><<<blocks, kThreads / 2, 0, stream>>>(config, scene, options, out, spheres, entries, ranges, flags);
-  else
-    render_forward_kernel<T, C_STATIC, ORTHO, false, false><<<blocks, kThreads, 0, stream>>>(config, scene, options, out, spheres, entries, ranges, flags);
+  const std::int64_t* counts = call.binning.instances();
+  if (out.forward_info) {
+    render_forward_kernel<T, C_STATIC, ORTHO, true, true><<<blocks, kThreads, 0, stream>>>(
+        config, scene, options, out, spheres, entries, ranges, flags, counts, kAnyBoxes);
+  } else if (out.depth_moments) {
+    render_forward_kernel<T, C_STATIC, ORTHO, false, true><<<blocks, kThreads, 0, stream>>>(
+        config, scene, options, out, spheres, entries, ranges, flags, counts, kAnyBoxes);
+  } else if (C_STATIC > 0 && !hit_cap) {
+    render_forward_two_kernel<T, (C_STATIC > 0 ? C_STATIC : 1), ORTHO><<<blocks, kThreads / 2, 0, stream>>>(
+        config, scene, options, out, spheres, entries, ranges, flags, counts);
+    PULSAR_CUDA_LAUNCH_CHECK("render_forward_two_kernel");
+    render_forward_kernel<T, C_STATIC, ORTHO, false, false><<<blocks, kThreads, 0, stream>>>(
+        config, scene, options, out, spheres, entries, ranges, flags, counts, kSmallBoxVariant);
+  } else {
+    render_forward_kernel<T, C_STATIC, ORTHO, false, false><<<blocks, kThreads, 0, stream>>>(
+        config, scene, options, out, spheres, entries, ranges, flags, counts, kAnyBoxes);
+  }
   PULSAR_CUDA_LAUNCH_CHECK("render_forward_kernel");
 }
 
