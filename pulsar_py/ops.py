@@ -332,7 +332,7 @@ def _prepare(s: RenderSettings, positions, features, radii, opacities, backgroun
                  (positions, features, radii, opacities, background, cameras, values))
 
 
-_needs_cache: Dict[tuple, Tuple[int, int]] = {}
+_needs_cache: Dict[tuple, tuple] = {}
 
 
 class _Memory(NamedTuple):
@@ -348,16 +348,17 @@ def _memory(call: _Call, capacity: int, binning: Optional[Tensor] = None,
             entries: Optional[Tensor] = None) -> _Memory:
     """The memory of a call with room for ``capacity`` instances; ``binning`` and
     ``entries``: a forward's (for its backward), else made."""
-    scene, device = call.scene, call.device
-    key = (call.settings[:_CONFIG_FIELDS], device.type, _device_index(device), call.tensors[1].shape[-1],
-           scene.dtype, scene.batch_size, scene.n_spheres, capacity)
-    needs = _needs_cache.get(key)
-    if needs is None:
+    scene, device, native = call.scene, call.device, call.native
+    # Keyed by the native renderer's id, and the entry holds the renderer: an id reused by
+    # a later object does not match it.
+    key = (id(native), scene.dtype, scene.batch_size, scene.n_spheres, capacity)
+    entry = _needs_cache.get(key)
+    if entry is None or entry[0] is not native:
         if len(_needs_cache) > 256:
             _needs_cache.clear()
-        needs = _needs_cache[key] = tuple(call.native.memory_needs(scene.dtype, scene.batch_size, scene.n_spheres,
-                                                                   capacity))
-    binning_bytes, workspace_bytes = needs
+        entry = _needs_cache[key] = (native, native.memory_needs(scene.dtype, scene.batch_size, scene.n_spheres,
+                                                                 capacity))
+    binning_bytes, workspace_bytes = entry[1]
     if binning is None:
         binning = torch.empty(binning_bytes, dtype=torch.uint8, device=device)
     if entries is None:

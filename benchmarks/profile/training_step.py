@@ -134,6 +134,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu (eager and compile only)")
+    parser.add_argument("--same-native", action="store_true",
+                        help="the folders may share one native module (an A/B of Python changes)")
     parser.add_argument("--json", dest="json_path", default=None)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -148,7 +150,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     if not args.builds:
         parser.error("--builds: expected at least one build folder")
-    if len(args.builds) > 1:
+    if len(args.builds) > 1 and not args.same_native:
         harness.check_builds(args.builds)
     for build in args.builds:
         harness.native_module(build)  # a folder without a built package is refused

@@ -77,33 +77,33 @@ class CudaBackend final : public Backend {
       call.report = device_reports_ + slot_;
     }
     dispatch_dtype(scene.dtype, [&](auto tag) {
-      cuda_bin<decltype(tag)>(config_, scene, options, stream(options), call, count_only);
+      cuda_bin_count<decltype(tag)>(config_, scene, options, stream(options), call, count_only);
     });
-    if (report) {
-      PULSAR_CUDA_CHECK(cudaEventRecord(report_ready_, stream(options)));
-      pending_ = true;
-      pending_capacity_ = count_only ? std::numeric_limits<std::int64_t>::max() : memory.capacity;
+    forward_variant_ = -1;
+    if (!report) {
+      // Nothing waits: the lists are sorted over the whole capacity.
+      dispatch_dtype(scene.dtype, [&](auto tag) {
+        cuda_bin_lists<decltype(tag)>(config_, scene, stream(options), call, memory.capacity);
+      });
+      return;
     }
+    PULSAR_CUDA_CHECK(cudaEventRecord(report_ready_, stream(options)));
+    report_ = read_report(count_only ? std::numeric_limits<std::int64_t>::max() : memory.capacity);
+    if (count_only) return;
+    // A verified call has waited for its count already: its lists are sorted at their size
+    // (past the capacity, the lists hold what fits and the call's outputs are NaN), and its
+    // forward launches the one kernel the counts choose.
+    if (!report_.overflowed)
+      forward_variant_ = 2 * report_.small_box_instances >= report_.instances ? kSmallBoxVariant : kLargeBoxVariant;
+    const std::int64_t sort_items = report_.overflowed ? memory.capacity : report_.instances;
+    dispatch_dtype(scene.dtype, [&](auto tag) {
+      cuda_bin_lists<decltype(tag)>(config_, scene, stream(options), call, sort_items);
+    });
   }
 
   BinningReport take_report(const RenderOptions&) override {
-    BinningReport report;
-    if (!pending_) return report;
-    pending_ = false;
-    DeviceGuard guard(config_.device_index);
-    // The one host synchronisation of a verified call, once the rest of it is enqueued.
-    PULSAR_CUDA_CHECK(cudaEventSynchronize(report_ready_));
-    const BinningReportWords& words = reports_[slot_];
-    if (words.written == 0u) throw std::logic_error("pulsar: a binning's report was not written");
-    report.verified = true;
-    report.instances = words.instances;
-    report.small_box_instances = words.small_box_instances;
-    report.overflowed = report.instances > pending_capacity_;
-    report.max_instances = std::int64_t(words.status.max_instances);
-    report.overflows = int(words.status.overflows - seen_.overflows);
-    report.invalid_values = int(words.status.invalid_values - seen_.invalid_values);
-    seen_ = words.status;
-    last_instances_ = report.instances;
+    BinningReport report = report_;
+    report_ = BinningReport{};
     return report;
   }
 
@@ -112,7 +112,9 @@ class CudaBackend final : public Backend {
   void render_forward(const SceneArgs& scene, const RenderOptions& options, const ForwardOutputs& outputs,
                       const CallMemory& memory) override {
     DeviceGuard guard(config_.device_index);
-    const CudaCall call = forward_call(scene, memory);
+    CudaCall call = forward_call(scene, memory);
+    call.forward_variant = forward_variant_;
+    forward_variant_ = -1;
     dispatch_dtype(scene.dtype, [&](auto tag) {
       cuda_render_forward<decltype(tag)>(config_, scene, options, outputs, stream(options), call);
     });
@@ -173,6 +175,25 @@ class CudaBackend final : public Backend {
   }
 
   std::size_t scratch_bytes() const override { return sizeof(DeviceStatus); }
+
+  // Waits for the report of the binning just enqueued (on the event behind it, not the
+  // stream: the work enqueued after it keeps running) and reads it.
+  BinningReport read_report(std::int64_t capacity) {
+    PULSAR_CUDA_CHECK(cudaEventSynchronize(report_ready_));
+    const BinningReportWords& words = reports_[slot_];
+    if (words.written == 0u) throw std::logic_error("pulsar: a binning's report was not written");
+    BinningReport report;
+    report.verified = true;
+    report.instances = words.instances;
+    report.small_box_instances = words.small_box_instances;
+    report.overflowed = report.instances > capacity;
+    report.max_instances = std::int64_t(words.status.max_instances);
+    report.overflows = int(words.status.overflows - seen_.overflows);
+    report.invalid_values = int(words.status.invalid_values - seen_.invalid_values);
+    seen_ = words.status;
+    last_instances_ = report.instances;
+    return report;
+  }
   std::int64_t binned_instances() const override { return last_instances_; }
 
  private:
@@ -222,8 +243,8 @@ class CudaBackend final : public Backend {
   BinningReportWords* reports_ = nullptr;         // host view of the report slots
   BinningReportWords* device_reports_ = nullptr;  // the device's view of them
   int slot_ = 0;                                  // the slot of the last report asked for
-  bool pending_ = false;                          // a report was asked for and not taken
-  std::int64_t pending_capacity_ = 0;             // the capacity of that binning
+  BinningReport report_;                          // the last verified binning's, until taken
+  int forward_variant_ = -1;                      // CudaCall::forward_variant for the next render_forward
   cudaEvent_t report_ready_ = nullptr;            // recorded behind the last reported binning
   DeviceStatus seen_{};                           // the status as the host last read it
   std::int64_t last_instances_ = 0;

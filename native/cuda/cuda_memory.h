@@ -332,6 +332,13 @@ struct CudaCall {
   std::int64_t backward_row_budget = 0;  // RendererConfig::backward_row_budget
   DeviceStatus* status = nullptr;        // the renderer's (device memory)
   BinningReportWords* report = nullptr;  // this call's report slot (device-mapped pinned memory), or null
+  // Between the two halves of the binning: the item of each depth rank (in the
+  // workspace's DepthOrder) and the tile depth bounds (null: none).
+  const std::int32_t* depth_order = nullptr;
+  const float* depth_bound = nullptr;
+  // kSmallBoxVariant or kLargeBoxVariant where the host knows the binning's counts (a
+  // verified call): the one forward kernel to launch; -1: the device chooses.
+  int forward_variant = -1;
 };
 
 inline BackwardWorkspace BackwardWorkspace::carve(Carver& c, const CallSizes& z, const RowWindows& windows, int splits) {
@@ -347,11 +354,16 @@ inline BackwardWorkspace BackwardWorkspace::carve(Carver& c, const CallSizes& z,
   return w;
 }
 
-// Stage 1: enqueues the binning into call.binning (no host synchronisation). With
-// count_only, only up to the instance count and its report.
+// Stage 1 in two halves, each enqueued without a host synchronisation: up to the
+// instance count (and its report, where call.report is set; with count_only, no more);
+// then the tiles' lists, their sort over sort_items positions (the capacity, or the count
+// where the host has read it).
 template <typename T>
-void cuda_bin(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
-              cudaStream_t stream, CudaCall& call, bool count_only);
+void cuda_bin_count(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
+                    cudaStream_t stream, CudaCall& call, bool count_only);
+template <typename T>
+void cuda_bin_lists(const RendererConfig& config, const SceneArgs& scene, cudaStream_t stream, const CudaCall& call,
+                    std::int64_t sort_items);
 // The CUB workspace of a binning of `items` items with room for `capacity` instances.
 std::size_t cub_binning_bytes(std::int64_t items, std::int64_t capacity, std::int64_t total_tiles);
 // Per tile of every camera, a depth beyond which no pixel processes a sphere (float

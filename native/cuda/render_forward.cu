@@ -359,11 +359,15 @@ void launch(const RendererConfig& config, const SceneArgs& scene, const RenderOp
     render_forward_kernel<T, C_STATIC, ORTHO, false, true><<<blocks, kThreads, 0, stream>>>(
         config, scene, options, out, spheres, entries, ranges, flags, counts, kAnyBoxes);
   } else if (C_STATIC > 0 && !hit_cap) {
-    render_forward_two_kernel<T, (C_STATIC > 0 ? C_STATIC : 1), ORTHO><<<blocks, kThreads / 2, 0, stream>>>(
-        config, scene, options, out, spheres, entries, ranges, flags, counts);
-    PULSAR_CUDA_LAUNCH_CHECK("render_forward_two_kernel");
-    render_forward_kernel<T, C_STATIC, ORTHO, false, false><<<blocks, kThreads, 0, stream>>>(
-        config, scene, options, out, spheres, entries, ranges, flags, counts, kSmallBoxVariant);
+    // A verified call knows the counts: it launches the chosen kernel alone.
+    if (call.forward_variant != kSmallBoxVariant) {
+      render_forward_two_kernel<T, (C_STATIC > 0 ? C_STATIC : 1), ORTHO><<<blocks, kThreads / 2, 0, stream>>>(
+          config, scene, options, out, spheres, entries, ranges, flags, counts);
+      PULSAR_CUDA_LAUNCH_CHECK("render_forward_two_kernel");
+    }
+    if (call.forward_variant != kLargeBoxVariant)
+      render_forward_kernel<T, C_STATIC, ORTHO, false, false><<<blocks, kThreads, 0, stream>>>(
+          config, scene, options, out, spheres, entries, ranges, flags, counts, kSmallBoxVariant);
   } else {
     render_forward_kernel<T, C_STATIC, ORTHO, false, false><<<blocks, kThreads, 0, stream>>>(
         config, scene, options, out, spheres, entries, ranges, flags, counts, kAnyBoxes);

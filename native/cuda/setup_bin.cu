@@ -400,8 +400,8 @@ std::size_t cub_binning_bytes(std::int64_t items, std::int64_t capacity, std::in
 }
 
 template <typename T>
-void cuda_bin(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
-              cudaStream_t stream, CudaCall& call, bool count_only) {
+void cuda_bin_count(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
+                    cudaStream_t stream, CudaCall& call, bool count_only) {
   const std::int64_t items = scene.n_spheres * scene.batch_size;
   const Tiling tiling = Tiling::of(config.width, config.height);
   const std::int64_t total_tiles = tiling.n_tiles() * scene.batch_size;
@@ -460,8 +460,25 @@ void cuda_bin(const RendererConfig& config, const SceneArgs& scene, const Render
   item_slots_kernel<<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
       items, order, slots_of, bin.item_slots, settle_capacity, bin.flags, call.status, call.report);
   PULSAR_CUDA_LAUNCH_CHECK("item_slots_kernel");
-  if (count_only || capacity == 0) return;
+  call.depth_order = order;
+  call.depth_bound = bound;
+}
 
+template <typename T>
+void cuda_bin_lists(const RendererConfig& config, const SceneArgs& scene, cudaStream_t stream, const CudaCall& call,
+                    std::int64_t sort_items) {
+  const std::int64_t items = scene.n_spheres * scene.batch_size;
+  const std::int64_t capacity = call.binning.capacity;
+  if (items == 0 || capacity == 0) return;
+  const std::int64_t total_tiles = Tiling::of(config.width, config.height).n_tiles() * scene.batch_size;
+  const BinningView& bin = call.binning;
+  const ForwardWorkspace& ws = call.forward;
+  const auto* spheres = bin.spheres_as<T>();
+  std::int64_t* slots_of = bin.sphere_slots;
+  const std::int32_t* order = call.depth_order;
+  const float* bound = call.depth_bound;
+  const InstanceSort sort_layout{std::size_t(capacity)};
+  auto keys = double_buffer<std::uint32_t>(ws.instance_sort, sort_layout.keys_a(), sort_layout.keys_b());
   auto slots = double_buffer<std::int32_t>(ws.instance_sort, sort_layout.slots_a(), sort_layout.slots_b());
   auto* slot_sphere = reinterpret_cast<std::int32_t*>(ws.instance_sort + sort_layout.slot_sphere());
   duplicate_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
@@ -469,10 +486,11 @@ void cuda_bin(const RendererConfig& config, const SceneArgs& scene, const Render
   PULSAR_CUDA_LAUNCH_CHECK("duplicate_kernel");
 
   // Slots are in rank order, and the stable sort keeps it within each tile: only the
-  // bits of the largest tile key take passes. The sort runs over the capacity: a count
-  // on the host would cost a synchronisation, and the keys past the count sort last.
-  sort_pairs(keys, slots, capacity, tile_key_bits(total_tiles), stream, ws);
-  const unsigned position_blocks = blocks_for(capacity, kThreads);
+  // bits of the largest tile key take passes. Without the count on the host the sort runs
+  // over the capacity (the keys past the count sort last); a verified call knows it and
+  // sorts that many.
+  sort_pairs(keys, slots, sort_items, tile_key_bits(total_tiles), stream, ws);
+  const unsigned position_blocks = blocks_for(sort_items, kThreads);
   ranges_kernel<<<position_blocks, kThreads, 0, stream>>>(slots_of + items, capacity, keys.Current(),
                                                           bin.tile_ranges);
   PULSAR_CUDA_LAUNCH_CHECK("ranges_kernel");
@@ -481,9 +499,13 @@ void cuda_bin(const RendererConfig& config, const SceneArgs& scene, const Render
   PULSAR_CUDA_LAUNCH_CHECK("maps_kernel");
 }
 
-template void cuda_bin<float>(const RendererConfig&, const SceneArgs&, const RenderOptions&, cudaStream_t, CudaCall&,
-                              bool);
-template void cuda_bin<double>(const RendererConfig&, const SceneArgs&, const RenderOptions&, cudaStream_t, CudaCall&,
-                               bool);
+template void cuda_bin_count<float>(const RendererConfig&, const SceneArgs&, const RenderOptions&, cudaStream_t,
+                                    CudaCall&, bool);
+template void cuda_bin_count<double>(const RendererConfig&, const SceneArgs&, const RenderOptions&, cudaStream_t,
+                                     CudaCall&, bool);
+template void cuda_bin_lists<float>(const RendererConfig&, const SceneArgs&, cudaStream_t, const CudaCall&,
+                                    std::int64_t);
+template void cuda_bin_lists<double>(const RendererConfig&, const SceneArgs&, cudaStream_t, const CudaCall&,
+                                     std::int64_t);
 
 }  // namespace pulsar
