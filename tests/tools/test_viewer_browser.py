@@ -1,0 +1,149 @@
+"""The viewer's page in a real headless browser (Chromium through chromedriver).
+
+Marked ``browser``; skipped only where this machine has no Chromium and chromedriver
+(Debian: ``apt-get install chromium chromium-driver``; .ci/run installs them where it
+can). Set PULSAR_PY_VIEWER_SCREENSHOT=PATH to also write the page's screenshot there
+(docs/images/viewer.png is made so).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from viewer_support import Browser, centre, find_browser, free_port, wait_until, write_gaussian_ply
+
+from pulsar_py.tools.viewer import command as view_command
+from pulsar_py.tools.viewer.camera import fit_view
+
+pytestmark = pytest.mark.browser
+
+#: Seconds to wait for a page, a frame or a process (generous: a busy 2-core machine
+#: renders in software and starts Python with torch slowly).
+TIMEOUT = 60.0
+
+
+@pytest.fixture(scope="module")
+def browser():
+    found = find_browser()
+    if found is None:
+        pytest.skip("no browser: Chromium and chromedriver are not installed "
+                    "(apt-get install chromium chromium-driver)")
+    session = Browser(*found)
+    yield session
+    session.quit()
+
+
+def _shows_a_scene(image: np.ndarray) -> bool:
+    """The image's centre is not one flat colour."""
+    middle = centre(image).astype(np.float64)
+    return float(middle.std(axis=(0, 1)).max()) > 10.0
+
+
+def _still_frame(session, after: int):
+    """Wait for a full-resolution frame (the view at rest) newer than frame ``after``."""
+    return wait_until(lambda: session.frames_sent > after and session.last_frame is not None
+                      and not session.last_frame.preview and session.frames_sent,
+                      TIMEOUT, "a full-resolution frame")
+
+
+def _screenshot_showing(browser, window, predicate, what) -> np.ndarray:
+    """The window's first screenshot for which ``predicate`` holds."""
+    def attempt():
+        shot = browser.screenshot(window)
+        return (shot,) if predicate(shot) else None
+
+    return wait_until(attempt, TIMEOUT, what, interval=0.3)[0]
+
+
+def test_view_page_renders_the_scene_and_each_tab_has_its_own_camera(browser, tmp_path):
+    ply = tmp_path / "gaussians.ply"
+    write_gaussian_ply(ply)
+    viewer = view_command.serve(view_command.parse_args([str(ply), "--port", str(free_port())]))
+    try:
+        first = browser.open(viewer.url)
+        session = wait_until(lambda: next(iter(viewer.sessions().values()), None), TIMEOUT, "the page to connect")
+        sent = _still_frame(session, 0)
+        shot = _screenshot_showing(browser, first, _shows_a_scene, "the scene in the page's centre")
+        assert session.last_frame.width > 100 and session.last_frame.height > 100
+        target = os.environ.get("PULSAR_PY_VIEWER_SCREENSHOT")
+        if target:
+            import imageio.v3 as iio
+
+            browser.hide_notifications(first)
+            iio.imwrite(target, browser.screenshot(first))
+
+        # A camera set through the tab's viser handle changes the frame.
+        frame = viewer.source.frame
+        eye, look_at = fit_view(frame)
+        camera = session.client.camera
+        camera.position = (look_at[0] + 0.2, look_at[1] + 2.2 * frame.radius, look_at[2] + 0.3)
+        camera.look_at = tuple(look_at)
+        sent = _still_frame(session, sent)
+        moved = _screenshot_showing(browser, first, lambda s: np.abs(centre(s).astype(float) - centre(shot)).mean() > 8,
+                                    "the frame of the new camera")
+        assert _shows_a_scene(moved)
+
+        # A second tab gets a camera of its own, at the first view, not the first tab's.
+        second = browser.open(viewer.url)
+        other = wait_until(lambda: next((s for i, s in viewer.sessions().items() if i != session.client_id), None),
+                           TIMEOUT, "the second page to connect")
+        _still_frame(other, 0)
+        assert np.allclose(other.client.camera.position, eye, atol=1e-3)
+        assert not np.allclose(session.client.camera.position, eye, atol=1e-3)
+
+        # Closing the second tab ends its session (render thread, renderers); the first
+        # tab is still served.
+        browser.close_window(second)
+        wait_until(lambda: list(viewer.sessions()) == [session.client_id], TIMEOUT, "the closed tab to disconnect")
+        wait_until(lambda: other.closed, TIMEOUT, "the closed tab's render thread to end")
+        camera.position = tuple(eye)
+        camera.look_at = tuple(look_at)
+        _still_frame(session, sent)
+        _screenshot_showing(browser, first, lambda s: np.abs(centre(s).astype(float) - centre(moved)).mean() > 8,
+                            "the first tab's frame after the second closed")
+    finally:
+        viewer.stop()
+
+
+def test_demo_view_plots_the_losses_while_it_trains(browser, tmp_path):
+    port = free_port()
+    out = tmp_path / "demo"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pulsar_py", "demo", "--view", "--port", str(port), "--steps", "8", "--width", "40",
+         "--height", "30", "--spheres", "120", "--quiet", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = process.stdout.readline()
+        assert f"viewer at http://127.0.0.1:{port}" in line, (line, process.stderr.read() if process.poll() else "")
+        window = browser.open(f"http://127.0.0.1:{port}")
+        _screenshot_showing(browser, window, _shows_a_scene, "the demo's spheres in the page's centre")
+
+        def curve_span():
+            """Share of the plot's width the loss curves (their stroke colours) cover."""
+            plot = browser.element_image(window, ".uplot canvas")
+            if plot is None:
+                return 0.0
+            stroke = np.array([[31, 119, 180], [255, 127, 14]])  # the first two curves' colours
+            near = (np.abs(plot[:, :, None, :].astype(int) - stroke).max(-1) < 40).any(-1)
+            columns = np.nonzero(near.any(0))[0]
+            span = (columns.max() - columns.min()) / plot.shape[1] if columns.size else 0.0
+            return span if span > 0.5 else 0.0
+
+        # One point draws no line; more than one draws a curve across the plot.
+        wait_until(curve_span, TIMEOUT, "a loss curve of more than one point", interval=0.3)
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=TIMEOUT)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode in (0, 130), stderr
+    assert "Traceback" not in stderr
+    assert (out / "scene.ply").is_file() or process.returncode == 130
+
