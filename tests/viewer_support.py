@@ -20,7 +20,7 @@ SH_C0 = 0.28209479177387814
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--disable-background-timer-throttling", "--disable-renderer-backgrounding",
-                  "--disable-backgrounding-occluded-windows", "--window-size=960,640")
+                  "--disable-backgrounding-occluded-windows", "--window-size=720,540")
 
 
 def write_gaussian_ply(path, n: int = 1500, seed: int = 0) -> np.ndarray:
@@ -143,6 +143,15 @@ class Browser:
         if not found:
             return None
         return np.asarray(iio.imread(io.BytesIO(found[0].screenshot_as_png), extension=".png"))[..., :3]
+
+    def click_button(self, window: str, label: str) -> None:
+        """Click the page's button labelled ``label`` (waiting for it to show)."""
+        from selenium.webdriver.common.by import By
+
+        self.driver.switch_to.window(window)
+        xpath = f"//button[normalize-space()='{label}']"
+        button = wait_until(lambda: self.driver.find_elements(By.XPATH, xpath), 30.0, f"a button {label!r}")[0]
+        button.click()
 
     def hide_notifications(self, window: str) -> None:
         """Remove the page's pop-up notices (the software-WebGL notice of a GPU-less run)."""

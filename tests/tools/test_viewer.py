@@ -256,12 +256,12 @@ def test_demo_calls_back_every_step_and_saves_a_scene_the_viewer_reads(tmp_path)
     from pulsar_py.tools.demo import run_demo
     from pulsar_py.tools.demo_setup import DemoSettings
 
-    settings = DemoSettings(width=32, height=24, n_spheres=120, floor_spacing=0.8, steps=3, gif_frames=2)
+    settings = DemoSettings(width=24, height=18, n_spheres=60, floor_spacing=1.0, steps=2, gif_frames=1)
     seen = []
     run_demo(settings, torch.device("cpu"), str(tmp_path), progress=False,
              on_step=lambda step, scene, params, losses: seen.append((step, sorted(losses),
                                                                        params.sphere_position.detach().clone())))
-    assert [(s, keys) for s, keys, _ in seen] == [(k, ["loss", "mse"]) for k in range(3)]
+    assert [(s, keys) for s, keys, _ in seen] == [(k, ["loss", "mse"]) for k in range(2)]
     scene = load_scene(tmp_path)  # the folder: its scene.ply
     final = seen[-1][2]
     assert len(scene) == final.shape[0]

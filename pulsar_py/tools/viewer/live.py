@@ -260,12 +260,12 @@ class LiveViewer:
         self._plot_thread.join(5.0)
         self._viewer.stop()
 
-    def wait(self, stop: Optional[threading.Event] = None) -> None:
-        """Keep serving until Ctrl-C (or ``stop`` is set), e.g. to look at the result
-        after the loop."""
+    def wait(self) -> None:
+        """Keep serving until Ctrl-C or ``close()`` (from another thread), e.g. to look
+        at the result after the loop."""
         from .command import wait_for_interrupt
 
-        wait_for_interrupt(stop)
+        wait_for_interrupt(self._closed)
 
     def __enter__(self) -> "LiveViewer":
         return self

@@ -159,12 +159,21 @@ class SceneViewer:
             session.close()
 
     @staticmethod
-    def _stop_server(server: Any) -> None:
+    def _stop_server(server: Any, wait: float = 1.0) -> None:
+        """Stop viser's server, waiting at most ``wait`` seconds.
+
+        The listening socket closes at once; viser then waits for every open connection
+        to end, and a browser's idle pre-opened connection ends only when its handshake
+        times out (seconds later). That wind-down goes on in a daemon thread, so Ctrl-C
+        and ``close()`` return promptly.
+        """
+        stopper = threading.Thread(target=server.stop, name="pulsar_py viewer stop", daemon=True)
         with quiet_stdout():
-            server.stop()
+            stopper.start()
+            stopper.join(wait)
 
     def stop(self) -> None:
-        """Close every tab's session and stop the server."""
+        """Close every tab's session and stop the server (the port is free on return)."""
         self.source.unsubscribe(self._fit)
         with self._lock:
             sessions = list(self._sessions.values())

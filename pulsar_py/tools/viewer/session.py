@@ -259,6 +259,8 @@ class ClientSession:
         scale = float(self._controls["scale"].value) * (self._options.preview_factor if moving else 1.0)
         width, height = render_size(camera.image_width, camera.image_height, scale)
         rendered = self._frames.render(scene, frame, view, width, height, settings)
+        if self._stop.is_set():  # the tab closed meanwhile
+            return
         start = time.perf_counter()
         self.client.scene.set_background_image(rendered.pixels, format="jpeg", jpeg_quality=self._options.jpeg_quality)
         encode = time.perf_counter() - start
