@@ -20,7 +20,7 @@ SH_C0 = 0.28209479177387814
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--disable-background-timer-throttling", "--disable-renderer-backgrounding",
-                  "--disable-backgrounding-occluded-windows", "--window-size=720,540")
+                  "--disable-backgrounding-occluded-windows")
 
 
 def write_gaussian_ply(path, n: int = 1500, seed: int = 0) -> np.ndarray:
@@ -105,7 +105,7 @@ def find_browser() -> Optional[tuple]:
 class Browser:
     """A headless Chromium driven through chromedriver (selenium); one window per page."""
 
-    def __init__(self, browser: str, driver: str) -> None:
+    def __init__(self, browser: str, driver: str, size: tuple = (640, 480)) -> None:
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service
 
@@ -113,6 +113,7 @@ class Browser:
         options.binary_location = browser
         for flag in CHROMIUM_FLAGS:
             options.add_argument(flag)
+        options.add_argument(f"--window-size={size[0]},{size[1]}")
         self._profile = tempfile.TemporaryDirectory(prefix="pulsar_py_viewer_test_")
         options.add_argument(f"--user-data-dir={self._profile.name}")
         self.driver = webdriver.Chrome(service=Service(driver), options=options)

@@ -32,7 +32,10 @@ def browser():
     if found is None:
         pytest.skip("no browser: Chromium and chromedriver are not installed "
                     "(apt-get install chromium chromium-driver)")
-    session = Browser(*found)
+    # A small window keeps software rendering and screenshots quick; the docs' screenshot
+    # is taken in a larger one.
+    size = (960, 640) if os.environ.get("PULSAR_PY_VIEWER_SCREENSHOT") else (640, 480)
+    session = Browser(*found, size=size)
     yield session
     session.quit()
 
