@@ -390,7 +390,7 @@ def _device_problem(device: torch.device) -> Optional[str]:
     return None
 
 
-def _live_view(args: argparse.Namespace, settings: DemoSettings):
+def _live_view(args: argparse.Namespace, settings: DemoSettings) -> Tuple[object, StepCallback]:
     """(LiveViewer, run_demo's on_step that updates it) for ``--view``."""
     from .viewer import LiveViewer
 

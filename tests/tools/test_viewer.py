@@ -5,7 +5,6 @@ The page itself is tested in a real browser by test_viewer_browser.py."""
 from __future__ import annotations
 
 import math
-import os
 import signal
 import socket
 import subprocess
@@ -19,14 +18,14 @@ import numpy as np
 import pytest
 import torch
 
-from viewer_support import free_port, non_loopback_ipv4, wait_until, write_gaussian_ply
+from viewer_support import free_port, non_loopback_ipv4, write_gaussian_ply
 
 from pulsar_py.tools.viewer import LiveViewer
 from pulsar_py.tools.viewer import command as view_command
 from pulsar_py.tools.viewer.camera import ViewCamera, camera_for_eye, render_size, to_camera
 from pulsar_py.tools.viewer.frame import FrameRenderer, RenderSettings
-from pulsar_py.tools.viewer.scene import SceneFrame, ViewerScene, load_scene, scene_from_tensors, scene_frame
-from pulsar_py.tools.viewer.server import check_address
+from pulsar_py.tools.viewer.scene import ViewerScene, load_scene, scene_from_tensors, scene_frame
+from pulsar_py.tools.viewer.server import check_address, is_loopback
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -207,6 +206,11 @@ def test_view_on_a_port_in_use_says_so_in_one_line(tmp_path, capsys):
     assert f"port {port} on 127.0.0.1 is in use" in line
     with pytest.raises(OSError, match="not an address of this machine"):
         check_address("no-such-host.invalid", 0)
+
+
+def test_loopback_addresses_are_told_apart():
+    assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.0.2.1")
 
 
 def test_view_without_viser_says_how_to_install_it(tmp_path, capsys, monkeypatch):

@@ -100,9 +100,11 @@ def test_view_page_renders_the_scene_and_each_tab_has_its_own_camera(browser, tm
 
         # Closing the second tab ends its session (render thread, renderers); the first
         # tab is still served.
+        assert other.renderers_held > 0
         browser.close_window(second)
         wait_until(lambda: list(viewer.sessions()) == [session.client_id], TIMEOUT, "the closed tab to disconnect")
         wait_until(lambda: other.closed, TIMEOUT, "the closed tab's render thread to end")
+        assert other.renderers_held == 0
         camera.position = tuple(eye)
         camera.look_at = tuple(look_at)
         _still_frame(session, sent)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence, Tuple, Union
+from typing import Any, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -56,7 +56,7 @@ class ViewCamera:
     aspect: float
 
     @classmethod
-    def from_handle(cls, handle) -> "ViewCamera":
+    def from_handle(cls, handle: Any) -> "ViewCamera":
         """From a viser ``CameraHandle`` (``client.camera``)."""
         position = tuple(float(v) for v in handle.position)
         wxyz = tuple(float(v) for v in handle.wxyz)

@@ -12,13 +12,16 @@ import argparse
 import sys
 import threading
 import time
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import torch
 
 from ..args import command_prog
 from .camera import UP_AXES
 from .deps import INSTALL
+
+if TYPE_CHECKING:
+    from .server import SceneViewer
 
 #: How the command names itself in its messages.
 NAME = "pulsar-py view"
@@ -79,7 +82,7 @@ def parse_args(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None)
     return _build_parser(prog).parse_args(argv)
 
 
-def serve(args: argparse.Namespace):
+def serve(args: argparse.Namespace) -> "SceneViewer":
     """Read the scene and start serving it as ``args`` say; returns the running
     ``SceneViewer`` (stop it with ``stop()``). Raises ValueError or OSError (a bad PATH,
     an address that cannot be listened on, a device this machine lacks) and
@@ -118,6 +121,9 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
         return 1
     except KeyboardInterrupt:
         return 130
+    if not viewer.loopback_only:
+        print(f"{NAME}: listening on {args.host}: anyone who can reach this address can open the page, "
+              f"without a password (docs/viewer.md, 'Security')", file=sys.stderr, flush=True)
     print(f"{NAME}: serving {viewer.source.get()[0].name} at {viewer.url} (Ctrl-C to stop)", flush=True)
     try:
         wait_for_interrupt()

@@ -116,6 +116,11 @@ class FrameRenderer:
             self._renderers.popitem(last=False)
         return renderer
 
+    @property
+    def cached(self) -> int:
+        """Renderers kept (one per recent image size and device)."""
+        return len(self._renderers)
+
     def release(self) -> None:
         """Drop every renderer (their native buffers are freed with them)."""
         self._renderers.clear()

@@ -101,6 +101,9 @@ class LiveViewer:
         self._plot_thread.start()
         if announce:
             print(f"pulsar_py viewer at {self.url}", flush=True)
+        if not self._viewer.loopback_only:
+            print(f"pulsar_py viewer: listening on {host}: anyone who can reach this address can open the page "
+                  f"and pause the run, without a password (docs/viewer.md, 'Security')", file=sys.stderr, flush=True)
 
     # -----------------------------------------------------------------------------------
     # What a training loop calls

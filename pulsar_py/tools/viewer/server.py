@@ -10,9 +10,11 @@ controls. No message from the page names a file or a path. viser's share-link fe
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import socket
 import threading
+import time
 from typing import Any, Dict, Optional
 
 from .camera import DEFAULT_FOV_Y_DEG, fit_view, up_vector
@@ -47,6 +49,15 @@ def check_address(host: str, port: int) -> None:
         except OSError as exc:
             what = "is in use" if exc.errno in (98, 48, 10048) else f"cannot be listened on ({exc.strerror})"
             raise OSError(f"port {port} on {host} {what}") from None
+
+
+def is_loopback(host: str) -> bool:
+    """True when ``host`` names only this machine (127.0.0.0/8, ::1, localhost)."""
+    try:
+        return all(ipaddress.ip_address(info[4][0]).is_loopback
+                   for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM))
+    except (socket.gaierror, ValueError):
+        return False
 
 
 def _refuse_share_url(*_args: Any, **_kwargs: Any) -> None:
@@ -107,9 +118,16 @@ class SceneViewer:
 
     @property
     def url(self) -> str:
-        """The page's address."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
+        """The page's address (for a server on every address, 0.0.0.0 or ::, by this
+        machine's name)."""
+        host = socket.gethostname() if self.host in ("0.0.0.0", "::", "") else self.host
+        host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{self.port}"
+
+    @property
+    def loopback_only(self) -> bool:
+        """True when only this machine can reach the page."""
+        return is_loopback(self.host)
 
     def sessions(self) -> Dict[int, ClientSession]:
         """The open tabs, by viser client id."""
@@ -172,12 +190,17 @@ class SceneViewer:
             stopper.start()
             stopper.join(wait)
 
-    def stop(self) -> None:
-        """Close every tab's session and stop the server (the port is free on return)."""
+    def stop(self, wait: float = 1.0) -> None:
+        """Stop the server and every tab's render thread, waiting about ``wait`` seconds
+        at most (a frame in progress then ends in its daemon thread, its tab gone). The
+        port no longer accepts connections on return."""
         self.source.unsubscribe(self._fit)
         with self._lock:
             sessions = list(self._sessions.values())
             self._sessions.clear()
         for session in sessions:
-            session.close()
-        self._stop_server(self.server)
+            session.request_stop()
+        deadline = time.monotonic() + wait
+        self._stop_server(self.server, wait)
+        for session in sessions:
+            session.close(max(0.0, deadline - time.monotonic()))

@@ -146,6 +146,11 @@ class ClientSession:
         """True once the render thread has ended (``close``)."""
         return self._stop.is_set() and not self._thread.is_alive()
 
+    @property
+    def renderers_held(self) -> int:
+        """Renderers (with their native buffers) the tab holds; 0 once closed."""
+        return self._frames.cached
+
     def changed(self) -> None:
         """Something the frame depends on changed: render again (at reduced resolution
         until changes stop)."""
@@ -159,11 +164,16 @@ class ClientSession:
         self._dirty = True
         self._wake.set()
 
-    def close(self, timeout: float = 10.0) -> None:
-        """Stop the render thread and free the tab's renderers; safe to call twice."""
+    def request_stop(self) -> None:
+        """Ask the render thread to end after its current frame (returns at once)."""
         self._source.unsubscribe(self.scene_changed)
         self._stop.set()
         self._wake.set()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the render thread and free the tab's renderers (waiting at most
+        ``timeout`` seconds for a frame in progress); safe to call twice."""
+        self.request_stop()
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)
 
@@ -280,6 +290,6 @@ class ClientSession:
         self._refined = True  # no retry until something changes
         if message != self._error:
             self._error = message
-            print(f"pulsar-py view: frame failed: {message}", file=sys.stderr)
+            print(f"pulsar_py viewer: frame failed: {message}", file=sys.stderr)
         if self._status is not None:
             self._status.content = f"frame failed: {message}"
