@@ -132,6 +132,15 @@ class FrameRenderer:
         settings.check()
         start = time.perf_counter()
         device = scene.device
+        if scene.ready is not None:
+            # Written on another thread's stream: wait for it there, and keep the
+            # allocator from reusing the memory while this stream reads it.
+            stream = torch.cuda.current_stream(device)
+            stream.wait_event(scene.ready)
+            for t in (scene.positions, scene.colours, scene.radii, scene.opacity, scene.sh_coefficients,
+                      scene.background):
+                if t is not None:
+                    t.record_stream(stream)
         renderer = self._renderer(width, height, device)
         near = near_depth(view, frame, settings.max_depth)
         camera = to_camera(view, width, height, near, device=device)

@@ -49,6 +49,9 @@ class ViewerScene:
             d >= 1 (3DGS convention, ``Renderer.render(..., sh_degree=)``), or None.
         background: [3] RGB of the background.
         name: what the scene is, for the page's title.
+        ready: on CUDA, an event recorded after the tensors were written on the
+            writer's stream (``scene_from_tensors``), or None; readers on other streams
+            wait for it.
     """
 
     positions: torch.Tensor
@@ -58,6 +61,7 @@ class ViewerScene:
     sh_coefficients: Optional[torch.Tensor] = None
     background: torch.Tensor = field(default_factory=lambda: torch.tensor(DEFAULT_BACKGROUND))
     name: str = "scene"
+    ready: Optional["torch.cuda.Event"] = None
     _features: Dict[int, torch.Tensor] = field(default_factory=dict, repr=False, compare=False)
 
     def __len__(self) -> int:
@@ -227,8 +231,14 @@ def scene_from_tensors(positions: torch.Tensor, colours: torch.Tensor, radii: to
     pos = copy(positions)
     if not right_handed:
         pos[:, 2].neg_()
-    return ViewerScene(pos, copy(colours), copy(radii), copy(opacity), copy(sh), background_t.to(positions.device),
-                       name)
+    scene = ViewerScene(pos, copy(colours), copy(radii), copy(opacity), copy(sh), background_t.to(positions.device),
+                        name)
+    if positions.is_cuda:
+        # The copies are queued on the caller's current stream; a render thread reads
+        # them on its own stream after this event (FrameRenderer.render).
+        scene.ready = torch.cuda.Event()
+        scene.ready.record(torch.cuda.current_stream(positions.device))
+    return scene
 
 
 class SceneSource:
