@@ -20,7 +20,7 @@ SH_C0 = 0.28209479177387814
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--disable-background-timer-throttling", "--disable-renderer-backgrounding",
-                  "--disable-backgrounding-occluded-windows")
+                  "--disable-backgrounding-occluded-windows", "--disable-dev-shm-usage")
 
 
 def write_gaussian_ply(path, n: int = 1500, seed: int = 0) -> np.ndarray:

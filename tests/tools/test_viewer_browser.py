@@ -95,7 +95,9 @@ def test_view_page_renders_the_scene_and_each_tab_has_its_own_camera(browser, tm
         other = wait_until(lambda: next((s for i, s in viewer.sessions().items() if i != session.client_id), None),
                            TIMEOUT, "the second page to connect")
         _still_frame(other, 0)
-        assert np.allclose(other.client.camera.position, eye, atol=1e-3)
+        # (The page may report its pose before the first view is applied: wait for it.)
+        wait_until(lambda: np.allclose(other.client.camera.position, eye, atol=1e-3), TIMEOUT,
+                   "the second page's camera at the first view")
         assert not np.allclose(session.client.camera.position, eye, atol=1e-3)
 
         # Closing the second tab ends its session (render thread, renderers); the first
