@@ -83,8 +83,11 @@ def test_view_page_renders_the_scene_and_each_tab_has_its_own_camera(browser, tm
         frame = viewer.source.frame
         eye, look_at = fit_view(frame)
         camera = session.client.camera
-        camera.position = (look_at[0] + 0.2, look_at[1] + 2.2 * frame.radius, look_at[2] + 0.3)
-        camera.look_at = tuple(look_at)
+        # From above, at the ring's +x side (the torus's ring has radius 1: the centre of
+        # the frame is then the tube, not the hole).
+        ring = (look_at[0] + 1.0, look_at[1], look_at[2])
+        camera.position = (ring[0] + 0.2, ring[1] + 2.2 * frame.radius, ring[2] + 0.3)
+        camera.look_at = ring
         sent = _still_frame(session, sent)
         moved = _screenshot_showing(browser, first, lambda s: np.abs(centre(s).astype(float) - centre(shot)).mean() > 8,
                                     "the frame of the new camera")
