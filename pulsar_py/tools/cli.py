@@ -3,6 +3,7 @@
 Commands:
     demo       joint optimisation of a camera and thousands of spheres (pulsar_py.tools.demo)
     render     render a PLY point cloud or 3DGS scene to an image (pulsar_py.tools.render)
+    view       show a PLY file or the demo's scene in the browser (pulsar_py.tools.viewer)
     selftest   compare this build's images and gradients with stored reference output
     sample     render the built-in sample scene to an image
     gradcheck  finite-difference check of every gradient (pulsar_py.tools.gradcheck)
@@ -37,6 +38,8 @@ _FORWARDED: Dict[str, Tuple[str, str]] = {
     "gradcheck": ("gradcheck", "finite-difference check of every gradient (pulsar_py.gradcheck); "
                                "see 'gradcheck --help'"),
     "bench": ("bench", "benchmark driver, workloads W1-W6 (pulsar_py.bench); see 'bench --help'"),
+    "view": ("viewer.command", "show a PLY file or the demo's scene in the browser, rendered by pulsar_py; "
+                               "see 'view --help'"),
 }
 
 

@@ -16,10 +16,17 @@ plain joint loss.
 Outputs in ``--out``: target.png, initial.png, final.png (the views side by side, view 0
 first), optimisation.gif (view 0: target, current render, difference; imageio),
 loss.png (image error and view 0's rotation, position and focal length errors per step,
-one quantity per axis; matplotlib) and summary.json::
+one quantity per axis; matplotlib), scene.ply (the optimised spheres: positions, float
+colours, radii; z negated, as the demo renders in Pulsar's left-handed convention and
+PLY viewers, ``pulsar-py render`` and ``pulsar-py view`` assume a right-handed world) and
+summary.json::
 
     {"initial": {"rotation_error_deg", "translation_error", "focal_error", "psnr_db"},
      "final": {...the same keys}, "steps", "seconds", "device"}
+
+``--view`` shows the spheres in the browser while they train, with the losses plotted
+and a pause button (``pulsar_py.tools.viewer.LiveViewer``, docs/viewer.md), and keeps
+serving after the run until Ctrl-C.
 
 Units: rotation error in degrees (angle of the relative rotation), translation error in
 world units (distance between the estimated and the true camera centre; the camera is 13
@@ -38,13 +45,14 @@ import math
 import os
 import sys
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
 from ..io._deps import require
 from ..io.images import write_animation, write_image
+from ..io.ply import write_ply
 from .args import command_prog, positive_int
 from .demo_setup import DemoParameters, DemoScene, DemoSettings, build_scene, perturb, pose_errors
 
@@ -250,10 +258,15 @@ def _render_views(renderer, scene: DemoScene, settings: DemoSettings, params: De
                     max_depth=settings.max_depth, min_depth=settings.min_depth, bg_col=scene.bg_col)
 
 
+#: ``run_demo``'s per-step callback: (step, ground truth, current parameters, losses).
+StepCallback = Callable[[int, DemoScene, DemoParameters, Dict[str, float]], None]
+
+
 def run_demo(settings: DemoSettings, device: torch.device, out_dir: Optional[str] = None,
-             progress: bool = True) -> Dict[str, object]:
+             progress: bool = True, on_step: Optional[StepCallback] = None) -> Dict[str, object]:
     """Run the demo on ``device``; write its files to ``out_dir`` (None: none) and
-    return the summary (the content of summary.json)."""
+    return the summary (the content of summary.json). ``on_step`` is called after every
+    step with the losses {"loss": the blurred loss optimised, "mse": the plain one}."""
     from .. import Renderer
 
     settings.check()
@@ -292,6 +305,8 @@ def run_demo(settings: DemoSettings, device: torch.device, out_dir: Optional[str
             errors[key].append(value)
         if out_dir is not None and step % frame_every == 0:
             snapshots.append((step, images[0].detach().cpu()))
+        if on_step is not None:
+            on_step(step, scene, params, {"loss": float(loss.detach()), "mse": mse[-1]})
         bar.set_postfix_str(f"mse {mse[-1]:.2e}, rotation error {errors['rotation_error_deg'][-1]:5.2f} deg",
                             refresh=False)
         bar.update(1)
@@ -313,6 +328,10 @@ def run_demo(settings: DemoSettings, device: torch.device, out_dir: Optional[str
                         [animation.frame(target0, image, step, settings.steps) for step, image in snapshots],
                         frame_ms=100)
         loss_figure(os.path.join(out_dir, "loss.png"), mse, errors)
+        positions = params.sphere_position.detach().cpu().clone()
+        positions[:, 2].neg_()  # Pulsar's left-handed world -> right-handed (module docstring)
+        write_ply(os.path.join(out_dir, "scene.ply"), positions, params.sphere_colour.detach(),
+                  params.radii().detach(), colour_type="float")
     summary: Dict[str, object] = {"initial": initial, "final": final, "steps": settings.steps,
                                   "seconds": round(time.perf_counter() - start, 3), "device": device.type}
     if out_dir is not None:
@@ -349,6 +368,13 @@ def _build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     parser.add_argument("--spheres", type=positive_int, default=defaults.n_spheres,
                         help=f"spheres on the knot (default {defaults.n_spheres}; the floor adds about 2000)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    view = parser.add_argument_group("browser view (needs viser: pip install \"pulsar_py[viewer]\")")
+    view.add_argument("--view", action="store_true",
+                      help="show the spheres in the browser while they train, with the losses and a pause button; "
+                           "keeps serving after the run until Ctrl-C (docs/viewer.md)")
+    view.add_argument("--port", type=int, default=8080, help="--view: port to serve on (default 8080)")
+    view.add_argument("--host", default="127.0.0.1",
+                      help="--view: address to listen on (default 127.0.0.1: this machine only)")
     return parser
 
 
@@ -364,9 +390,24 @@ def _device_problem(device: torch.device) -> Optional[str]:
     return None
 
 
+def _live_view(args: argparse.Namespace, settings: DemoSettings) -> Tuple[object, StepCallback]:
+    """(LiveViewer, run_demo's on_step that updates it) for ``--view``."""
+    from .viewer import LiveViewer
+
+    viewer = LiveViewer(args.port, args.host, gamma=settings.gamma, right_handed=False, title="pulsar_py demo",
+                        announce=False)
+
+    def on_step(step: int, scene: DemoScene, params: DemoParameters, losses: Dict[str, float]) -> None:
+        if step == 0:
+            viewer.background = scene.bg_col.tolist()
+        viewer.update(params.sphere_position, params.sphere_colour, params.radii(), losses=losses, step=step)
+
+    return viewer, on_step
+
+
 def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> int:
-    """``pulsar-py demo [--device cpu|cuda] [--out DIR] [--steps N]``; returns the exit status.
-    ``prog``: the program name for help and usage (default "pulsar-py demo")."""
+    """``pulsar-py demo [--device cpu|cuda] [--out DIR] [--steps N] [--view]``; returns the
+    exit status. ``prog``: the program name for help and usage (default "pulsar-py demo")."""
     args = _build_parser(prog).parse_args(argv)
     device = torch.device(args.device or _default_device())
     problem = _device_problem(device)
@@ -375,20 +416,39 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
         return 1
     settings = DemoSettings(width=args.width, height=args.height, n_spheres=args.spheres, steps=args.steps,
                             seed=args.seed)
+    viewer, on_step, finished = None, None, False
     try:
         settings.check()
-        summary = run_demo(settings, device, args.out, progress=not args.quiet)
+        if args.view:
+            try:
+                viewer, on_step = _live_view(args, settings)
+            except (ImportError, OSError, ValueError) as exc:  # ImportError: viser missing
+                print(f"demo: --view: {exc}", file=sys.stderr)
+                return 1
+            print(f"demo: viewer at {viewer.url}", flush=True)
+        summary = run_demo(settings, device, args.out, progress=not args.quiet, on_step=on_step)
+        finished = True
     except ValueError as exc:
         print(f"demo: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
         print(f"demo: --out: cannot write to {args.out!r}: {exc}", file=sys.stderr)
         return 1
+    finally:
+        if viewer is not None and not finished:
+            viewer.close()
     initial, final = summary["initial"], summary["final"]
     print(f"rotation error {initial['rotation_error_deg']:.2f} -> {final['rotation_error_deg']:.3f} deg, "
           f"translation error {initial['translation_error']:.3f} -> {final['translation_error']:.3f}, "
           f"focal error {100 * initial['focal_error']:.1f} -> {100 * final['focal_error']:.1f} %, "
           f"PSNR {initial['psnr_db']:.1f} -> {final['psnr_db']:.1f} dB; "
           f"{summary['steps']} steps on {summary['device']} in {summary['seconds']:.1f} s")
-    print(f"wrote target.png, initial.png, final.png, optimisation.gif, loss.png, summary.json to {args.out}")
+    print(f"wrote target.png, initial.png, final.png, optimisation.gif, loss.png, scene.ply, summary.json to "
+          f"{args.out}", flush=True)
+    if viewer is not None:
+        print(f"demo: the viewer goes on at {viewer.url} (Ctrl-C to stop)", flush=True)
+        try:
+            viewer.wait()
+        finally:
+            viewer.close()
     return 0

@@ -17,7 +17,7 @@ from pulsar_py.tools.cli import main as cli_main
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = Path(pulsar_py.__file__).resolve().parent
-OPTIONAL = ("imageio", "matplotlib", "tqdm", "plyfile", "PIL")
+OPTIONAL = ("imageio", "matplotlib", "tqdm", "plyfile", "PIL", "viser")
 
 
 def _installed_distribution():
@@ -63,7 +63,9 @@ def test_py_typed_is_shipped():
 def test_tools_extra_holds_the_optional_packages():
     extras = _pyproject()["project"]["optional-dependencies"]
     names = {re.split(r"[<>=\[ ]", requirement)[0] for requirement in extras["tools"]}
-    assert names == {"imageio", "matplotlib", "tqdm", "plyfile"}
+    assert names == {"imageio", "matplotlib", "tqdm", "plyfile", "pulsar_py"}
+    assert "pulsar_py[viewer]" in extras["tools"]  # the browser viewer's viser
+    assert {re.split(r"[<>=\[ ]", requirement)[0] for requirement in extras["viewer"]} == {"viser"}
     assert "pulsar_py[tools]" in extras["test"]
     assert not any(name in requirement for requirement in _pyproject()["project"]["dependencies"]
                    for name in names)
@@ -73,7 +75,7 @@ def test_importing_the_package_and_the_command_line_loads_no_optional_package():
     # torch may import some of them itself (tqdm, where installed): only what comes after counts.
     code = ("import sys, torch; before = set(sys.modules); "
             "import pulsar_py, pulsar_py.tools.cli, pulsar_py.io.images, pulsar_py.io.ply, "
-            "pulsar_py.tools.render, pulsar_py.tools.demo; "
+            "pulsar_py.tools.render, pulsar_py.tools.demo, pulsar_py.tools.viewer; "
             f"print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] in {OPTIONAL!r}))")
     done = subprocess.run([sys.executable, "-c", code], cwd=PACKAGE.parent, capture_output=True, text=True,
                           timeout=120)
