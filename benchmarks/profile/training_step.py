@@ -58,17 +58,23 @@ def _step_functions(workload_name: str, mode: str, device_name: str):
                 t.grad = None
 
     if mode == "cuda-graph":
+        # The gradients by torch.autograd.grad into the graph's own tensors: .backward()
+        # would accumulate into leaves whose accumulation nodes the warm-up made on
+        # another stream.
+        wanted = [t for t in leaves if t is not None]
+
+        def grads():
+            return torch.autograd.grad(loss_of(*leaves), wanted)
+
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(3):
-                clear()
-                loss_of(*leaves).backward()
+                grads()
         torch.cuda.current_stream().wait_stream(side)
-        clear()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            loss_of(*leaves).backward()
+            grads()
         return graph.replay
 
     fn = loss_of
