@@ -469,7 +469,9 @@ void cuda_bin_lists(const RendererConfig& config, const SceneArgs& scene, cudaSt
                     std::int64_t sort_items) {
   const std::int64_t items = scene.n_spheres * scene.batch_size;
   const std::int64_t capacity = call.binning.capacity;
-  if (items == 0 || capacity == 0) return;
+  // Nothing to store (no item, no room, or a verified count of none): the tile ranges
+  // stay the [0, 0) of zero_binning_kernel.
+  if (items == 0 || capacity == 0 || sort_items == 0) return;
   const std::int64_t total_tiles = Tiling::of(config.width, config.height).n_tiles() * scene.batch_size;
   const BinningView& bin = call.binning;
   const ForwardWorkspace& ws = call.forward;
