@@ -12,7 +12,7 @@ import torch  # noqa: F401
 
 from . import _native
 from .cameras import Camera, NativeCamera, camera_from_params
-from .replay import replay
+from .debug import replay
 from .outputs import RenderResult
 from .renderer import Renderer
 from .sh import rgb_to_sh_dc, sh_to_color

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:
-    from .settings import RenderSettings
+    from .ops import RenderSettings
 
 FLOAT_DTYPES = (torch.float32, torch.float64)
 # Lengths of a Pulsar camera vector: position 3, rotation 3 or 6, focal, sensor, [offsets 2].
@@ -82,9 +82,21 @@ def _in_interval(value: float, low: float, high: float, low_open: bool, high_ope
 
 def check_float(name: str, value: object, low: float, high: float, *, low_open: bool = False,
                 high_open: bool = False) -> float:
-    """A finite real number in the given interval, as a Python float."""
+    """A finite real number in the given interval, as a Python float.
+
+    A one-element floating tensor is read (a synchronisation on CUDA) at every call, so a
+    tensor changed in place takes effect. Its graph is not followed: the renderer takes
+    such a setting as a plain number (callers warn when it requires grad).
+    """
     if type(value) is float and _in_interval(value, low, high, low_open, high_open):
         return value  # the common case (NaN fails the comparisons), without the checks below
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"{name}: expected a number or a one-element tensor, got a tensor of shape "
+                             f"{tuple(value.shape)}")
+        if not value.is_floating_point():
+            raise TypeError(f"{name}: expected a float, got a tensor of dtype {value.dtype}")
+        value = float(value.detach().reshape(()).item())
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name}: expected a float, got {type(value).__name__} {_short(value)}")
     value = float(value)
@@ -92,23 +104,6 @@ def check_float(name: str, value: object, low: float, high: float, *, low_open: 
         span = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
         raise ValueError(f"{name}: expected a finite value in {span}, got {value}")
     return value
-
-
-def check_setting(name: str, value: object, low: float, high: float, *, low_open: bool = False,
-                  high_open: bool = False) -> Union[float, torch.Tensor]:
-    """A per-call number: a real number in the interval (a Python float), or a
-    one-element floating tensor, kept as a 0-dim tensor and not read here: a call takes
-    its value where the work runs (so that torch.compile does not specialise on it and a
-    CUDA graph replays with its current value); the value checks (``check_values``) or
-    the native call check its range."""
-    if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
-            raise ValueError(f"{name}: expected a number or a one-element tensor, got a tensor of shape "
-                             f"{tuple(value.shape)}")
-        if not value.is_floating_point():
-            raise TypeError(f"{name}: expected a float, got a tensor of dtype {value.dtype}")
-        return value.reshape(())
-    return check_float(name, value, low, high, low_open=low_open, high_open=high_open)
 
 
 def check_bool(name: str, value: object) -> bool:
@@ -121,19 +116,17 @@ def check_bool(name: str, value: object) -> bool:
 
 
 class CallSettings(NamedTuple):
-    """The checked per-call settings of a render call: numbers, or 0-dim tensors (read
-    where the work runs)."""
+    """The checked per-call settings of a render call."""
 
-    gamma: Union[float, torch.Tensor]
-    percent_allowed_difference: Union[float, torch.Tensor]
+    gamma: float
+    percent_allowed_difference: float
     max_n_hits: int  # < 0: unlimited
 
 
 def check_call_settings(gamma: object, percent_allowed_difference: object, max_n_hits: object) -> CallSettings:
-    """gamma in [1e-5, 1], p in [0, 1) (numbers, or one-element tensors), max_n_hits >= 1
-    or None (unlimited)."""
-    gamma = check_setting("gamma", gamma, MIN_GAMMA, MAX_GAMMA)
-    percent = check_setting("percent_allowed_difference", percent_allowed_difference, 0.0, 1.0, high_open=True)
+    """gamma in [1e-5, 1], p in [0, 1), max_n_hits >= 1 or None (unlimited)."""
+    gamma = check_float("gamma", gamma, MIN_GAMMA, MAX_GAMMA)
+    percent = check_float("percent_allowed_difference", percent_allowed_difference, 0.0, 1.0, high_open=True)
     if max_n_hits is None:
         hit_cap = -1
     else:
@@ -145,23 +138,16 @@ def check_call_settings(gamma: object, percent_allowed_difference: object, max_n
 
 # ----------------------------------------------------------------------------- depths
 class DepthRange(NamedTuple):
-    """A call's min_depth and max_depth: plain floats, or 0-dim tensors (not read on the
-    host: as data, they change without recompiling). Tensors that require grad keep their
-    graph (the blend exponent depends on them)."""
+    """A call's min_depth and max_depth: plain floats (the common case, resolved by the
+    native camera conversion), or 0-dim tensors that require grad (the blend exponent
+    depends on them, so they stay in the graph)."""
 
     min_depth: Union[float, torch.Tensor]
     max_depth: Union[float, torch.Tensor]
 
     @property
     def differentiable(self) -> bool:
-        """A depth requires grad (with grad mode on)."""
-        return torch.is_grad_enabled() and any(isinstance(d, torch.Tensor) and d.requires_grad
-                                               for d in (self.min_depth, self.max_depth))
-
-    @property
-    def numbers(self) -> bool:
-        """Both depths are Python floats."""
-        return not isinstance(self.min_depth, torch.Tensor) and not isinstance(self.max_depth, torch.Tensor)
+        return isinstance(self.min_depth, torch.Tensor) or isinstance(self.max_depth, torch.Tensor)
 
 
 def _is_real_number(value: object) -> bool:
@@ -171,14 +157,16 @@ def _is_real_number(value: object) -> bool:
 
 
 def check_depth(name: str, value: object) -> Union[float, torch.Tensor]:
-    """A depth: a real number, finite and >= 0, or a one-element floating tensor, kept
-    (0-dim) and not read here (its value is checked with the others, check_values)."""
+    """A depth: a real number or a one-element floating tensor, finite and >= 0. A tensor
+    that requires grad is kept (0-dim); any other tensor is read as a number."""
     if isinstance(value, torch.Tensor):
         if value.numel() != 1 or value.dim() > 1 or not value.is_floating_point():
             raise (ValueError if value.is_floating_point() else TypeError)(
                 f"{name}: expected a float or a one-element floating tensor (shape [] or [1]), got a tensor of "
                 f"shape {tuple(value.shape)} and dtype {value.dtype}")
-        return value.reshape(())
+        if value.requires_grad:
+            return value.reshape(())
+        value = float(value.detach().reshape(()).item())
     if not _is_real_number(value):
         raise TypeError(f"{name}: expected a float, got {type(value).__name__} {_short(value)}")
     value = float(value)
@@ -394,17 +382,12 @@ def check_forward_info(name: str, result_info: object) -> torch.Tensor:
 # ----------------------------------------------------------------------- value checks
 def check_values(positions: torch.Tensor, features: torch.Tensor, radii: torch.Tensor,
                  opacities: Optional[torch.Tensor], background: torch.Tensor, cameras: torch.Tensor,
-                 values: Optional[torch.Tensor], settings: "RenderSettings") -> None:
+                 settings: "RenderSettings") -> None:
     """The value checks of a render call (one read-back), on the operator's inputs:
-    sphere values, the call's values (float64 [4]: gamma, percent_allowed_difference,
-    min_depth, max_depth; settings.CallValue), then the cameras: Pulsar camera vectors
-    [B, L] (named cam_params) and their depth range, or packed cameras [B, 15] (named
-    camera) with their resolved near and far depths."""
+    sphere values, then the cameras: Pulsar camera vectors [B, L] (named cam_params) and
+    their depth range, or packed cameras [B, 15] (named camera) with their resolved
+    near and far depths."""
     checks = DeferredValueChecks()
-    if values is not None:
-        checks.in_range("gamma", values[0], MIN_GAMMA, MAX_GAMMA)
-        checks.add(~((values[1] >= 0) & (values[1] < 1)), lambda: fail(
-            f"percent_allowed_difference: expected a finite value in [0, 1), got {values[1].item()}"))
     cameras = cameras if cameras.dim() == 2 else cameras[None]
     limit = magnitude_limit(positions.dtype)
     checks.bounded("vert_pos", positions, limit)
@@ -418,13 +401,9 @@ def check_values(positions: torch.Tensor, features: torch.Tensor, radii: torch.T
     name = CAMERA_ARGUMENTS[int(settings.camera_argument)]
     if settings.camera_length:
         focal = add_camera_vector_checks(checks, cameras, settings.orthographic, name)
-        min_depth = settings.min_depth if values is None else values[2].to(focal.dtype)
-        max_depth = settings.max_depth if values is None else values[3].to(focal.dtype)
-        near = resolve_near(min_depth, torch.zeros_like(focal) if settings.orthographic else focal)
-        far = max_depth.expand_as(near) if isinstance(max_depth, torch.Tensor) else torch.full_like(near, max_depth)
-        add_depth_checks(checks, near, far, focal, settings.orthographic,
-                         "a tensor" if values is not None else settings.min_depth,
-                         "a tensor" if values is not None else settings.max_depth)
+        near = resolve_near(settings.min_depth, torch.zeros_like(focal) if settings.orthographic else focal)
+        far = torch.full_like(near, settings.max_depth)
+        add_depth_checks(checks, near, far, focal, settings.orthographic, settings.min_depth, settings.max_depth)
     else:
         checks.finite(f"{name} (as packed cameras)", cameras)
         add_depth_checks(checks, cameras[:, 13], cameras[:, 14], cameras[:, 12], settings.orthographic,

@@ -44,7 +44,6 @@ import torch
 from . import ops
 from .cameras.params import dot3, normalize3, cross3
 from .outputs import forward_info_ids
-from .settings import CallValue, PackSettings, RenderSettings
 
 Tensor = torch.Tensor
 
@@ -99,19 +98,18 @@ class _ScaleGradients(torch.autograd.Function):
 
 @torch.compiler.disable
 def render_call(positions: Tensor, features: Tensor, radii: Tensor, opacities: Optional[Tensor],
-                background: Optional[Tensor], cameras: Tensor, values: Optional[Tensor],
-                settings: RenderSettings) -> Tuple[Tensor, ...]:
+                background: Optional[Tensor], cameras: Tensor, settings: ops.RenderSettings) -> Tuple[Tensor, ...]:
     """``ops.render_call`` with Pulsar-scaled gradients (forward info always computed)."""
     needs = [t is not None and t.requires_grad for t in (positions, features, radii, opacities, cameras)]
     if not (torch.is_grad_enabled() and any(needs)):
-        return ops.render_call(positions, features, radii, opacities, background, cameras, values, settings)
+        return ops.render_call(positions, features, radii, opacities, background, cameras, settings)
     s = settings
     if not s.want_forward_info:
         settings = s._replace(want_forward_info=True)
     factors = _Factors()
     positions, features, radii, opacities, cameras = _ScaleGradients.apply(
         factors, positions, features, radii, opacities, cameras)
-    outputs = ops.render_call(positions, features, radii, opacities, background, cameras, values, settings)
+    outputs = ops.render_call(positions, features, radii, opacities, background, cameras, settings)
     with torch.no_grad():
         counts = _tracked_pixel_counts(outputs[3], positions.shape[-2])  # [B, N]
         batch = counts.shape[0]
@@ -120,8 +118,7 @@ def render_call(positions: Tensor, features: Tensor, radii: Tensor, opacities: O
         safe = total.clamp_min(1).to(positions.dtype)
         factors.sphere = torch.where(total > 0, 1.0 / safe, torch.zeros_like(safe))
         if needs[4]:
-            factors.camera = _camera_factors(counts, positions.detach(), radii.detach(), cameras.detach(), values, s,
-                                             batch)
+            factors.camera = _camera_factors(counts, positions.detach(), radii.detach(), cameras.detach(), s, batch)
     return outputs
 
 
@@ -135,10 +132,10 @@ def _tracked_pixel_counts(info: Tensor, n: int) -> Tensor:
     return torch.bincount(flat.reshape(-1), minlength=batch * n + 1)[: batch * n].reshape(batch, n)
 
 
-def _camera_factors(counts: Tensor, positions: Tensor, radii: Tensor, cameras: Tensor, values: Optional[Tensor],
-                    s: RenderSettings, batch: int) -> Tensor:
+def _camera_factors(counts: Tensor, positions: Tensor, radii: Tensor, cameras: Tensor, s: ops.RenderSettings,
+                    batch: int) -> Tensor:
     """Per camera row (or [] for one unbatched camera), Pulsar's camera-gradient factor."""
-    packed = _packed_cameras(cameras, values, s)
+    packed = _packed_cameras(cameras, s)
     if packed.shape[0] != batch:
         packed = packed.expand(batch, -1)
     pos = positions if positions.dim() == 3 else positions[None]
@@ -160,16 +157,13 @@ def _camera_factors(counts: Tensor, positions: Tensor, radii: Tensor, cameras: T
     return factor.mean()
 
 
-def _packed_cameras(cameras: Tensor, values: Optional[Tensor], s: RenderSettings) -> Tensor:
-    """Packed cameras [B, 15] of the operator's camera input (vectors are converted; the
-    call runs eagerly: depths given as data are read here)."""
+def _packed_cameras(cameras: Tensor, s: ops.RenderSettings) -> Tensor:
+    """Packed cameras [B, 15] of the operator's camera input (vectors are converted)."""
     cams = cameras if cameras.dim() == 2 else cameras[None]
     if int(s.camera_length) == 0:
         return cams
-    near, far = (s.min_depth, s.max_depth) if values is None else (
-        float(values[CallValue.MIN_DEPTH]), float(values[CallValue.MAX_DEPTH]))
-    pack = PackSettings(int(s.width), int(s.height), bool(s.orthographic), bool(s.right_handed),
-                        bool(s.first_R_then_T), near, far or 1.0)
+    pack = ops.PackSettings(int(s.width), int(s.height), bool(s.orthographic), bool(s.right_handed),
+                            bool(s.first_R_then_T), s.min_depth, s.max_depth or 1.0)
     return ops.pack_cameras(cams.contiguous(), pack.encode())
 
 

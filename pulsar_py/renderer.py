@@ -22,7 +22,6 @@ from .cameras.camera import Camera
 from .cameras.params import NativeCamera
 from .gradient_scaling import check_gradient_scaling, render_call as scaled_render_call
 from .outputs import RenderResult, depth_from_moments, forward_info_ids, ray_axis_cosines
-from .settings import PackSettings, RenderSettings
 from .sh import check_sh_degree, sh_n_coefficients, sh_to_color
 from .visibility import visible_spheres
 
@@ -141,7 +140,6 @@ class Renderer(torch.nn.Module):
         # CUDA backward: bytes of gradient rows per window (0: default). For tests that
         # exercise many windows; any budget computes the same gradients.
         self._backward_row_budget = 0
-        self._instance_capacity: Optional[int] = None  # None: learnt (instance_capacity)
         self.gradient_scaling = gradient_scaling
         # Tracks the module's device through .to(), .cuda(), .cpu(). Persistent under
         # Pulsar's name and shape: state dicts load both ways with PyTorch3D's Renderer.
@@ -165,39 +163,6 @@ class Renderer(torch.nn.Module):
     @property
     def device(self) -> torch.device:
         return self._device
-
-    @property
-    def instance_capacity(self) -> Optional[int]:
-        """The (camera, tile, sphere) instances a CUDA call's lists have room for
-        (docs/design.md, "Capacity and capture").
-
-        None (the default): learnt. A call makes room for the most instances any call of
-        this renderer needed, with 1/16 headroom; an eager call reads its count back once,
-        after all of its work is enqueued, and when it did not fit renders again with more
-        room. Reading the property gives the capacity learnt for the renderer's device
-        (None before the first call). Set it to a number to fix it: calls then never wait
-        for the device (CUDA graphs and torch.compile(mode="reduce-overhead") capture with
-        either), and a call that needs more leaves NaN outputs and is reported by the next
-        eager call with a learnt capacity or by ``check_capacity()``. No effect on the CPU.
-        """
-        if self._instance_capacity is not None:
-            return self._instance_capacity
-        learned = ops.learned_capacity(self._renderer_id, self.device) if self.device.type == "cuda" else 0
-        return learned or None
-
-    @instance_capacity.setter
-    def instance_capacity(self, value: Optional[int]) -> None:
-        self._instance_capacity = None if value is None else _checks.check_int(
-            "instance_capacity", value, 1, ops.MAX_CAPACITY)
-
-    def check_capacity(self) -> None:
-        """Raises RuntimeError when a call since the last check (a replay of a captured
-        graph, or a call with a fixed ``instance_capacity``) needed more instances than
-        its capacity, whose outputs were then NaN, and ValueError when a call's values
-        (gamma, percent_allowed_difference, depths given as tensors) were out of range.
-        Waits for the device to finish the work enqueued so far. The renderer also learns
-        the instances those calls needed."""
-        ops.check_status(self._renderer_id, self.device)
 
     @property
     def gradient_scaling(self) -> str:
@@ -294,8 +259,8 @@ class Renderer(torch.nn.Module):
         or SH features), else checked here; ``batched``: the outputs keep B even when
         neither the spheres nor the cameras were batched.
         """
-        compiling = torch.compiler.is_compiling()
-        if not compiling and torch._C._are_functorch_transforms_active():
+        eager = not torch.compiler.is_compiling()
+        if eager and torch._C._are_functorch_transforms_active():
             raise RuntimeError("pulsar_py.Renderer: torch.func transforms (vmap, grad, jacrev, ...) are not "
                                "supported; use torch.autograd (backward(), torch.autograd.grad) instead")
         if scene is None:
@@ -306,52 +271,28 @@ class Renderer(torch.nn.Module):
         if camera_input is None:
             camera_input = self._camera_input(camera, scene.positions, depths, first_R_then_T, camera_name)
         cams = camera_input.cameras
-        batch = cams.shape[0] if cams.dim() == 2 else 1
-        if batch > 1:  # one image always fits
-            _checks.check_batch(batch, self.width, self.height)
+        if cams.dim() == 2 and cams.shape[0] > 1:  # one image always fits
+            _checks.check_batch(cams.shape[0], self.width, self.height)
         batched = batched or scene.batched or camera_input.batched
         vectors = camera_input.length > 0
-        # The per-call numbers: in the settings when all are Python numbers of an eager call
-        # (no tensor to make); otherwise as data, the values tensor, so that a traced call
-        # does not specialise on them and a captured call reads a tensor's value at replay.
-        numbers = not isinstance(checked.gamma, torch.Tensor) and not isinstance(
-            checked.percent_allowed_difference, torch.Tensor) and (depths.numbers or not vectors)
-        device = scene.positions.device
-        values = None if numbers and not compiling else _call_values(checked, depths if vectors else None, device)
-        capacity, verify = self._call_capacity(device, batch, scene.positions.shape[-2], compiling)
-        plain = lambda x: x if values is None else 0.0  # noqa: E731  (placeholders when values carry them)
-        settings = RenderSettings(
+        settings = ops.RenderSettings(
             self._renderer_id, self.width, self.height, self.n_track, camera_input.orthographic,
-            self.background_normalized_depth, self.num_threads, self._backward_row_budget, plain(checked.gamma),
-            plain(checked.percent_allowed_difference), checked.max_n_hits, camera_input.right_handed, want_info,
+            self.background_normalized_depth, self.num_threads, self._backward_row_budget, checked.gamma,
+            checked.percent_allowed_difference, checked.max_n_hits, camera_input.right_handed, want_info,
             want_moments, batched, self.check_values, self.debug, camera_input.length,
-            vectors and bool(first_R_then_T), plain(depths.min_depth) if vectors else 0.0,
-            plain(depths.max_depth) if vectors else 0.0, _checks.CAMERA_ARGUMENTS.index(camera_name), capacity,
-            verify)
-        image, _state, counts, info, moments, _binning, _entries = self._render(
-            scene.positions, scene.features, scene.radii, scene.opacities, scene.background, cams, values, settings)
-        if not compiling:  # after the call: the device works meanwhile
+            vectors and bool(first_R_then_T), depths.min_depth if vectors else 0.0,
+            depths.max_depth if vectors else 0.0, _checks.CAMERA_ARGUMENTS.index(camera_name))
+        image, _state, counts, info, moments = self._render(
+            scene.positions, scene.features, scene.radii, scene.opacities, scene.background, cams, settings)
+        if eager:  # after the call: the device works meanwhile
             self._warn_once(gamma_arg, percent_arg, checked.gamma, scene, cams)
         return RawOutputs(image, counts[0], info, moments, batched)
 
-    def _call_capacity(self, device: torch.device, batch: int, n_spheres: int, compiling: bool) -> Tuple[int, bool]:
-        """(capacity, verify) of a call's settings: the CPU takes none; a fixed
-        instance_capacity, never waiting for the device; a traced call, the capacity the
-        renderer has learnt (a graph constant); an eager call, 0: the call chooses."""
-        if device.type != "cuda":
-            return 0, False
-        if self._instance_capacity is not None:
-            return self._instance_capacity, False
-        if compiling:
-            learned = ops.learned_capacity(self._renderer_id, device)
-            return learned or ops.estimated_capacity(batch, n_spheres, self.width, self.height), True
-        return 0, True
-
-    def _render(self, positions, features, radii, opacities, background, cameras, values,
-                settings: RenderSettings) -> Tuple[torch.Tensor, ...]:
-        """The render operator's call with checked arguments: its seven outputs."""
+    def _render(self, positions, features, radii, opacities, background, cameras,
+                settings: ops.RenderSettings) -> Tuple[torch.Tensor, ...]:
+        """The render operator's call with checked arguments: its five outputs."""
         call = scaled_render_call if self._pulsar_gradients else ops.render_call
-        return call(positions, features, radii, opacities, background, cameras, values, settings)
+        return call(positions, features, radii, opacities, background, cameras, settings)
 
     def _check_scene(self, vert_pos, vert_col, vert_rad, opacity, bg_col) -> _checks.SceneTensors:
         return _checks.check_scene(vert_pos, vert_col, vert_rad, opacity, bg_col, n_channels=self.n_channels,
@@ -390,7 +331,7 @@ class Renderer(torch.nn.Module):
         if isinstance(cams, NativeCamera):
             return cams
         plain = lambda d: d if not isinstance(d, torch.Tensor) else 0.0  # noqa: E731
-        pack = PackSettings(self.width, self.height, self.orthogonal_projection, self.right_handed_system,
+        pack = ops.PackSettings(self.width, self.height, self.orthogonal_projection, self.right_handed_system,
                                 bool(first_R_then_T), plain(depths.min_depth), plain(depths.max_depth) or 1.0)
         packed = ops.pack_cameras(cams.contiguous(), pack.encode())
         return NativeCamera.from_packed(packed, self.right_handed_system, self.orthogonal_projection)
@@ -417,7 +358,7 @@ class Renderer(torch.nn.Module):
         native = self._native_camera(cams, depths, bool(first_R_then_T))
         return CameraInput(self._pack(native, depths), 0, batched, right_handed, orthographic)
 
-    def _warn_once(self, gamma_arg, percent_arg, gamma: Union[float, torch.Tensor], scene: _checks.SceneTensors,
+    def _warn_once(self, gamma_arg, percent_arg, gamma: float, scene: _checks.SceneTensors,
                    cams: torch.Tensor) -> None:
         """Warnings, once per renderer: a small gamma with geometry or camera gradients,
         and a gamma or percent_allowed_difference tensor that requires grad (it gets none)."""
@@ -427,7 +368,7 @@ class Renderer(torch.nn.Module):
                     warnings.warn(f"{name}: a tensor that requires grad was given; the renderer reads its value "
                                   "and gives it no gradient", stacklevel=4)
                     self._warned_setting_grad = True
-        if isinstance(gamma, torch.Tensor) or gamma >= 1e-3 or self._warned_small_gamma or not torch.is_grad_enabled():
+        if gamma >= 1e-3 or self._warned_small_gamma or not torch.is_grad_enabled():
             return
         if scene.positions.requires_grad or scene.radii.requires_grad or cams.requires_grad:
             warnings.warn(f"gamma={gamma} < 1e-3: geometry and camera gradients become very sharp and "
@@ -691,8 +632,7 @@ def _near_far(camera_input: CameraInput, depths: _checks.DepthRange) -> Tuple[to
     n_rot = 6 if camera_input.length in (11, 13) else 3
     focal = torch.zeros_like(cams[:, 0]) if camera_input.orthographic else cams[:, 3 + n_rot]
     near = _checks.resolve_near(depths.min_depth, focal)
-    far = depths.max_depth
-    return near, (far.to(near.dtype).expand_as(near) if isinstance(far, torch.Tensor) else torch.full_like(near, far))
+    return near, torch.full_like(near, depths.max_depth)
 
 
 def _unify_sphere_batch(pos, col, rad, opacity):
@@ -706,26 +646,3 @@ def _unify_sphere_batch(pos, col, rad, opacity):
     grow = lambda t, rank: None if t is None else (  # noqa: E731
         t if t.dim() == rank + 1 else t.unsqueeze(0).expand((batch,) + tuple(t.shape)))
     return grow(pos, 2), grow(col, 2), grow(rad, 1), grow(opacity, 1)
-
-
-def _call_values(checked: _checks.CallSettings, depths: Optional[_checks.DepthRange],
-                 device: torch.device) -> torch.Tensor:
-    """The render operator's values: float64 [4] on ``device`` (settings.CallValue) of the
-    call's numbers and 0-dim tensors; depths None: the cameras carry their own (packed),
-    and the slots hold a valid placeholder range."""
-    near, far = (depths.min_depth, depths.max_depth) if depths is not None else (0.0, 1.0)
-    items = (("gamma", checked.gamma), ("percent_allowed_difference", checked.percent_allowed_difference),
-             ("min_depth", near), ("max_depth", far))
-    values = []
-    for name, value in items:
-        if isinstance(value, torch.Tensor):
-            if value.device != device and ops.capturing(device):
-                raise ValueError(f"{name}: a tensor on {value.device} cannot be read by a call captured in a CUDA "
-                                 f"graph on {device}: give a tensor on {device} (changed in place, it takes effect "
-                                 f"at the next replay) or a number")
-            values.append(value.detach().to(device=device, dtype=torch.float64))
-        else:
-            # A product, not torch.full: traced with a symbolic float, torch.full specialises
-            # on its value (a recompile per value), a product keeps it an input.
-            values.append(torch.ones((), dtype=torch.float64, device=device) * value)
-    return torch.stack(values)  # CallValue's slots, in order

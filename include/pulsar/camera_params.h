@@ -44,12 +44,6 @@ struct CameraParamsSpec {
   bool first_R_then_T = false;  // eye = M * position instead of position
   double min_depth = 0.0;       // near depth, world units; 0 means focal + 2e-6
   double max_depth = 1.0;       // far depth, world units
-  // Null, or [min_depth, max_depth] in the memory the conversion runs in, read there
-  // instead of the two above (a call's values as data: RenderOptions::values).
-  const double* depths = nullptr;
-
-  PULSAR_HD double near() const { return depths ? depths[0] : min_depth; }
-  PULSAR_HD double far() const { return depths ? depths[1] : max_depth; }
 };
 
 namespace camera_params_detail {
@@ -184,7 +178,7 @@ PULSAR_HD void camera_from_params_generic(const S* params, const CameraParamsSpe
   const S focal_out = spec.orthographic ? zero : focal;
   // min_depth 0 stands for "just past the sensor" (Pulsar's convention); compared in T
   // like the torch reference compares its T-typed depth tensor.
-  const T min_depth = T(spec.near());
+  const T min_depth = T(spec.min_depth);
   const S near = min_depth == T(0) ? near_for_focal(focal_out) : S(min_depth);
   store_vec3(packed + kEye, pos);
   store_vec3(packed + kP00, p00_rel);
@@ -192,7 +186,7 @@ PULSAR_HD void camera_from_params_generic(const S* params, const CameraParamsSpe
   store_vec3(packed + kPdy, pdy);
   packed[kFocal] = focal_out;
   packed[kMinDepth] = near;
-  packed[kMaxDepth] = S(T(spec.far()));
+  packed[kMaxDepth] = S(T(spec.max_depth));
 }
 
 // Forward for one camera: params [spec.length] in, packed [CAMERA_PARAMS] out.

@@ -64,23 +64,11 @@ struct SceneArgs {
   bool right_handed = false;        // optical axis = -normalize(pdy x pdx)
 };
 
-// The call's numbers as data (RenderOptions::values): double[kCallValues], in the memory
-// of the renderer's device, slots below.
-enum CallValue : int { kValueGamma = 0, kValuePercentAllowedDifference = 1, kValueMinDepth = 2, kValueMaxDepth = 3 };
-constexpr int kCallValues = 4;
-
 struct RenderOptions {
   double gamma = 0.1;                       // in [1e-5, 1]
   double percent_allowed_difference = 0.0;  // p in [0, 1); 0 disables early termination
   std::int64_t max_n_hits = -1;             // hard cap on processed hits per pixel; < 0: none
   void* stream = nullptr;                   // CUDA stream (cudaStream_t); ignored on the CPU
-  // Null, or the call's numbers read where the work runs (CallValue slots: gamma, p, and
-  // the depth range of camera vectors), which then replace gamma, p and
-  // SceneArgs::camera_vectors' depths: a call captured in a CUDA graph takes the values the
-  // array holds at each replay. Values out of range (gamma outside [1e-5, 1], p outside
-  // [0, 1), an empty or negative depth range) are not rejected before the work runs: the
-  // call's outputs are NaN and the renderer's status records it (Renderer::take_status).
-  const double* values = nullptr;
   // Asked by the CPU backend from the calling thread between work items, at most every
   // 50 ms; when it returns true the call stops: its worker threads are joined and it
   // throws Interrupted. Null (the default): never asked. The CUDA backend, which only
@@ -152,55 +140,6 @@ struct GradientOutputs {
   void* cameras = nullptr;     // [B, 15] packed, or [B, L] like the camera vectors
 };
 
-// The caller-owned memory of one call (docs/design.md, "Capacity and capture").
-//
-// The binning: what a forward builds and its backward reads. CUDA: the sphere records,
-// their slots and every tile's range in `binning`, and the tiles' lists in `entries`, room
-// for `capacity` (camera, tile, sphere) instances; CPU: `binning` holds a token naming the
-// binning the renderer keeps (no entries). The caller keeps both from a forward to that
-// forward's backward and hands them over: any number of forwards may precede their
-// backwards. The workspace: scratch for one call alone (CUDA; the CPU keeps its own).
-// Sizes from Renderer::memory_needs. Memory a CUDA graph captured must outlive the
-// graph; caller-owned memory lets the caller's allocator (torch's graph pools) see to it.
-struct CallMemory {
-  void* binning = nullptr;
-  std::size_t binning_bytes = 0;
-  std::int32_t* entries = nullptr;  // [2, capacity]: the sphere, then the slot, of each list position
-  std::int64_t capacity = 0;        // instances the lists have room for
-  void* workspace = nullptr;
-  std::size_t workspace_bytes = 0;
-};
-
-// The sizes a call needs for a scene of this shape and an instance capacity.
-struct MemoryNeeds {
-  std::size_t binning_bytes = 0;    // whatever the capacity
-  std::size_t workspace_bytes = 0;  // serves a forward and its backward alike
-};
-
-// What a forward (or bin) learnt of its binning, when it was asked to wait for it (verify).
-struct BinningReport {
-  bool verified = false;                // false: not waited for; the fields below are unknown
-  std::int64_t instances = 0;           // (camera, tile, sphere) instances the lists needed
-  std::int64_t small_box_instances = 0; // of them, those with at most 32 pixels of box in their tile
-  bool overflowed = false;              // instances > capacity: the outputs are NaN
-  // What the renderer's status (take_status) gained since it was last read, this call
-  // included: binnings that overflowed, calls whose values were out of range (replays of
-  // captured calls among them), and the most instances any binning needed.
-  int overflows = 0;
-  int invalid_values = 0;
-  std::int64_t max_instances = 0;
-};
-
-// The renderer's record of what calls found on the device since it was last taken,
-// replays of captured calls included: the most instances a binning needed, and whether
-// a binning overflowed its capacity or a call's values (RenderOptions::values) were out
-// of range.
-struct RendererStatus {
-  std::int64_t max_instances = 0;
-  bool overflowed = false;
-  bool invalid_values = false;
-};
-
 class Backend;
 
 // One renderer per image size and device. Calls on one renderer must not overlap (one
@@ -213,68 +152,52 @@ class Renderer {
   Renderer(const Renderer&) = delete;
   Renderer& operator=(const Renderer&) = delete;
 
-  // The memory a call of B = batch_size cameras and N spheres of `dtype` needs, with room
-  // for `capacity` instances (CUDA).
-  MemoryNeeds memory_needs(DType dtype, int batch_size, std::int64_t n_spheres, std::int64_t capacity) const;
+  // Renders B images into `outputs`. The renderer keeps the binning it built for the
+  // backward of this forward. On CUDA the call synchronises with the host once (the
+  // binning reads back how many (tile, sphere) instances it stores, to size their lists);
+  // everything else is enqueued on options.stream.
+  void forward(const SceneArgs& scene, const RenderOptions& options, const ForwardOutputs& outputs);
 
-  // Renders B images into `outputs`, building the binning in memory.binning. On CUDA the
-  // whole call is enqueued on options.stream with no host synchronisation; with `verify`
-  // the renderer then waits for the binning's instance count (once, with the rest of the
-  // call already enqueued) and reports it. A binning that needs more than
-  // memory.capacity instances leaves NaN outputs and is recorded in the status.
-  BinningReport forward(const SceneArgs& scene, const RenderOptions& options, const ForwardOutputs& outputs,
-                        const CallMemory& memory, bool verify);
-
-  // The binning alone (what forward builds before it renders), into memory.binning: for a
-  // backward whose forward's binning overflowed. `verify` as for forward.
-  BinningReport bin(const SceneArgs& scene, const RenderOptions& options, const CallMemory& memory, bool verify);
-
-  // The instances the binning of this call needs (CUDA: waits for the device once); only
-  // memory.workspace is used. How a caller learns the capacity for a first call.
-  std::int64_t count_instances(const SceneArgs& scene, const RenderOptions& options, const CallMemory& memory);
+  // The same, with the outputs made by `make_outputs`, which the renderer calls once,
+  // after the binning's device work is enqueued and before its host synchronisation: a
+  // caller that allocates its outputs there does so while the device bins.
+  void forward(const SceneArgs& scene, const RenderOptions& options,
+               const std::function<ForwardOutputs()>& make_outputs);
 
   // Exact gradients of the forward (docs/model.md section 8) for the same scene and
-  // options, given that forward's very outputs (args) and its binning (memory.binning).
-  // After a partial forward, args hold the merged image and blend state of all shares
-  // (the same for every share) with this share's traversal end: the gradients are those
-  // of this share's spheres, and the camera's and background's parts that come through
-  // them (every share computes the background's whole gradient: it depends on the merged
-  // state alone). The CPU backend rebuilds its binning when the token names another
-  // forward's (binning is deterministic: the lists are the same).
+  // options, given that forward's very output arrays (args). After a partial forward, args
+  // hold the merged image and blend state of all shares (the same for every share) with
+  // this share's traversal end: the gradients are those of this share's spheres, and the
+  // camera's and background's parts that come through them (every share computes the
+  // background's whole gradient: it depends on the merged state alone). When that forward
+  // is the last this renderer ran (its traversal_end array is the one given), its binning is
+  // reused; otherwise the binning is rebuilt from the same inputs, which gives the same
+  // lists. (Output arrays overwritten by another forward hold that forward's results, so
+  // the backward of the first needs its own arrays in any case.)
   void backward(const SceneArgs& scene, const RenderOptions& options, const BackwardArgs& args,
-                const GradientOutputs& grads, const CallMemory& memory);
-
-  // The status recorded since the last take (and clears it). wait: synchronise `stream`
-  // first, so that every call enqueued before is included; otherwise the status is as of
-  // the last verified forward or bin.
-  RendererStatus take_status(void* stream, bool wait);
-  // Note: the CUDA status lives in the renderer's device memory: a CUDA graph that
-  // captured a call of this renderer must not be replayed after the renderer is gone.
+                const GradientOutputs& grads);
 
   const RendererConfig& config() const { return config_; }
-  // Bytes of scratch the Renderer owns (host, and the CUDA status block).
+  // Bytes of scratch the Renderer currently owns (host or device).
   std::size_t scratch_bytes() const;
-  // (tile, sphere) instances of the last binning whose count the host learnt (a
-  // diagnostic: on CUDA, of the last verified forward, bin or count_instances).
+  // (tile, sphere) instances the last binning stored (a diagnostic: on CUDA, those up to
+  // each tile's depth bound).
   std::int64_t binned_instances() const;
 
  private:
   class Busy;  // marks the renderer in use for one call (renderer.cpp)
   void check_call(const SceneArgs& scene, const RenderOptions& options) const;
-  void check_memory(const SceneArgs& scene, const CallMemory& memory) const;
   // The scene with its cameras packed: `scene` itself, or, for camera vectors, a copy
-  // pointing at the conversion of them into `packed` (room for B packed cameras).
-  SceneArgs with_packed_cameras(const SceneArgs& scene, const RenderOptions& options, void* packed);
+  // pointing at the renderer's conversion of them (in its first half of camera scratch).
+  SceneArgs with_packed_cameras(const SceneArgs& scene, const RenderOptions& options);
+  void bin(const SceneArgs& scene, const RenderOptions& options);
 
   RendererConfig config_;
   std::unique_ptr<Backend> backend_;
+  // traversal_end of the forward whose binning the backend holds; null: none to reuse.
+  const void* binned_for_ = nullptr;
   std::atomic<bool> busy_{false};
 };
-
-// The binning's bytes for a call on `device` without a Renderer (what an operator's shape
-// function needs): Renderer::memory_needs(...).binning_bytes.
-std::size_t binning_bytes(DeviceKind device, int width, int height, DType dtype, int batch_size,
-                          std::int64_t n_spheres);
 
 struct CameraParamsArgs;
 
@@ -295,9 +218,6 @@ struct CameraParamsArgs {
   bool first_R_then_T = false;    // eye = M * position
   double min_depth = 0.0;         // near depth, world units; 0: focal length + 2e-6
   double max_depth = 1.0;         // far depth, world units (stored, not validated)
-  // Null, or [min_depth, max_depth] in the memory of `device`, read where the conversion
-  // runs instead of the two above (RenderOptions::values).
-  const double* depths = nullptr;
   const void* params = nullptr;   // [B, L] camera vectors
 };
 

@@ -81,9 +81,6 @@ void bind_calls(py::module_& m) {
       .def_readwrite("max_n_hits", &RenderOptions::max_n_hits)
       .def_readwrite("partial", &RenderOptions::partial)
       .def_property(
-          "values", [](const RenderOptions& o) { return reinterpret_cast<std::uintptr_t>(o.values); },
-          [](RenderOptions& o, std::uintptr_t v) { o.values = reinterpret_cast<const double*>(v); })
-      .def_property(
           "stream", [](const RenderOptions& o) { return reinterpret_cast<std::uintptr_t>(o.stream); },
           [](RenderOptions& o, std::uintptr_t v) { o.stream = reinterpret_cast<void*>(v); });
 
@@ -170,7 +167,6 @@ void bind_calls(py::module_& m) {
       .def_readwrite("max_depth", &CameraParamsArgs::max_depth);
   pointer_field(cam, "stream", &CameraParamsArgs::stream);
   pointer_field(cam, "params", &CameraParamsArgs::params);
-  pointer_field(cam, "depths", &CameraParamsArgs::depths);
 
   // One native op each way for the camera conversion (the GIL is kept: both are a few
   // hundred flops per camera on the CPU and a kernel launch on CUDA).

@@ -19,7 +19,6 @@ inline CameraParamsSpec camera_params_spec(const CameraParamsArgs& args) {
   spec.first_R_then_T = args.first_R_then_T;
   spec.min_depth = args.min_depth;
   spec.max_depth = args.max_depth;
-  spec.depths = args.depths;
   return spec;
 }
 

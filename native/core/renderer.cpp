@@ -4,7 +4,6 @@
 #include "backend.h"
 #include "camera_convert.h"
 #include "errors.h"
-#include "scene_view.h"
 #include "tiling.h"
 
 #include <stdexcept>
@@ -44,36 +43,6 @@ Renderer::~Renderer() = default;
 std::size_t Renderer::scratch_bytes() const { return backend_->scratch_bytes(); }
 std::int64_t Renderer::binned_instances() const { return backend_->binned_instances(); }
 
-namespace {
-
-void check_shape(int batch_size, std::int64_t n_spheres, std::int64_t capacity) {
-  PULSAR_REQUIRE(batch_size >= 1, "batch_size: expected >= 1, got ", batch_size);
-  PULSAR_REQUIRE(n_spheres >= 0 && n_spheres <= (std::int64_t(1) << 31) - 1, "n_spheres: expected 0..2^31-1, got ",
-                 n_spheres);
-  PULSAR_REQUIRE(capacity >= 0 && capacity <= (std::int64_t(1) << 31) - 1,
-                 "capacity: expected 0..2^31-1 instances, got ", capacity);
-}
-
-}  // namespace
-
-MemoryNeeds Renderer::memory_needs(DType dtype, int batch_size, std::int64_t n_spheres, std::int64_t capacity) const {
-  check_shape(batch_size, n_spheres, capacity);
-  return backend_->memory_needs(dtype, batch_size, n_spheres, capacity);
-}
-
-std::size_t binning_bytes(DeviceKind device, int width, int height, DType dtype, int batch_size,
-                          std::int64_t n_spheres) {
-  check_shape(batch_size, n_spheres, 0);
-  if (device == DeviceKind::CPU) return kCpuBinningTokenBytes;
-#ifdef PULSAR_WITH_CUDA
-  return cuda_binning_bytes(width, height, dtype, batch_size, n_spheres);
-#else
-  (void)width, (void)height, (void)dtype;
-  throw std::invalid_argument("device: CUDA requested, but this build of pulsar_py has no CUDA backend "
-                              "(see pulsar_py.build_info())");
-#endif
-}
-
 void Renderer::check_call(const SceneArgs& scene, const RenderOptions& options) const {
   PULSAR_REQUIRE(scene.batch_size >= 1, "batch_size: expected >= 1, got ", scene.batch_size);
   // Tiles of all cameras are numbered in 31 bits (the CUDA sort key keeps 32 for them).
@@ -85,19 +54,11 @@ void Renderer::check_call(const SceneArgs& scene, const RenderOptions& options) 
   PULSAR_REQUIRE(scene.n_spheres == 0 || (scene.positions && scene.features && scene.radii),
                  "positions, features, radii: null pointer");
   PULSAR_REQUIRE(scene.background && scene.cameras, "background, cameras: null pointer");
-  if (options.values == nullptr) {
-    PULSAR_REQUIRE(options.gamma >= 1e-5 && options.gamma <= 1.0,
-                   "gamma: expected a value in [1e-5, 1], got ", options.gamma);
-    PULSAR_REQUIRE(options.percent_allowed_difference >= 0 && options.percent_allowed_difference < 1,
-                   "percent_allowed_difference: expected a value in [0, 1), got ",
-                   options.percent_allowed_difference);
-  } else if (config_.device == DeviceKind::CPU) {
-    // In host memory: checked here, as the numbers above are (CUDA checks them on the device).
-    const double* v = options.values;
-    PULSAR_REQUIRE(call_values_valid(v), "values: expected gamma in [1e-5, 1], percent_allowed_difference in "
-                   "[0, 1) and 0 <= min_depth < max_depth, got ", v[kValueGamma], ", ", v[kValuePercentAllowedDifference],
-                   ", ", v[kValueMinDepth], ", ", v[kValueMaxDepth]);
-  }
+  PULSAR_REQUIRE(options.gamma >= 1e-5 && options.gamma <= 1.0,
+                 "gamma: expected a value in [1e-5, 1], got ", options.gamma);
+  PULSAR_REQUIRE(options.percent_allowed_difference >= 0 && options.percent_allowed_difference < 1,
+                 "percent_allowed_difference: expected a value in [0, 1), got ",
+                 options.percent_allowed_difference);
   PULSAR_REQUIRE(options.max_n_hits != 0, "max_n_hits: expected >= 1 (or negative: unlimited), got 0");
   const int length = scene.camera_vectors.length;
   PULSAR_REQUIRE(length == 0 || length == 8 || length == 10 || length == 11 || length == 13,
@@ -146,33 +107,17 @@ CameraParamsArgs conversion_of(const SceneArgs& scene, const RendererConfig& con
   args.first_R_then_T = scene.camera_vectors.first_R_then_T;
   args.min_depth = scene.camera_vectors.min_depth;
   args.max_depth = scene.camera_vectors.max_depth;
-  args.depths = options.values ? options.values + kValueMinDepth : nullptr;
   args.params = scene.cameras;
   return args;
 }
 
-// Bytes of B packed cameras.
-std::size_t packed_bytes(const SceneArgs& scene) {
-  return std::size_t(scene.batch_size) * CAMERA_PARAMS * element_size(scene.dtype);
-}
-
 }  // namespace
 
-void Renderer::check_memory(const SceneArgs& scene, const CallMemory& memory) const {
-  const MemoryNeeds needs = backend_->memory_needs(scene.dtype, scene.batch_size, scene.n_spheres, memory.capacity);
-  PULSAR_REQUIRE(memory.binning != nullptr && memory.binning_bytes >= needs.binning_bytes,
-                 "memory.binning: expected ", needs.binning_bytes, " bytes, got ", memory.binning_bytes,
-                 memory.binning ? "" : " (null)");
-  PULSAR_REQUIRE(memory.capacity == 0 || memory.entries != nullptr, "memory.entries: expected [2, ",
-                 memory.capacity, "] list entries, got null");
-  PULSAR_REQUIRE(needs.workspace_bytes == 0 || (memory.workspace != nullptr &&
-                                                memory.workspace_bytes >= needs.workspace_bytes),
-                 "memory.workspace: expected ", needs.workspace_bytes, " bytes, got ", memory.workspace_bytes,
-                 memory.workspace ? "" : " (null)");
-}
-
-SceneArgs Renderer::with_packed_cameras(const SceneArgs& scene, const RenderOptions& options, void* packed) {
+SceneArgs Renderer::with_packed_cameras(const SceneArgs& scene, const RenderOptions& options) {
   if (scene.camera_vectors.length == 0) return scene;
+  const std::size_t bytes = std::size_t(scene.batch_size) * CAMERA_PARAMS * element_size(scene.dtype);
+  // Packed cameras in the first half, their gradient (backward) in the second.
+  void* packed = backend_->packed_cameras(2 * bytes);
   camera_params_to_packed(conversion_of(scene, config_, options), packed);
   SceneArgs converted = scene;
   converted.cameras = packed;
@@ -180,80 +125,64 @@ SceneArgs Renderer::with_packed_cameras(const SceneArgs& scene, const RenderOpti
   return converted;
 }
 
-BinningReport Renderer::forward(const SceneArgs& scene_in, const RenderOptions& options,
-                                const ForwardOutputs& outputs, const CallMemory& memory, bool verify) {
+void Renderer::bin(const SceneArgs& scene, const RenderOptions& options) {
+  binned_for_ = nullptr;  // a failure part-way leaves no binning to reuse
+  backend_->begin_binning(scene, options);
+  backend_->finish_binning(scene, options);
+}
+
+void Renderer::forward(const SceneArgs& scene, const RenderOptions& options, const ForwardOutputs& outputs) {
+  check_forward_outputs(outputs);
+  forward(scene, options, [&outputs] { return outputs; });
+}
+
+void Renderer::forward(const SceneArgs& scene_in, const RenderOptions& options,
+                       const std::function<ForwardOutputs()>& make_outputs) {
   Busy busy(busy_);
   check_call(scene_in, options);
+  SceneArgs scene = with_packed_cameras(scene_in, options);
+  if (options.partial)
+    scene.background = backend_->zero_features(std::size_t(config_.n_channels) * element_size(scene.dtype), options);
+  binned_for_ = nullptr;
+  backend_->begin_binning(scene, options);
+  const ForwardOutputs outputs = make_outputs();
   check_forward_outputs(outputs);
-  check_memory(scene_in, memory);
   PULSAR_REQUIRE(!options.partial || outputs.depth_moments == nullptr,
                  "depth_moments: a partial render (RenderOptions::partial) has no depth statistics");
-  SceneArgs scene =
-      with_packed_cameras(scene_in, options, backend_->packed_cameras(memory, 2 * packed_bytes(scene_in)));
-  if (options.partial)
-    scene.background = backend_->zero_features(
-        scene, memory, std::size_t(config_.n_channels) * element_size(scene.dtype), options);
-  backend_->bin(scene, options, memory, false, verify);
-  backend_->render_forward(scene, options, outputs, memory);
+  backend_->finish_binning(scene, options);
+  backend_->render_forward(scene, options, outputs);
   if (options.partial) backend_->partial_state(scene, options, outputs);
-  return verify ? backend_->take_report(options) : BinningReport{};
+  binned_for_ = outputs.traversal_end;
 }
 
-BinningReport Renderer::bin(const SceneArgs& scene_in, const RenderOptions& options, const CallMemory& memory,
-                            bool verify) {
+void Renderer::backward(const SceneArgs& scene_in, const RenderOptions& options,
+                        const BackwardArgs& args, const GradientOutputs& grads_in) {
   Busy busy(busy_);
   check_call(scene_in, options);
-  check_memory(scene_in, memory);
-  const SceneArgs scene =
-      with_packed_cameras(scene_in, options, backend_->packed_cameras(memory, 2 * packed_bytes(scene_in)));
-  backend_->bin(scene, options, memory, false, verify);
-  return verify ? backend_->take_report(options) : BinningReport{};
-}
-
-std::int64_t Renderer::count_instances(const SceneArgs& scene_in, const RenderOptions& options,
-                                       const CallMemory& memory) {
-  Busy busy(busy_);
-  check_call(scene_in, options);
-  check_memory(scene_in, memory);
-  const SceneArgs scene =
-      with_packed_cameras(scene_in, options, backend_->packed_cameras(memory, 2 * packed_bytes(scene_in)));
-  backend_->bin(scene, options, memory, true, true);
-  return backend_->take_report(options).instances;
-}
-
-void Renderer::backward(const SceneArgs& scene_in, const RenderOptions& options, const BackwardArgs& args,
-                        const GradientOutputs& grads_in, const CallMemory& memory) {
-  Busy busy(busy_);
-  check_call(scene_in, options);
-  check_memory(scene_in, memory);
   PULSAR_REQUIRE(args.grad_image && args.image && args.blend_state && args.traversal_end,
                  "backward inputs: grad_image, image, blend_state and traversal_end are required");
   PULSAR_REQUIRE((args.depth_moments == nullptr) == (args.grad_depth_moments == nullptr),
                  "backward inputs: depth_moments and grad_depth_moments go together");
-  // Camera vectors: packed cameras in the first half of the room, and the stages write
-  // dL/d(packed cameras) into the second; the conversion's derivative takes it to
-  // dL/d(vectors).
-  const std::size_t bytes = packed_bytes(scene_in);
-  auto* packed = static_cast<unsigned char*>(backend_->packed_cameras(memory, 2 * bytes));
-  const SceneArgs scene = with_packed_cameras(scene_in, options, packed);
+  const SceneArgs scene = with_packed_cameras(scene_in, options);
+  // Camera vectors: the stages write dL/d(packed cameras) into the second half of the
+  // camera scratch, and the conversion's derivative takes it to dL/d(vectors).
   GradientOutputs grads = grads_in;
   void* packed_grads = nullptr;
   if (scene_in.camera_vectors.length != 0 && grads_in.cameras != nullptr) {
-    packed_grads = packed + bytes;
+    const std::size_t bytes = std::size_t(scene.batch_size) * CAMERA_PARAMS * element_size(scene.dtype);
+    packed_grads = static_cast<unsigned char*>(const_cast<void*>(scene.cameras)) + bytes;
     grads.cameras = packed_grads;
   }
-  // The CPU rebuilds a binning it no longer holds from the same inputs (deterministic, so
-  // identical).
-  if (!backend_->holds_binning(memory)) backend_->bin(scene, options, memory, false, false);
-  backend_->render_backward(scene, options, args, grads, memory);
-  backend_->reduce_gradients(scene, options, grads, memory);
+  // The binning of the forward is reused when that forward was the last one; otherwise
+  // it is rebuilt from the same inputs (deterministic, so identical).
+  if (binned_for_ == nullptr || binned_for_ != args.traversal_end) {
+    bin(scene, options);
+    binned_for_ = args.traversal_end;
+  }
+  backend_->render_backward(scene, options, args, grads);
+  backend_->reduce_gradients(scene, options, grads);
   if (packed_grads != nullptr)
     camera_params_backward(conversion_of(scene_in, config_, options), packed_grads, grads_in.cameras);
-}
-
-RendererStatus Renderer::take_status(void* stream, bool wait) {
-  Busy busy(busy_);
-  return backend_->take_status(stream, wait);
 }
 
 }  // namespace pulsar

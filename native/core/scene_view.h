@@ -43,40 +43,20 @@ PULSAR_HD CameraFrame<T> camera_of(const SceneArgs& s, int b, bool orthographic)
                      orthographic, s.right_handed);
 }
 
-// gamma and p of a call: RenderOptions::values where given (read where the work runs), else
-// the numbers in the options.
-PULSAR_HD double gamma_of(const RenderOptions& options) {
-  return options.values ? options.values[kValueGamma] : options.gamma;
-}
-PULSAR_HD double percent_allowed_difference_of(const RenderOptions& options) {
-  return options.values ? options.values[kValuePercentAllowedDifference] : options.percent_allowed_difference;
-}
-
-// Whether a call's values lie in their ranges (Renderer::check_call's rules, for values
-// that arrive as data): gamma in [1e-5, 1], p in [0, 1), 0 <= min_depth < max_depth
-// finite. NaN fails every comparison.
-PULSAR_HD bool call_values_valid(const double* values) {
-  const double gamma = values[kValueGamma], p = values[kValuePercentAllowedDifference];
-  const double near = values[kValueMinDepth], far = values[kValueMaxDepth];
-  return gamma >= 1e-5 && gamma <= 1.0 && p >= 0.0 && p < 1.0 && near >= 0.0 && far > near &&
-         far < 1.0e300;
-}
-
 template <typename T>
 PULSAR_HD BlendParams<T> blend_params_of(const CameraFrame<T>& cam, const RendererConfig& config,
                                const RenderOptions& options) {
-  const double gamma = gamma_of(options);
   BlendParams<T> p;
-  p.gamma = T(gamma);
-  p.inv_gamma = T(1.0 / gamma);
+  p.gamma = T(options.gamma);
+  p.inv_gamma = T(1.0 / options.gamma);
   p.min_depth = cam.min_depth;
   p.max_depth = cam.max_depth;
   p.inv_range = T(1) / (cam.max_depth - cam.min_depth);
   // In double, rounded once to T: the same bits on every backend (the GPU's float
   // division is the fast one), so that each sphere's exponent slope is the same too.
-  p.inv_gamma_range = T(1.0 / (gamma * (double(cam.max_depth) - double(cam.min_depth))));
-  p.bg_exponent = T(config.background_normalized_depth / gamma);
-  const double pad = percent_allowed_difference_of(options);
+  p.inv_gamma_range = T(1.0 / (options.gamma * (double(cam.max_depth) - double(cam.min_depth))));
+  p.bg_exponent = T(config.background_normalized_depth / options.gamma);
+  const double pad = options.percent_allowed_difference;
   p.early_stop = pad > 0;
   p.log_odds = p.early_stop ? T(log(pad / (1 - pad))) : T(0);
   return p;

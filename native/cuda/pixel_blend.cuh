@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "cuda_memory.h"
+#include "cuda_scratch.h"
 #include "pulsar/blend.h"
 #include "pulsar/forward_info.h"
 #include "pulsar/pixel_ray.h"
@@ -177,23 +177,6 @@ struct PixelBlend {
   __device__ void end_batch(int first, unsigned batch_address) {
     if (last_hit != kNoHit) end = first + 1 + int((last_hit - batch_address) / sizeof(Entry));
     last_hit = kNoHit;
-  }
-
-  // Writes NaN for every output of the pixel (one inside the image), no hits and no
-  // traversal: its call's binning failed (binning_failed), so no result is the right one.
-  __device__ void fail(const ForwardOutputs& out, const RendererConfig& config, int channels) {
-    const T nan = std::numeric_limits<T>::quiet_NaN();
-    for (int c = 0; c < channels; ++c) img[c] = nan;
-    T* state = static_cast<T*>(out.blend_state) + 2 * pix;
-    state[0] = nan;
-    state[1] = nan;
-    out.hit_count[pix] = 0;
-    out.traversal_end[pix] = 0;
-    if (out.depth_moments)
-      for (int k = 0; k < kDepthStats; ++k) static_cast<T*>(out.depth_moments)[kDepthStats * pix + k] = nan;
-    if (out.forward_info)
-      for (int k = 0; k < 3 + 2 * config.n_track; ++k)
-        static_cast<T*>(out.forward_info)[pix * (3 + 2 * config.n_track) + k] = nan;
   }
 
   // Writes the pixel's outputs (one inside the image).

@@ -7,10 +7,9 @@
 //   cameras: one block per camera sums its tiles' partials, then folds the frame
 //     derivative (frame_backward);
 //   background: one block sums all tiles.
-#include <limits>
 #include <type_traits>
 
-#include "cuda_memory.h"
+#include "cuda_scratch.h"
 #include "warp_reduce.cuh"
 
 namespace pulsar {
@@ -19,18 +18,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-
-// NaN for every requested gradient of sphere item `item`: its call's binning failed.
-template <typename T>
-__device__ void write_nan_sphere_gradients(const GradientOutputs& grads, std::int64_t item, int channels) {
-  const T nan = std::numeric_limits<T>::quiet_NaN();
-  if (grads.positions)
-    for (int d = 0; d < 3; ++d) static_cast<T*>(grads.positions)[3 * item + d] = nan;
-  if (grads.radii) static_cast<T*>(grads.radii)[item] = nan;
-  if (grads.opacities) static_cast<T*>(grads.opacities)[item] = nan;
-  if (grads.features)
-    for (int k = 0; k < channels; ++k) static_cast<T*>(grads.features)[item * channels + k] = nan;
-}
 
 // The widest word that divides a row of BYTES bytes: 16 or 8 bytes, else one value T.
 template <int BYTES, typename T>
@@ -60,15 +47,6 @@ __device__ void store_row(T* row, const T (&v)[N]) {
   for (int k = 0; k < int(sizeof(v) / sizeof(Word)); ++k) reinterpret_cast<Word*>(row)[k] = words[k];
 }
 
-// Whether the sphere reduction first sums each rank's rows (sum_rank_rows_kernel): where
-// items hold at least 3 rows on average, so that the second pass reads one row per
-// (item, camera); with fewer the first pass combines little and only adds a pass over the
-// rows. Decided on the device from the instance count (instances, over `ranks` items),
-// by both kernels alike.
-__device__ inline bool rows_summed_by_rank(const std::int64_t* instances, std::int64_t ranks) {
-  return *instances >= 3 * ranks;
-}
-
 // Ranks a warp of sum_rank_rows_kernel takes (lanes past them hold none). Where the rows
 // sit in few of the ranks, dozens each, a warp walks them one 32 of rows after another,
 // waiting on its own loads and shuffles; half a warp's worth of ranks per warp puts twice
@@ -85,9 +63,7 @@ constexpr int kRanksPerWarp = 16;
 // items' rows lie anywhere in the window.
 template <typename T, int C_STATIC>
 __global__ void sum_rank_rows_kernel(std::int64_t ranks, const std::int64_t* rank_slots, T* rows, std::int64_t lo,
-                                     std::int64_t hi, const std::uint32_t* binning_flags) {
-  if (!rows_summed_by_rank(rank_slots + ranks, ranks) || binning_failed(binning_flags) || lo >= rank_slots[ranks])
-    return;
+                                     std::int64_t hi) {
   constexpr int kRow = kGpuInstFeatures + C_STATIC;
   constexpr unsigned kFullMask = 0xffffffffu;
   const int lane = int(threadIdx.x % 32);
@@ -149,32 +125,24 @@ __global__ void sum_rank_rows_kernel(std::int64_t ranks, const std::int64_t* ran
 }
 
 // C_STATIC > 0: the channel count, features summed in registers; 0: any count, summed in
-// the output array. With a static channel count, where rows_summed_by_rank, the first row
-// of each item's slots within the window holds the sum of them all (sum_rank_rows_kernel
-// ran). A call whose binning failed gets NaN gradients (first window).
-template <typename T, int C_STATIC>
+// the output array. SUMMED: the first row of each item's slots within the window holds
+// the sum of them all (sum_rank_rows_kernel ran; static channel count only).
+template <typename T, int C_STATIC, bool SUMMED>
 __global__ void reduce_sphere_rows_kernel(SceneArgs scene, int channels, GradientOutputs grads, const int2* item_slots,
-                                          const std::int64_t* instances, const std::uint32_t* binning_flags,
                                           const T* rows, std::int64_t lo, std::int64_t hi, bool first) {
   const std::int64_t n = scene.n_spheres;
   const int sets = scene.shared_spheres ? 1 : scene.batch_size;
   const std::int64_t item = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (item >= n * sets) return;
-  if (!first && lo >= *instances) return;  // a window past the instance count holds no row
-  if (C_STATIC > 0) channels = C_STATIC;
-  auto* col = static_cast<T*>(grads.features);
-  if (binning_failed(binning_flags)) {
-    if (first) write_nan_sphere_gradients<T>(grads, item, channels);
-    return;
-  }
-  const bool summed = C_STATIC > 0 && rows_summed_by_rank(instances, n * scene.batch_size);
   const ItemIndex at = split_item(item, n);
   const std::int64_t set = at.camera, i = at.sphere;
   const int b_first = scene.shared_spheres ? 0 : int(set);
   const int b_last = scene.shared_spheres ? scene.batch_size : int(set) + 1;
+  if (C_STATIC > 0) channels = C_STATIC;
   const int stride = kGpuInstFeatures + channels;
   constexpr int kSummed = kGpuInstFeatures + (C_STATIC > 0 ? C_STATIC : 0);  // values summed in registers
   T sums[kSummed] = {};
+  auto* col = static_cast<T*>(grads.features);
   if (col && C_STATIC == 0 && first)
     for (int k = 0; k < channels; ++k) col[item * channels + k] = T(0);
   bool any = false;
@@ -182,7 +150,7 @@ __global__ void reduce_sphere_rows_kernel(SceneArgs scene, int channels, Gradien
     const int2 slots = item_slots[std::int64_t(b) * n + i];  // [first, end)
     const std::int64_t u_begin = max(std::int64_t(slots.x), lo), u_end = min(std::int64_t(slots.y), hi);
     any = any || u_begin < u_end;
-    for (std::int64_t u = u_begin; u < (summed ? min(u_end, u_begin + 1) : u_end); ++u) {
+    for (std::int64_t u = u_begin; u < (SUMMED ? min(u_end, u_begin + 1) : u_end); ++u) {
       const T* g = rows + (u - lo) * stride;
       T row[kSummed];
       if (C_STATIC > 0) {
@@ -212,23 +180,29 @@ __global__ void reduce_sphere_rows_kernel(SceneArgs scene, int channels, Gradien
 
 template <typename T, int C_STATIC>
 void launch_reduce_sphere_rows(std::int64_t items, const SceneArgs& scene, int channels, const GradientOutputs& grads,
-                               cudaStream_t stream, const CudaCall& call, T* rows, std::int64_t lo,
+                               cudaStream_t stream, const CudaScratch& scratch, T* rows, std::int64_t lo,
                                std::int64_t hi, bool first) {
-  // Two passes where rows_summed_by_rank (decided on the device; the first returns at once
-  // otherwise): the first combines each rank's rows in coalesced loads.
-  const BinningView& bin = call.binning;
+  // Two passes where items hold at least 3 rows on average: the first combines each
+  // rank's rows in coalesced loads, so that the second reads one row per (item, camera).
+  // With fewer rows per item the first pass combines little and only adds a pass over the
+  // rows.
   const std::int64_t ranks = scene.n_spheres * scene.batch_size;  // (camera, sphere) items, by depth rank
+  auto reduce = [&](auto summed) {
+    reduce_sphere_rows_kernel<T, C_STATIC, decltype(summed)::value><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
+        scene, channels, grads, scratch.item_slots(), rows, lo, hi, first);
+    PULSAR_CUDA_LAUNCH_CHECK("reduce_sphere_rows_kernel");
+  };
   if constexpr (C_STATIC > 0) {
-    if (call.binning.capacity >= 3 * ranks) {  // else the device never chooses it
+    if (scratch.n_instances >= 3 * ranks) {
       const std::int64_t warps = (ranks + kRanksPerWarp - 1) / kRanksPerWarp;
       sum_rank_rows_kernel<T, C_STATIC><<<blocks_for(warps * 32, kThreads), kThreads, 0, stream>>>(
-          ranks, bin.sphere_slots, rows, lo, hi, bin.flags);
+          ranks, scratch.sphere_slots.as<std::int64_t>(), rows, lo, hi);
       PULSAR_CUDA_LAUNCH_CHECK("sum_rank_rows_kernel");
+      reduce(std::true_type{});
+      return;
     }
   }
-  reduce_sphere_rows_kernel<T, C_STATIC><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
-      scene, channels, grads, bin.item_slots, bin.instances(), bin.flags, rows, lo, hi, first);
-  PULSAR_CUDA_LAUNCH_CHECK("reduce_sphere_rows_kernel");
+  reduce(std::false_type{});
 }
 
 // Fixed-order block sum: thread t sums rows t, t + 256, ...; then a shared-memory tree.
@@ -247,10 +221,11 @@ __device__ T block_rows_sum(const T* rows, std::int64_t n_rows, int row_stride, 
   return total;
 }
 
-// The camera reduction's first step splits a camera's tile rows into at most
-// kCameraChunks chunks of equal size (the last one shorter), one block per chunk; its
-// threads that take part are a whole number of rows' worth of columns, so that each
-// thread's values lie in one column while a warp reads 32 consecutive values.
+// The camera reduction's first step splits a camera's tile rows into at most this many
+// chunks of equal size (the last one shorter), one block per chunk; its threads that
+// take part are a whole number of rows' worth of columns, so that each thread's values
+// lie in one column while a warp reads 32 consecutive values.
+constexpr int kCameraChunks = 32;
 constexpr int kChunkGroups = kThreads / kCameraGradValues;       // 11 rows' worth
 constexpr int kChunkThreads = kChunkGroups * kCameraGradValues;  // 253 threads
 
@@ -287,12 +262,7 @@ __global__ void camera_chunk_sums_kernel(std::int64_t n_tiles, std::int64_t rows
 // trees per warp and the warps in index order; then the frame derivative.
 template <typename T>
 __global__ void reduce_camera_kernel(RendererConfig config, SceneArgs scene, std::int64_t n_rows,
-                                     const T* camera_rows, const std::uint32_t* binning_flags, T* out) {
-  if (binning_failed(binning_flags)) {
-    if (threadIdx.x < CAMERA_PARAMS)
-      out[std::int64_t(blockIdx.x) * CAMERA_PARAMS + threadIdx.x] = std::numeric_limits<T>::quiet_NaN();
-    return;
-  }
+                                     const T* camera_rows, T* out) {
   constexpr int kWarps = kThreads / 32;
   __shared__ T warp_totals[kWarps][kCameraGradValues];
   __shared__ T total[kCameraGradValues];
@@ -321,12 +291,7 @@ __global__ void reduce_camera_kernel(RendererConfig config, SceneArgs scene, std
 }
 
 template <typename T>
-__global__ void reduce_background_kernel(std::int64_t tiles, int channels, const T* tile_bg,
-                                         const std::uint32_t* binning_flags, T* out) {
-  if (binning_failed(binning_flags)) {
-    for (int k = threadIdx.x; k < channels; k += blockDim.x) out[k] = std::numeric_limits<T>::quiet_NaN();
-    return;
-  }
+__global__ void reduce_background_kernel(std::int64_t tiles, int channels, const T* tile_bg, T* out) {
   __shared__ T shared[kThreads];
   for (int k = 0; k < channels; ++k) {
     const T s = block_rows_sum(tile_bg, tiles, channels, k, shared);
@@ -338,54 +303,51 @@ __global__ void reduce_background_kernel(std::int64_t tiles, int channels, const
 
 template <typename T>
 void cuda_reduce_sphere_rows(const RendererConfig& config, const SceneArgs& scene,
-                             const GradientOutputs& grads, cudaStream_t stream, const CudaCall& call,
+                             const GradientOutputs& grads, cudaStream_t stream, const CudaScratch& scratch,
                              T* rows, std::int64_t lo, std::int64_t hi, bool first) {
   const int sets = scene.shared_spheres ? 1 : scene.batch_size;
   const std::int64_t items = scene.n_spheres * sets;
   if (items == 0) return;
   switch (config.n_channels) {
-    case 1: launch_reduce_sphere_rows<T, 1>(items, scene, config.n_channels, grads, stream, call, rows, lo, hi, first); break;
-    case 3: launch_reduce_sphere_rows<T, 3>(items, scene, config.n_channels, grads, stream, call, rows, lo, hi, first); break;
-    case 4: launch_reduce_sphere_rows<T, 4>(items, scene, config.n_channels, grads, stream, call, rows, lo, hi, first); break;
-    default: launch_reduce_sphere_rows<T, 0>(items, scene, config.n_channels, grads, stream, call, rows, lo, hi, first); break;
+    case 1: launch_reduce_sphere_rows<T, 1>(items, scene, config.n_channels, grads, stream, scratch, rows, lo, hi, first); break;
+    case 3: launch_reduce_sphere_rows<T, 3>(items, scene, config.n_channels, grads, stream, scratch, rows, lo, hi, first); break;
+    case 4: launch_reduce_sphere_rows<T, 4>(items, scene, config.n_channels, grads, stream, scratch, rows, lo, hi, first); break;
+    default: launch_reduce_sphere_rows<T, 0>(items, scene, config.n_channels, grads, stream, scratch, rows, lo, hi, first); break;
   }
 }
 
 template <typename T>
 void cuda_reduce_gradients(const RendererConfig& config, const SceneArgs& scene,
-                           const GradientOutputs& grads, cudaStream_t stream, const CudaCall& call) {
+                           const GradientOutputs& grads, cudaStream_t stream, CudaScratch& scratch) {
   // Partial rows per camera: one per tile and backward block (render_backward.cu).
-  const std::int64_t n_tiles = Tiling::of(config.width, config.height).n_tiles() * call.backward_splits;
-  const BackwardWorkspace& ws = call.backward;
+  const std::int64_t n_tiles = Tiling::of(config.width, config.height).n_tiles() * scratch.backward_splits;
   if (grads.cameras) {
     const std::int64_t rows_per_chunk = (n_tiles + kCameraChunks - 1) / kCameraChunks;
     const int chunks = int((n_tiles + rows_per_chunk - 1) / rows_per_chunk);
-    T* chunk_sums = reinterpret_cast<T*>(ws.camera_chunk_sums);
+    T* chunk_sums = scratch.camera_chunk_sums.reserve<T>(
+        std::size_t(scene.batch_size) * std::size_t(chunks) * kCameraGradValues, "camera gradient chunks");
     camera_chunk_sums_kernel<T><<<dim3(unsigned(chunks), unsigned(scene.batch_size)), kThreads, 0, stream>>>(
-        n_tiles, rows_per_chunk, reinterpret_cast<const T*>(ws.tile_camera), chunk_sums);
+        n_tiles, rows_per_chunk, scratch.tile_camera_grads.as<T>(), chunk_sums);
     PULSAR_CUDA_LAUNCH_CHECK("camera_chunk_sums_kernel");
     reduce_camera_kernel<T><<<scene.batch_size, kThreads, 0, stream>>>(config, scene, chunks, chunk_sums,
-                                                                       call.binning.flags,
                                                                        static_cast<T*>(grads.cameras));
     PULSAR_CUDA_LAUNCH_CHECK("reduce_camera_kernel");
   }
   if (grads.background) {
     reduce_background_kernel<T><<<1, kThreads, 0, stream>>>(
-        n_tiles * scene.batch_size, config.n_channels, reinterpret_cast<const T*>(ws.tile_background),
-        call.binning.flags, static_cast<T*>(grads.background));
+        n_tiles * scene.batch_size, config.n_channels, scratch.tile_background_grads.as<T>(),
+        static_cast<T*>(grads.background));
     PULSAR_CUDA_LAUNCH_CHECK("reduce_background_kernel");
   }
 }
 
 template void cuda_reduce_sphere_rows<float>(const RendererConfig&, const SceneArgs&, const GradientOutputs&,
-                                             cudaStream_t, const CudaCall&, float*, std::int64_t,
+                                             cudaStream_t, const CudaScratch&, float*, std::int64_t,
                                              std::int64_t, bool);
 template void cuda_reduce_sphere_rows<double>(const RendererConfig&, const SceneArgs&, const GradientOutputs&,
-                                              cudaStream_t, const CudaCall&, double*, std::int64_t,
+                                              cudaStream_t, const CudaScratch&, double*, std::int64_t,
                                               std::int64_t, bool);
-template void cuda_reduce_gradients<float>(const RendererConfig&, const SceneArgs&, const GradientOutputs&, cudaStream_t,
-                                           const CudaCall&);
-template void cuda_reduce_gradients<double>(const RendererConfig&, const SceneArgs&, const GradientOutputs&, cudaStream_t,
-                                            const CudaCall&);
+template void cuda_reduce_gradients<float>(const RendererConfig&, const SceneArgs&, const GradientOutputs&, cudaStream_t, CudaScratch&);
+template void cuda_reduce_gradients<double>(const RendererConfig&, const SceneArgs&, const GradientOutputs&, cudaStream_t, CudaScratch&);
 
 }  // namespace pulsar

@@ -22,7 +22,7 @@
 #include <limits>
 #include <type_traits>
 
-#include "cuda_memory.h"
+#include "cuda_scratch.h"
 #include "warp_reduce.cuh"
 #include "pulsar/blend.h"
 #include "pulsar/pixel_ray.h"
@@ -51,22 +51,6 @@ struct SlotWindow {
   std::int64_t lo, hi;
   bool first, whole;
 };
-
-// Whether a launch of the backward runs (every thread of it finds the same): its call's
-// binning did not fail, its window is the first or starts within the instance count, and
-// its lane grouping is the one the binning's counts select (both groupings are launched;
-// the other returns at once). The counts stay on the device: the host never waits for them.
-struct LaunchGate {
-  const std::uint32_t* binning_flags;
-  const std::int64_t* counts;  // [0] instances, [1] small-box instances (BinningView::instances())
-  int grouping;                // kAnyBoxes, kSmallBoxVariant (lane groups) or kLargeBoxVariant (whole warps)
-};
-
-__device__ inline bool launch_runs(const LaunchGate& gate, const SlotWindow& window) {
-  if (binning_failed(gate.binning_flags)) return false;
-  if (!window.first && window.lo >= gate.counts[0]) return false;
-  return variant_runs(gate.grouping, gate.counts);
-}
 
 // The first of slots[0, count) (ascending) that is at least value; count if none.
 __device__ int first_slot_at_least(const std::int32_t* slots, int count, std::int64_t value) {
@@ -365,8 +349,7 @@ __global__ void __launch_bounds__(kThreads, GROUP == 32 ? 4 : 3)
 render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions options, BackwardArgs args,
                        GradFlags flags, const GpuSphere<T>* spheres, const std::int32_t* entry_sphere,
                        const std::int32_t* entry_slot, const int2* tile_ranges, int* tile_ends, int splits,
-                       SlotWindow window, LaunchGate gate, T* rows, T* tile_camera, T* tile_background) {
-  if (!launch_runs(gate, window)) return;
+                       SlotWindow window, T* rows, T* tile_camera, T* tile_background) {
   __shared__ PixelStage<T, C_STATIC> stage;
   constexpr int kBatch = staged_batch<T, C_STATIC>();
   __shared__ StagedEntry<T, C_STATIC> staged[kBatch];
@@ -801,50 +784,41 @@ struct BackwardTargets {
 template <typename T, int C_STATIC, bool ORTHO, bool RAY_SUMS>
 void launch_kernel(unsigned blocks, std::size_t dynamic_smem, std::size_t ray_sum_bytes, const RendererConfig& config,
                    const SceneArgs& scene, const RenderOptions& options, const BackwardArgs& args,
-                   GradFlags flags, cudaStream_t stream, const CudaCall& call, const BackwardTargets<T>& to) {
+                   GradFlags flags, cudaStream_t stream, CudaScratch& s, const BackwardTargets<T>& to) {
   // Small boxes (at least half the instances' boxes within their tile of at most
   // kSmallBoxPixels pixels): groups of 8 lanes, or 16 when a row's values need them;
   // otherwise whole warps (on large boxes groups only multiply the rounds). The generic
-  // channel path sums features per round over the whole warp and always takes 32. The
-  // counts that choose are on the device: both groupings are launched, and the one not
-  // chosen returns at once (LaunchGate).
+  // channel path sums features per round over the whole warp and always takes 32.
   constexpr int kSmallGroup = C_STATIC == 0 ? 32 : (next_pow2(kGpuInstFeatures + C_STATIC) <= 8 ? 8 : 16);
-  const BinningView& bin = call.binning;
-  auto run = [&](auto group, auto grads, int grouping) {
+  auto run = [&](auto group, auto grads) {
     constexpr int kGroup = decltype(group)::value;
     constexpr bool kRaySums = RAY_SUMS && kGroup == 32;
-    const LaunchGate gate{bin.flags, bin.instances(), grouping};
     render_backward_kernel<T, C_STATIC, ORTHO, kRaySums, kGroup, decltype(grads)::value>
-        <<<blocks * call.backward_splits, kThreads, dynamic_smem + (kRaySums ? ray_sum_bytes : 0), stream>>>(
-            config, scene, options, args, flags, bin.spheres_as<T>(), bin.entry_sphere, bin.entry_slot,
-            bin.tile_ranges, to.tile_ends, call.backward_splits, to.window, gate, to.rows, to.tile_camera,
+        <<<blocks * s.backward_splits, kThreads, dynamic_smem + (kRaySums ? ray_sum_bytes : 0), stream>>>(
+            config, scene, options, args, flags, s.spheres.as<GpuSphere<T>>(), s.entry_sphere(), s.entry_slot(),
+            s.tile_ranges.as<int2>(), to.tile_ends, s.backward_splits, to.window, to.rows, to.tile_camera,
             to.tile_background);
-    PULSAR_CUDA_LAUNCH_CHECK("render_backward_kernel");
   };
   // The fixed-gradient kernels only where the time is: float, perspective, a static
   // channel count.
   constexpr bool kSpecialise = std::is_same<T, float>::value && !ORTHO && C_STATIC > 0;
   const bool all_grads = kSpecialise && flags.features && flags.blend && flags.geometry &&
                          args.grad_depth_moments == nullptr;
-  auto run_group = [&](auto group, int grouping) {
-    if (all_grads && flags.opacity)
-      run(group, std::integral_constant<int, kSpecialise ? kAllGrads : kGradsByFlags>{}, grouping);
-    else if (all_grads)
-      run(group, std::integral_constant<int, kSpecialise ? kAllButOpacity : kGradsByFlags>{}, grouping);
-    else
-      run(group, std::integral_constant<int, kGradsByFlags>{}, grouping);
+  auto run_group = [&](auto group) {
+    if (all_grads && flags.opacity) run(group, std::integral_constant<int, kSpecialise ? kAllGrads : kGradsByFlags>{});
+    else if (all_grads) run(group, std::integral_constant<int, kSpecialise ? kAllButOpacity : kGradsByFlags>{});
+    else run(group, std::integral_constant<int, kGradsByFlags>{});
   };
-  if (kSmallGroup == 32) {
-    run_group(std::integral_constant<int, 32>{}, kAnyBoxes);
-  } else {
-    run_group(std::integral_constant<int, kSmallGroup>{}, kSmallBoxVariant);
-    run_group(std::integral_constant<int, 32>{}, kLargeBoxVariant);
-  }
+  if (s.small_box_instances * 2 >= s.n_instances)
+    run_group(std::integral_constant<int, kSmallGroup>{});
+  else
+    run_group(std::integral_constant<int, 32>{});
+  PULSAR_CUDA_LAUNCH_CHECK("render_backward_kernel");
 }
 
 template <typename T, int C_STATIC>
 void launch(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
-            const BackwardArgs& args, GradFlags flags, cudaStream_t stream, const CudaCall& call,
+            const BackwardArgs& args, GradFlags flags, cudaStream_t stream, CudaScratch& s,
             const BackwardTargets<T>& to) {
   const unsigned blocks = unsigned(Tiling::of(config.width, config.height).n_tiles() * scene.batch_size);
   const std::size_t fixed = sizeof(PixelStage<T, C_STATIC>) + sizeof(int) +
@@ -855,12 +829,12 @@ void launch(const RendererConfig& config, const SceneArgs& scene, const RenderOp
     throw std::invalid_argument("n_channels: " + std::to_string(config.n_channels) +
                                 " channels exceed the CUDA backward's shared memory");
   if (config.orthographic)
-    launch_kernel<T, C_STATIC, true, false>(blocks, dynamic, 0, config, scene, options, args, flags, stream, call, to);
+    launch_kernel<T, C_STATIC, true, false>(blocks, dynamic, 0, config, scene, options, args, flags, stream, s, to);
   else if (std::is_same<T, float>::value && fixed + dynamic + ray_sums <= kSharedBytesWithoutOptIn)
     launch_kernel<T, C_STATIC, false, std::is_same<T, float>::value>(
-        blocks, dynamic, ray_sums, config, scene, options, args, flags, stream, call, to);
+        blocks, dynamic, ray_sums, config, scene, options, args, flags, stream, s, to);
   else
-    launch_kernel<T, C_STATIC, false, false>(blocks, dynamic, 0, config, scene, options, args, flags, stream, call, to);
+    launch_kernel<T, C_STATIC, false, false>(blocks, dynamic, 0, config, scene, options, args, flags, stream, s, to);
 }
 
 }  // namespace
@@ -868,46 +842,55 @@ void launch(const RendererConfig& config, const SceneArgs& scene, const RenderOp
 template <typename T>
 void cuda_render_backward(const RendererConfig& config, const SceneArgs& scene,
                           const RenderOptions& options, const BackwardArgs& args,
-                          const GradientOutputs& grads, cudaStream_t stream, CudaCall& call) {
+                          const GradientOutputs& grads, cudaStream_t stream, CudaScratch& scratch) {
+  const std::int64_t total_tiles = Tiling::of(config.width, config.height).n_tiles() * scene.batch_size;
+  // Blocks per tile: enough for about four waves of four blocks per SM, at most 4, so
+  // that an image of few tiles still fills the GPU.
+  const std::int64_t wave = 4 * std::int64_t(scratch.sm_count);
+  scratch.backward_splits = int(std::min<std::int64_t>(4, std::max<std::int64_t>(1, (4 * wave + total_tiles - 1) / total_tiles)));
+  const std::int64_t partial_rows = total_tiles * scratch.backward_splits;
   const int stride = kGpuInstFeatures + config.n_channels;
   const std::int64_t row_bytes = std::int64_t(sizeof(T)) * stride;
-  const std::int64_t capacity = call.binning.capacity;
-  const RowWindows windows = RowWindows::of(capacity, row_bytes, call.backward_row_budget);
-  const BackwardWorkspace& ws = call.backward;
+  const std::int64_t n = scratch.n_instances;
+  const RowWindows windows = RowWindows::of(n, row_bytes, scratch.backward_row_budget);
+  // The window's rows behind the maps the forward left at the arena's start
+  // (InstanceArena); growing the arena keeps the maps.
+  const InstanceArena layout{std::size_t(n)};
+  const std::size_t row_space = std::size_t(std::max<std::int64_t>(windows.size, 1) * row_bytes);
+  unsigned char* arena = scratch.instance_arena.reserve_keeping<unsigned char>(
+      layout.rows() + row_space, layout.maps_bytes(), stream, "instance gradient rows");
+  T* rows = reinterpret_cast<T*>(arena + layout.rows());
   BackwardTargets<T> to;
-  to.rows = reinterpret_cast<T*>(ws.rows);
-  to.tile_ends = windows.count > 1 ? ws.tile_ends : nullptr;
-  to.tile_camera = grads.cameras ? reinterpret_cast<T*>(ws.tile_camera) : nullptr;
-  to.tile_background = grads.background ? reinterpret_cast<T*>(ws.tile_background) : nullptr;
+  to.rows = rows;
+  to.tile_ends = windows.count > 1 ? scratch.tile_ends.reserve<int>(std::size_t(total_tiles), "tile ends") : nullptr;
+  to.tile_camera = grads.cameras ? scratch.tile_camera_grads.reserve<T>(std::size_t(partial_rows) * kCameraGradValues, "camera gradients") : nullptr;
+  to.tile_background = grads.background ? scratch.tile_background_grads.reserve<T>(std::size_t(partial_rows) * config.n_channels, "background gradients") : nullptr;
   GradFlags flags;
   flags.features = grads.features != nullptr;
   flags.geometry = grads.positions || grads.radii || grads.cameras;
   flags.opacity = grads.opacities != nullptr;
   flags.blend = flags.geometry || flags.opacity;
   const bool sphere_grads = grads.positions || grads.radii || grads.opacities || grads.features;
-  // The windows cover the capacity; those past the instance count return at once (the
-  // count is on the device).
   for (std::int64_t w = 0; w < windows.count; ++w) {
     to.window.lo = w * windows.size;
-    to.window.hi = std::min(capacity, to.window.lo + windows.size);
+    to.window.hi = std::min(n, to.window.lo + windows.size);
     to.window.first = w == 0;
     to.window.whole = windows.count == 1;
     // Rows of entries no pixel reached are zeroed by the kernel (zero_unreached_rows).
     switch (config.n_channels) {
-      case 1: launch<T, 1>(config, scene, options, args, flags, stream, call, to); break;
-      case 3: launch<T, 3>(config, scene, options, args, flags, stream, call, to); break;
-      case 4: launch<T, 4>(config, scene, options, args, flags, stream, call, to); break;
-      default: launch<T, 0>(config, scene, options, args, flags, stream, call, to); break;
+      case 1: launch<T, 1>(config, scene, options, args, flags, stream, scratch, to); break;
+      case 3: launch<T, 3>(config, scene, options, args, flags, stream, scratch, to); break;
+      case 4: launch<T, 4>(config, scene, options, args, flags, stream, scratch, to); break;
+      default: launch<T, 0>(config, scene, options, args, flags, stream, scratch, to); break;
     }
     if (sphere_grads)
-      cuda_reduce_sphere_rows<T>(config, scene, grads, stream, call, to.rows, to.window.lo, to.window.hi,
-                                 to.window.first);
+      cuda_reduce_sphere_rows<T>(config, scene, grads, stream, scratch, rows, to.window.lo, to.window.hi, to.window.first);
   }
 }
 
 template void cuda_render_backward<float>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
-                                          const BackwardArgs&, const GradientOutputs&, cudaStream_t, CudaCall&);
+                                          const BackwardArgs&, const GradientOutputs&, cudaStream_t, CudaScratch&);
 template void cuda_render_backward<double>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
-                                           const BackwardArgs&, const GradientOutputs&, cudaStream_t, CudaCall&);
+                                           const BackwardArgs&, const GradientOutputs&, cudaStream_t, CudaScratch&);
 
 }  // namespace pulsar

@@ -5,7 +5,7 @@
 // pixel_blend.cuh), and the block stops when every pixel has.
 #include <limits>
 
-#include "cuda_memory.h"
+#include "cuda_scratch.h"
 #include "pixel_blend.cuh"
 #include "warp_reduce.cuh"
 #include "pulsar/pixel_ray.h"
@@ -127,9 +127,7 @@ __device__ void stage_batch(int start, int list_end, int threads, const GpuSpher
 template <typename T, int C_STATIC, bool ORTHO, bool WITH_INFO, bool MOMENTS>
 __global__ void __launch_bounds__(kThreads)
 render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions options, ForwardOutputs out,
-                      const GpuSphere<T>* spheres, const std::int32_t* entry_sphere, const int2* tile_ranges,
-                      const std::uint32_t* binning_flags, const std::int64_t* counts, int variant) {
-  if (!variant_runs(variant, counts)) return;  // the other kernel renders this call
+                      const GpuSphere<T>* spheres, const std::int32_t* entry_sphere, const int2* tile_ranges) {
   __shared__ BatchEntry<T, C_STATIC> batch[kThreads];
   // coverage[w][e]: the lanes of warp w whose pixel entry e's box covers (written by the
   // entry's loader); then, once warp w has transposed its row chunk by chunk,
@@ -144,10 +142,6 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
   const VisitContext<T> ctx = visit_context<T>(config, scene, options, b, ORTHO);
   PixelBlend<T, C_STATIC, WITH_INFO, MOMENTS> px;
   const bool inside = px.start(ctx, config, b, tile_x0 + local.x, tile_y0 + local.y, static_cast<T*>(out.image));
-  if (binning_failed(binning_flags)) {  // the same for the whole block
-    if (inside) px.fail(out, config, ctx.channels);
-    return;
-  }
   bool done = !inside;
   const GpuSphere<T>* camera_spheres = spheres + std::int64_t(b) * scene.n_spheres;
 
@@ -254,9 +248,7 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
 template <typename T, int C_STATIC, bool ORTHO>
 __global__ void __launch_bounds__(kThreads / 2, 8)
 render_forward_two_kernel(RendererConfig config, SceneArgs scene, RenderOptions options, ForwardOutputs out,
-                          const GpuSphere<T>* spheres, const std::int32_t* entry_sphere, const int2* tile_ranges,
-                          const std::uint32_t* binning_flags, const std::int64_t* counts) {
-  if (!variant_runs(kLargeBoxVariant, counts)) return;  // render_forward_kernel renders this call
+                          const GpuSphere<T>* spheres, const std::int32_t* entry_sphere, const int2* tile_ranges) {
   constexpr int kBlock = kThreads / 2;
   __shared__ BatchEntry<T, C_STATIC> batch[kThreads];
   __shared__ unsigned coverage[kThreads / 32][kThreads];  // as render_forward_kernel's, per 8x4 block
@@ -274,11 +266,6 @@ render_forward_two_kernel(RendererConfig config, SceneArgs scene, RenderOptions 
     const int2 local = thread_pixel(blocks[i] * 32 + lane);
     inside[i] = px[i].start(ctx, config, b, tile_x0 + local.x, tile_y0 + local.y, static_cast<T*>(out.image));
     done[i] = !inside[i];
-  }
-  if (binning_failed(binning_flags)) {  // the same for the whole block
-    for (int i = 0; i < 2; ++i)
-      if (inside[i]) px[i].fail(out, config, ctx.channels);
-    return;
   }
   const GpuSphere<T>* camera_spheres = spheres + std::int64_t(b) * scene.n_spheres;
   const int2 range = tile_ranges[item];
@@ -336,52 +323,37 @@ render_forward_two_kernel(RendererConfig config, SceneArgs scene, RenderOptions 
 
 template <typename T, int C_STATIC, bool ORTHO>
 void launch(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
-            const ForwardOutputs& out, cudaStream_t stream, const CudaCall& call, unsigned blocks) {
-  const auto* spheres = call.binning.spheres_as<T>();
-  const std::int32_t* entries = call.binning.entry_sphere;
-  const auto* ranges = call.binning.tile_ranges;
-  const std::uint32_t* flags = call.binning.flags;
+            const ForwardOutputs& out, cudaStream_t stream, CudaScratch& s, unsigned blocks) {
+  const auto* spheres = s.spheres.as<GpuSphere<T>>();
+  const std::int32_t* entries = s.entry_sphere();
+  const auto* ranges = s.tile_ranges.as<int2>();
   // render() (which asks for the depth moments) must give forward()'s image bit for bit:
   // the image's arithmetic is the same in both kernels (the exponent is formed from the
   // depth, not from n, which only the moments use). The forward_info kernel (rare)
   // accumulates the moments too.
   // Two pixels per thread where most instances' boxes within their tile are large (the
   // measure the backward picks its lane groups by): lockstep is then the walk, and its
-  // visits serve both pixels. Not with a hit cap (rare), which that kernel leaves out. The
-  // counts that choose are on the device: both kernels are launched, and the one not
-  // chosen returns at once.
+  // visits serve both pixels. Not with a hit cap (rare), which that kernel leaves out.
+  const bool large_boxes = s.small_box_instances * 2 < s.n_instances;
   const bool hit_cap = hit_cap_of(options) < std::numeric_limits<int>::max();
-  const std::int64_t* counts = call.binning.instances();
-  if (out.forward_info) {
-    render_forward_kernel<T, C_STATIC, ORTHO, true, true><<<blocks, kThreads, 0, stream>>>(
-        config, scene, options, out, spheres, entries, ranges, flags, counts, kAnyBoxes);
-  } else if (out.depth_moments) {
-    render_forward_kernel<T, C_STATIC, ORTHO, false, true><<<blocks, kThreads, 0, stream>>>(
-        config, scene, options, out, spheres, entries, ranges, flags, counts, kAnyBoxes);
-  } else if (C_STATIC > 0 && !hit_cap) {
-    // A verified call knows the counts: it launches the chosen kernel alone.
-    if (call.forward_variant != kSmallBoxVariant) {
-      render_forward_two_kernel<T, (C_STATIC > 0 ? C_STATIC : 1), ORTHO><<<blocks, kThreads / 2, 0, stream>>>(
-          config, scene, options, out, spheres, entries, ranges, flags, counts);
-      PULSAR_CUDA_LAUNCH_CHECK("render_forward_two_kernel");
-    }
-    if (call.forward_variant != kLargeBoxVariant)
-      render_forward_kernel<T, C_STATIC, ORTHO, false, false><<<blocks, kThreads, 0, stream>>>(
-          config, scene, options, out, spheres, entries, ranges, flags, counts, kSmallBoxVariant);
-  } else {
-    render_forward_kernel<T, C_STATIC, ORTHO, false, false><<<blocks, kThreads, 0, stream>>>(
-        config, scene, options, out, spheres, entries, ranges, flags, counts, kAnyBoxes);
-  }
+  if (out.forward_info)
+    render_forward_kernel<T, C_STATIC, ORTHO, true, true><<<blocks, kThreads, 0, stream>>>(config, scene, options, out, spheres, entries, ranges);
+  else if (out.depth_moments)
+    render_forward_kernel<T, C_STATIC, ORTHO, false, true><<<blocks, kThreads, 0, stream>>>(config, scene, options, out, spheres, entries, ranges);
+  else if (C_STATIC > 0 && large_boxes && !hit_cap)
+    render_forward_two_kernel<T, (C_STATIC > 0 ? C_STATIC : 1), ORTHO><<<blocks, kThreads / 2, 0, stream>>>(config, scene, options, out, spheres, entries, ranges);
+  else
+    render_forward_kernel<T, C_STATIC, ORTHO, false, false><<<blocks, kThreads, 0, stream>>>(config, scene, options, out, spheres, entries, ranges);
   PULSAR_CUDA_LAUNCH_CHECK("render_forward_kernel");
 }
 
 template <typename T, int C_STATIC>
 void launch(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
-            const ForwardOutputs& out, cudaStream_t stream, const CudaCall& call, unsigned blocks) {
+            const ForwardOutputs& out, cudaStream_t stream, CudaScratch& s, unsigned blocks) {
   if (config.orthographic)
-    launch<T, C_STATIC, true>(config, scene, options, out, stream, call, blocks);
+    launch<T, C_STATIC, true>(config, scene, options, out, stream, s, blocks);
   else
-    launch<T, C_STATIC, false>(config, scene, options, out, stream, call, blocks);
+    launch<T, C_STATIC, false>(config, scene, options, out, stream, s, blocks);
 }
 
 }  // namespace
@@ -389,19 +361,19 @@ void launch(const RendererConfig& config, const SceneArgs& scene, const RenderOp
 template <typename T>
 void cuda_render_forward(const RendererConfig& config, const SceneArgs& scene,
                          const RenderOptions& options, const ForwardOutputs& out, cudaStream_t stream,
-                         const CudaCall& call) {
+                         CudaScratch& scratch) {
   const unsigned blocks = unsigned(Tiling::of(config.width, config.height).n_tiles() * scene.batch_size);
   switch (config.n_channels) {
-    case 1: launch<T, 1>(config, scene, options, out, stream, call, blocks); break;
-    case 3: launch<T, 3>(config, scene, options, out, stream, call, blocks); break;
-    case 4: launch<T, 4>(config, scene, options, out, stream, call, blocks); break;
-    default: launch<T, 0>(config, scene, options, out, stream, call, blocks); break;
+    case 1: launch<T, 1>(config, scene, options, out, stream, scratch, blocks); break;
+    case 3: launch<T, 3>(config, scene, options, out, stream, scratch, blocks); break;
+    case 4: launch<T, 4>(config, scene, options, out, stream, scratch, blocks); break;
+    default: launch<T, 0>(config, scene, options, out, stream, scratch, blocks); break;
   }
 }
 
 template void cuda_render_forward<float>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
-                                         const ForwardOutputs&, cudaStream_t, const CudaCall&);
+                                         const ForwardOutputs&, cudaStream_t, CudaScratch&);
 template void cuda_render_forward<double>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
-                                          const ForwardOutputs&, cudaStream_t, const CudaCall&);
+                                          const ForwardOutputs&, cudaStream_t, CudaScratch&);
 
 }  // namespace pulsar

@@ -2,17 +2,12 @@
 // (closest depth, sphere index), each cut at its tile's depth bound (tile_depth_bound.cu).
 // The items are depth-sorted once (32-bit keys over B * N items), so that the instance
 // sort, stable, needs only the tile bits: 32-bit keys over the bits in use, where keys of
-// depth and tile together would take 64 bits. No host synchronisation: the instance count
-// stays on the device, the instance sort runs over the call's capacity (the keys past the
-// count sort last), and the kernels after the scan read the count there. A binning that
-// needs more than the capacity stores what fits, flags itself (BinningFlag), and every
-// later stage of the call writes NaN instead of its result (docs/design.md).
+// depth and tile together would take 64 bits. One host synchronisation: the instance
+// count is read back once to size the sort (docs/design.md).
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 
-#include <limits>
-
-#include "cuda_memory.h"
+#include "cuda_scratch.h"
 #include "warp_reduce.cuh"
 #include "pulsar/pixel_ray.h"
 #include "pulsar/tile_cover.h"
@@ -70,27 +65,6 @@ __device__ void record_camera_words(std::uint32_t* camera_words, int b, bool vis
     atomicMax(words + CameraWords::kHighZc, hi);
   }
   if (cover != 0u) words[CameraWords::kCoverCandidates] = 1u;  // every writer stores the same value
-}
-
-// The binning's count against its capacity (one thread): counts[0] the instances,
-// counts[1] the small-box instances. Records the most instances any binning needed and
-// an overflow in the renderer's status, and writes the report (if asked for) last.
-__device__ void settle_count(const std::int64_t* counts, std::int64_t capacity, std::uint32_t* flags,
-                             DeviceStatus* status, BinningReportWords* report) {
-  const std::int64_t instances = counts[0];
-  atomicMax(&status->max_instances, static_cast<unsigned long long>(instances));
-  if (instances > capacity) {
-    atomicOr(flags, kBinningOverflowed);
-    atomicAdd(&status->overflows, 1u);
-  }
-  if (report == nullptr) return;
-  report->instances = instances;
-  report->small_box_instances = counts[1];
-  report->status.max_instances = atomicAdd(&status->max_instances, 0ull);
-  report->status.overflows = atomicAdd(&status->overflows, 0u);
-  report->status.invalid_values = atomicAdd(&status->invalid_values, 0u);
-  __threadfence_system();
-  report->written = 1u;
 }
 
 template <typename T>
@@ -249,28 +223,23 @@ __global__ void count_kernel(RendererConfig config, SceneArgs scene, const GpuSp
   }
 }
 
-// Each item's slot range, by item (the gradient reduction's index). Its first thread also
-// settles the binning's count: past the capacity, the binning flags itself overflowed and
-// the renderer's status records it; with a report slot, it writes the count there for the
-// host (BinningReportWords). A kernel of its own: its scatter of 8-byte stores would hold up
-// duplicate_kernel's warps.
+// Each item's slot range, by item (the gradient reduction's index). A kernel of its own:
+// its scatter of 8-byte stores would hold up duplicate_kernel's warps, and here it runs
+// while the host waits for the instance count (cuda_begin_binning).
 __global__ void item_slots_kernel(std::int64_t items, const std::int32_t* order, const std::int64_t* sphere_slots,
-                                  int2* item_slots, std::int64_t capacity, std::uint32_t* flags,
-                                  DeviceStatus* status, BinningReportWords* report) {
+                                  int2* item_slots) {
   const std::int64_t rank = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (rank == 0) settle_count(sphere_slots + items, capacity, flags, status, report);
   if (rank >= items) return;
   item_slots[order[rank]] = make_int2(int(sphere_slots[rank]), int(sphere_slots[rank + 1]));
 }
 
 // Writes each rank's stored (tile, sphere) pairs at its slots: key b * n_tiles + tile,
 // value the slot (the sort then carries slots, whose order is the rank order), and the
-// slot's sphere index; slots past the capacity are not stored.
+// slot's sphere index.
 template <typename T>
 __global__ void duplicate_kernel(RendererConfig config, SceneArgs scene, const GpuSphere<T>* spheres,
                                  const float* bound, const std::int32_t* order, const std::int64_t* sphere_slots,
-                                 std::int64_t capacity, std::uint32_t* keys, std::int32_t* slots,
-                                 std::int32_t* slot_sphere) {
+                                 std::uint32_t* keys, std::int32_t* slots, std::int32_t* slot_sphere) {
   const std::int64_t n = scene.n_spheres;
   const std::int64_t rank = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const bool valid = rank < n * scene.batch_size;
@@ -288,8 +257,8 @@ __global__ void duplicate_kernel(RendererConfig config, SceneArgs scene, const G
   deal_pairs(config, g, split_item(item, n).camera, bound, [&](const DealtPair& pair, unsigned stored_lanes, int mine) {
     const std::int64_t o_item = __shfl_sync(WarpDeal::kFullMask, item, pair.owner);
     const std::int64_t o_slot = __shfl_sync(WarpDeal::kFullMask, first_slot + stored_before, pair.owner);
-    const std::int64_t u = o_slot + __popc(stored_lanes & pair.held & ((1u << lane) - 1u));
-    if (pair.stored && u < capacity) {  // past the capacity: the binning flags itself (settle_count)
+    if (pair.stored) {
+      const std::int64_t u = o_slot + __popc(stored_lanes & pair.held & ((1u << lane) - 1u));
       const ItemIndex at = split_item(o_item, n);
       keys[u] = std::uint32_t(at.camera) * std::uint32_t(tiling.n_tiles()) + std::uint32_t(pair.tile);
       slots[u] = std::int32_t(u);
@@ -299,17 +268,9 @@ __global__ void duplicate_kernel(RendererConfig config, SceneArgs scene, const G
   });
 }
 
-// The sorted positions a call stores: its instances, at most its capacity.
-__device__ inline std::int64_t stored_instances(const std::int64_t* instances, std::int64_t capacity) {
-  return min(*instances, capacity);
-}
-
 // [begin, end) of each tile's run of sorted keys: the keys are sorted, so a tile's
-// instances are one run; a tile without any keeps the [0, 0) of zero_binning_kernel. One
-// thread per position of the capacity; those past the instance count leave.
-__global__ void ranges_kernel(const std::int64_t* instances, std::int64_t capacity, const std::uint32_t* keys,
-                              int2* tile_ranges) {
-  const std::int64_t count = stored_instances(instances, capacity);
+// instances are one run; a tile without any keeps the [0, 0) of zero_binning_kernel.
+__global__ void ranges_kernel(std::int64_t count, const std::uint32_t* keys, int2* tile_ranges) {
   const std::int64_t p = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (p >= count) return;
   const std::uint32_t tile = keys[p];
@@ -318,34 +279,26 @@ __global__ void ranges_kernel(const std::int64_t* instances, std::int64_t capaci
 }
 
 // Zeroes what a binning adds into or leaves unwritten: the tile ranges (ranges_kernel
-// writes only tiles with entries) and the per-camera words, n of each, the binning's flags
-// and its two counters (the scan's leading 0 and the small-box count), and fills the
-// instance sort's keys with all ones over the capacity (keys past the count sort last).
-// Its first thread checks the call's values (RenderOptions::values). One launch instead of
-// several memsets: each API call takes host time while the device waits for the first
-// kernel that matters.
+// writes only tiles with entries) and the per-camera words, n of each, and the two
+// counters: the scan's leading 0 and the small-box count (null: no items). One launch
+// instead of four memsets: each API call takes host time while the device waits for the
+// first kernel that matters.
 __global__ void zero_binning_kernel(int2* ranges, std::int64_t n_ranges, std::uint32_t* words, int n_words,
-                                    std::int64_t* slot_zero, std::int64_t* small_box_instances,
-                                    std::uint32_t* sort_keys, std::int64_t capacity, std::uint32_t* flags,
-                                    const double* values, DeviceStatus* status) {
+                                    std::int64_t* slot_zero, unsigned long long* small_box_instances) {
   const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n_ranges) ranges[i] = make_int2(0, 0);
   if (i < n_words) words[i] = 0u;
-  if (i < capacity) sort_keys[i] = 0xffffffffu;
   if (i == 0) {
     *slot_zero = 0;
-    *small_box_instances = 0;
-    const bool valid = values == nullptr || call_values_valid(values);
-    *flags = valid ? 0u : std::uint32_t(kInvalidValues);
-    if (!valid) atomicAdd(&status->invalid_values, 1u);
+    if (small_box_instances) *small_box_instances = 0ull;
   }
 }
 
 // The maps the later stages read: the sphere and the slot of each sorted position.
-__global__ void maps_kernel(const std::int64_t* instances, std::int64_t capacity, const std::int32_t* sorted_slots,
-                            const std::int32_t* slot_sphere, std::int32_t* entry_sphere, std::int32_t* entry_slot) {
+__global__ void maps_kernel(std::int64_t count, const std::int32_t* sorted_slots, const std::int32_t* slot_sphere,
+                            std::int32_t* entry_sphere, std::int32_t* entry_slot) {
   const std::int64_t p = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (p >= stored_instances(instances, capacity)) return;
+  if (p >= count) return;
   const std::int32_t u = sorted_slots[p];
   entry_sphere[p] = slot_sphere[u];
   entry_slot[p] = u;
@@ -357,17 +310,14 @@ cub::DoubleBuffer<E> double_buffer(unsigned char* base, std::size_t a, std::size
   return cub::DoubleBuffer<E>(reinterpret_cast<E*>(base + a), reinterpret_cast<E*>(base + b));
 }
 
-// Stable radix sort of count (key, value) pairs over key bits [0, end_bit), with the CUB
-// room of the workspace (sized by cub_sort_bytes); the result is in keys.Current() and
-// values.Current().
+// Stable radix sort of count (key, value) pairs over key bits [0, end_bit); the result is
+// in keys.Current() and values.Current().
 void sort_pairs(cub::DoubleBuffer<std::uint32_t>& keys, cub::DoubleBuffer<std::int32_t>& values,
-                std::int64_t count, int end_bit, cudaStream_t stream, const ForwardWorkspace& ws) {
+                std::int64_t count, int end_bit, cudaStream_t stream, CudaScratch& scratch) {
   std::size_t bytes = 0;
   PULSAR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, keys, values, int(count), 0, end_bit, stream));
-  if (bytes > ws.cub_bytes)
-    throw std::logic_error("pulsar: the CUB sort needs " + std::to_string(bytes) + " bytes, the workspace has " +
-                           std::to_string(ws.cub_bytes));
-  PULSAR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws.cub_temp, bytes, keys, values, int(count), 0, end_bit, stream));
+  void* temp = scratch.cub_temp.reserve<unsigned char>(bytes, "CUB workspace");
+  PULSAR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, bytes, keys, values, int(count), 0, end_bit, stream));
 }
 
 int bit_width(std::uint64_t v) {
@@ -376,32 +326,15 @@ int bit_width(std::uint64_t v) {
   return bits;
 }
 
-// The bits the instance sort takes: those of the largest tile key.
-int tile_key_bits(std::int64_t total_tiles) { return std::max(1, bit_width(std::uint64_t(total_tiles - 1))); }
-
 // Threads per block of the binning's launches (one thread per item or instance).
 constexpr int kThreads = 256;
 
 }  // namespace
 
-std::size_t cub_binning_bytes(std::int64_t items, std::int64_t capacity, std::int64_t total_tiles) {
-  std::size_t depth = 0, scan = 0, instances = 0;
-  cub::DoubleBuffer<std::uint32_t> keys(nullptr, nullptr);
-  cub::DoubleBuffer<std::int32_t> values(nullptr, nullptr);
-  if (items > 0) {
-    PULSAR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, depth, keys, values, int(items), 0, 32));
-    PULSAR_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, scan, static_cast<const std::int64_t*>(nullptr),
-                                                    static_cast<std::int64_t*>(nullptr), items));
-  }
-  if (capacity > 0)
-    PULSAR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, instances, keys, values, int(capacity), 0,
-                                                      tile_key_bits(total_tiles)));
-  return std::max({depth, scan, instances});
-}
-
 template <typename T>
-void cuda_bin_count(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
-                    cudaStream_t stream, CudaCall& call, bool count_only) {
+void cuda_begin_binning(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
+                        cudaStream_t stream, CudaScratch& scratch) {
+  scratch.pending_order = nullptr;
   const std::int64_t items = scene.n_spheres * scene.batch_size;
   const Tiling tiling = Tiling::of(config.width, config.height);
   const std::int64_t total_tiles = tiling.n_tiles() * scene.batch_size;
@@ -412,102 +345,107 @@ void cuda_bin_count(const RendererConfig& config, const SceneArgs& scene, const 
   if (total_tiles >= (std::int64_t(1) << 32))  // tile keys are uint32
     throw std::runtime_error("pulsar: " + std::to_string(total_tiles) +
                              " tiles exceed the CUDA backend's limit of 2^32 - 1; render fewer cameras per call");
-  const BinningView& bin = call.binning;
-  const ForwardWorkspace& ws = call.forward;
-  // A count alone stores nothing (no instance sort) and overflows nothing.
-  const std::int64_t capacity = count_only ? 0 : bin.capacity;
-  const std::int64_t settle_capacity = count_only ? std::numeric_limits<std::int64_t>::max() : capacity;
-  auto* spheres = bin.spheres_as<T>();
+  auto* spheres = scratch.spheres.reserve<GpuSphere<T>>(std::size_t(items), "sphere records");
   const std::size_t word_count = std::size_t(CameraWords::kCount) * std::size_t(scene.batch_size);
-  std::int64_t* slots_of = bin.sphere_slots;
-  const InstanceSort sort_layout{std::size_t(capacity)};
-  auto keys = double_buffer<std::uint32_t>(ws.instance_sort, sort_layout.keys_a(), sort_layout.keys_b());
-  zero_binning_kernel<<<blocks_for(std::max({total_tiles, std::int64_t(word_count), capacity}), kThreads), kThreads,
-                        0, stream>>>(bin.tile_ranges, total_tiles, ws.camera_words, int(word_count), slots_of,
-                                     slots_of + items + 1, keys.Current(), capacity, bin.flags, options.values,
-                                     call.status);
+  auto* words = scratch.camera_words.reserve<std::uint32_t>(word_count, "per-camera words");
+  auto* counts = scratch.tile_counts.reserve<std::int64_t>(std::size_t(items), "tile counts");
+  auto* slots_of = scratch.sphere_slots.reserve<std::int64_t>(std::size_t(items) + 2, "sphere slots");
+  auto* ranges = scratch.tile_ranges.reserve<int2>(std::size_t(total_tiles), "tile ranges");
+  auto* small_box_instances = items > 0 ? reinterpret_cast<unsigned long long*>(slots_of + items + 1) : nullptr;
+  zero_binning_kernel<<<blocks_for(std::max<std::int64_t>(total_tiles, std::int64_t(word_count)), kThreads), kThreads,
+                        0, stream>>>(ranges, total_tiles, words, int(word_count), slots_of, small_box_instances);
   PULSAR_CUDA_LAUNCH_CHECK("zero_binning_kernel");
-  if (items == 0) {
-    // No items: empty lists; settle_count still records the (zero) count and reports it.
-    item_slots_kernel<<<1, 32, 0, stream>>>(0, nullptr, slots_of, bin.item_slots, settle_capacity, bin.flags,
-                                            call.status, call.report);
-    PULSAR_CUDA_LAUNCH_CHECK("item_slots_kernel");
-    return;
-  }
+  scratch.n_instances = 0;
+  scratch.small_box_instances = 0;
+  if (items == 0) return;
   const DepthOrder depth{std::size_t(items)};
-  auto depth_keys = double_buffer<std::uint32_t>(ws.depth_order, depth.keys_a(), depth.keys_b());
-  auto depth_items = double_buffer<std::int32_t>(ws.depth_order, depth.values_a(), depth.values_b());
+  unsigned char* order_bytes = scratch.depth_order.reserve<unsigned char>(depth.bytes(), "depth order");
+  auto depth_keys = double_buffer<std::uint32_t>(order_bytes, depth.keys_a(), depth.keys_b());
+  auto depth_items = double_buffer<std::int32_t>(order_bytes, depth.values_a(), depth.values_b());
   setup_spheres_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
-      config, scene, spheres, ws.camera_words, depth_keys.Current(), depth_items.Current());
+      config, scene, spheres, words, depth_keys.Current(), depth_items.Current());
   PULSAR_CUDA_LAUNCH_CHECK("setup_spheres_kernel");
   // Rank order: items by zc, ties by item index (the radix sort is stable), which within
   // one camera is the sphere index.
-  sort_pairs(depth_keys, depth_items, items, 32, stream, ws);
+  sort_pairs(depth_keys, depth_items, items, 32, stream, scratch);
   const std::int32_t* order = depth_items.Current();
 
-  const float* bound = cuda_tile_depth_bound<T>(config, scene, options, stream, call, order, depth_keys.Current());
+  const float* bound = cuda_tile_depth_bound<T>(config, scene, options, stream, scratch, order, depth_keys.Current());
   count_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
-      config, scene, spheres, bound, order, depth_keys.Current(), ws.camera_words, ws.tile_counts,
-      reinterpret_cast<unsigned long long*>(slots_of + items + 1));
+      config, scene, spheres, bound, order, depth_keys.Current(), words, counts, small_box_instances);
   PULSAR_CUDA_LAUNCH_CHECK("count_kernel");
 
-  // Inclusive scan into slots_of[1..]: slots_of[r] = instances of the ranks before r, and
-  // slots_of[items] the instance count.
+  // Inclusive scan into slots_of[1..]: slots_of[r] = instances of the ranks before r.
   std::size_t scan_bytes = 0;
-  PULSAR_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, ws.tile_counts, slots_of + 1, items, stream));
-  if (scan_bytes > ws.cub_bytes) throw std::logic_error("pulsar: the CUB scan needs more than the workspace's room");
-  PULSAR_CUDA_CHECK(cub::DeviceScan::InclusiveSum(ws.cub_temp, scan_bytes, ws.tile_counts, slots_of + 1, items, stream));
-  item_slots_kernel<<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
-      items, order, slots_of, bin.item_slots, settle_capacity, bin.flags, call.status, call.report);
+  PULSAR_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, counts, slots_of + 1, items, stream));
+  void* temp = scratch.cub_temp.reserve<unsigned char>(scan_bytes, "CUB workspace");
+  PULSAR_CUDA_CHECK(cub::DeviceScan::InclusiveSum(temp, scan_bytes, counts, slots_of + 1, items, stream));
+  // The instance count sizes the sort: read back with the small-box count behind it, and
+  // waited for in cuda_finish_binning (on the event, not the stream).
+  PULSAR_CUDA_CHECK(cudaMemcpyAsync(scratch.host_count, slots_of + items, 2 * sizeof(std::int64_t),
+                                    cudaMemcpyDeviceToHost, stream));
+  PULSAR_CUDA_CHECK(cudaEventRecord(scratch.count_ready, stream));
+  // Each item's slots need only the scan: the device computes them while the host waits
+  // for the count and launches what follows, so the one host synchronisation leaves the
+  // device busy. The scan has read the tile counts, whose buffer item_slots overwrites.
+  item_slots_kernel<<<blocks_for(items, kThreads), kThreads, 0, stream>>>(items, order, slots_of, scratch.item_slots());
   PULSAR_CUDA_LAUNCH_CHECK("item_slots_kernel");
-  call.depth_order = order;
-  call.depth_bound = bound;
+  scratch.pending_order = order;
+  scratch.pending_bound = bound;
 }
 
 template <typename T>
-void cuda_bin_lists(const RendererConfig& config, const SceneArgs& scene, cudaStream_t stream, const CudaCall& call,
-                    std::int64_t sort_items) {
+void cuda_finish_binning(const RendererConfig& config, const SceneArgs& scene, cudaStream_t stream,
+                         CudaScratch& scratch) {
+  const std::int32_t* order = scratch.pending_order;
+  if (order == nullptr) return;  // no items: cuda_begin_binning left empty lists
+  scratch.pending_order = nullptr;
+  // The one host synchronisation of a binning: the count's copy, not item_slots_kernel
+  // behind it.
+  PULSAR_CUDA_CHECK(cudaEventSynchronize(scratch.count_ready));
+  const std::int64_t count = *scratch.host_count;
+  if (count >= (std::int64_t(1) << 31))
+    throw std::runtime_error("pulsar: " + std::to_string(count) +
+                             " sphere-tile instances exceed the CUDA backend's limit of 2^31 - 1; "
+                             "render fewer or smaller spheres per call");
+  scratch.n_instances = count;
+  scratch.small_box_instances = scratch.host_count[1];
+  // With no instances item_slots_kernel gave every item the slots [0, 0).
+  if (count == 0) return;
   const std::int64_t items = scene.n_spheres * scene.batch_size;
-  const std::int64_t capacity = call.binning.capacity;
-  // Nothing to store (no item, no room, or a verified count of none): the tile ranges
-  // stay the [0, 0) of zero_binning_kernel.
-  if (items == 0 || capacity == 0 || sort_items == 0) return;
-  const std::int64_t total_tiles = Tiling::of(config.width, config.height).n_tiles() * scene.batch_size;
-  const BinningView& bin = call.binning;
-  const ForwardWorkspace& ws = call.forward;
-  const auto* spheres = bin.spheres_as<T>();
-  std::int64_t* slots_of = bin.sphere_slots;
-  const std::int32_t* order = call.depth_order;
-  const float* bound = call.depth_bound;
-  const InstanceSort sort_layout{std::size_t(capacity)};
-  auto keys = double_buffer<std::uint32_t>(ws.instance_sort, sort_layout.keys_a(), sort_layout.keys_b());
-  auto slots = double_buffer<std::int32_t>(ws.instance_sort, sort_layout.slots_a(), sort_layout.slots_b());
-  auto* slot_sphere = reinterpret_cast<std::int32_t*>(ws.instance_sort + sort_layout.slot_sphere());
+  const Tiling tiling = Tiling::of(config.width, config.height);
+  const std::int64_t total_tiles = tiling.n_tiles() * scene.batch_size;
+  const auto* spheres = scratch.spheres.as<GpuSphere<T>>();
+  const float* bound = scratch.pending_bound;
+  auto* slots_of = scratch.sphere_slots.as<std::int64_t>();
+  auto* ranges = scratch.tile_ranges.as<int2>();
+
+  const InstanceArena layout{std::size_t(count)};
+  unsigned char* arena = scratch.instance_arena.reserve<unsigned char>(layout.binning_bytes(), "sphere-tile instances");
+  auto keys = double_buffer<std::uint32_t>(arena, layout.keys_a(), layout.keys_b());
+  auto slots = double_buffer<std::int32_t>(arena, layout.slots_a(), layout.slots_b());
+  auto* slot_sphere = reinterpret_cast<std::int32_t*>(arena + layout.slot_sphere());
   duplicate_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
-      config, scene, spheres, bound, order, slots_of, capacity, keys.Current(), slots.Current(), slot_sphere);
+      config, scene, spheres, bound, order, slots_of, keys.Current(), slots.Current(), slot_sphere);
   PULSAR_CUDA_LAUNCH_CHECK("duplicate_kernel");
 
   // Slots are in rank order, and the stable sort keeps it within each tile: only the
-  // bits of the largest tile key take passes. Without the count on the host the sort runs
-  // over the capacity (the keys past the count sort last); a verified call knows it and
-  // sorts that many.
-  sort_pairs(keys, slots, sort_items, tile_key_bits(total_tiles), stream, ws);
-  const unsigned position_blocks = blocks_for(sort_items, kThreads);
-  ranges_kernel<<<position_blocks, kThreads, 0, stream>>>(slots_of + items, capacity, keys.Current(),
-                                                          bin.tile_ranges);
+  // bits of the largest tile key take passes. The double-buffer sort needs no workspace
+  // of the keys' size.
+  sort_pairs(keys, slots, count, std::max(1, bit_width(std::uint64_t(total_tiles - 1))), stream, scratch);
+  ranges_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream>>>(count, keys.Current(), ranges);
   PULSAR_CUDA_LAUNCH_CHECK("ranges_kernel");
-  maps_kernel<<<position_blocks, kThreads, 0, stream>>>(slots_of + items, capacity, slots.Current(), slot_sphere,
-                                                        bin.entry_sphere, bin.entry_slot);
+  // The keys are done with: the maps overwrite their buffers (InstanceArena).
+  maps_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream>>>(
+      count, slots.Current(), slot_sphere, scratch.entry_sphere(), scratch.entry_slot());
   PULSAR_CUDA_LAUNCH_CHECK("maps_kernel");
 }
 
-template void cuda_bin_count<float>(const RendererConfig&, const SceneArgs&, const RenderOptions&, cudaStream_t,
-                                    CudaCall&, bool);
-template void cuda_bin_count<double>(const RendererConfig&, const SceneArgs&, const RenderOptions&, cudaStream_t,
-                                     CudaCall&, bool);
-template void cuda_bin_lists<float>(const RendererConfig&, const SceneArgs&, cudaStream_t, const CudaCall&,
-                                    std::int64_t);
-template void cuda_bin_lists<double>(const RendererConfig&, const SceneArgs&, cudaStream_t, const CudaCall&,
-                                     std::int64_t);
+template void cuda_begin_binning<float>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
+                                        cudaStream_t, CudaScratch&);
+template void cuda_begin_binning<double>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
+                                         cudaStream_t, CudaScratch&);
+template void cuda_finish_binning<float>(const RendererConfig&, const SceneArgs&, cudaStream_t, CudaScratch&);
+template void cuda_finish_binning<double>(const RendererConfig&, const SceneArgs&, cudaStream_t, CudaScratch&);
 
 }  // namespace pulsar

@@ -28,7 +28,7 @@
 // equal those of one pass over all buckets, whatever the schedule.
 #include <cmath>
 
-#include "cuda_memory.h"
+#include "cuda_scratch.h"
 #include "pulsar/blend.h"
 #include "pulsar/tile_cover.h"
 #include "warp_deal.cuh"
@@ -210,8 +210,6 @@ __global__ void cover_kernel(RendererConfig config, SceneArgs scene, RenderOptio
   // One camera: its flags before anything else (where no sphere may cover a tile, every
   // thread leaves before any load).
   const bool one_camera = scene.batch_size == 1;
-  // p = 0 as data (RenderOptions::values): no termination, no cut (tile_bound_kernel).
-  if (!(percent_allowed_difference_of(options) > 0)) return;
   if (one_camera && !cover_pass_needed(camera_words, 0, pass.index)) return;
   const std::int64_t item = valid ? order[rank] : 0;
   const int camera = one_camera ? 0 : split_item(item, n).camera;
@@ -295,11 +293,9 @@ __global__ void tile_bound_kernel(RendererConfig config, SceneArgs scene, Render
   const DepthRange range = depth_range_of(camera_words, b);
   double best = INFINITY;
   bool is_settled = false;
-  const CameraFrame<T> cam = camera_of<T>(scene, b, config.orthographic);
-  const BlendParams<T> bp = blend_params_of(cam, config, options);
-  if (!bp.early_stop) {
-    is_settled = true;  // p = 0 as data (RenderOptions::values): pixels never stop early, no cut
-  } else if (!range.empty) {
+  if (!range.empty) {
+    const CameraFrame<T> cam = camera_of<T>(scene, b, config.orthographic);
+    const BlendParams<T> bp = blend_params_of(cam, config, options);
     const double s_ref = reference_exponent(bp, range);
     const double background = exp(double(bp.bg_exponent) - s_ref);
     const double width = double(range.zmax) - double(range.zmin);
@@ -361,52 +357,29 @@ __global__ void tile_bound_kernel(RendererConfig config, SceneArgs scene, Render
 
 }  // namespace
 
-namespace {
-
-// The bucket count of the histogram for total_tiles tiles (below kMinBuckets: no cut).
-int bucket_count(std::int64_t total_tiles) {
-  return int(std::min<std::int64_t>(kMaxBuckets, kMaxHistogramCells / std::max<std::int64_t>(total_tiles, 1)));
-}
-
-}  // namespace
-
-std::size_t tile_depth_bound_words(const RendererConfig& config, int batch_size) {
-  const Tiling tiling = Tiling::of(config.width, config.height);
-  const std::int64_t total_tiles = tiling.n_tiles() * batch_size;
-  const int buckets = bucket_count(total_tiles);
-  if (buckets < kMinBuckets) return 0;
-  const UnsettledRows unsettled{nullptr, tiling.tiles_x, tiling.tiles_y};
-  return std::size_t(total_tiles) * buckets + std::size_t(unsettled.count(batch_size));
-}
-
 template <typename T>
 const float* cuda_tile_depth_bound(const RendererConfig& config, const SceneArgs& scene,
-                                   const RenderOptions& options, cudaStream_t stream, CudaCall& call,
+                                   const RenderOptions& options, cudaStream_t stream, CudaScratch& scratch,
                                    const std::int32_t* order, const std::uint32_t* rank_keys) {
-  // p known on the host: no bound for p = 0; p as data: the kernels read it (p = 0 leaves
-  // every bound infinite).
-  if ((options.values == nullptr && !(options.percent_allowed_difference > 0)) || scene.n_spheres == 0)
-    return nullptr;
+  if (!(options.percent_allowed_difference > 0) || scene.n_spheres == 0) return nullptr;
   const Tiling tiling = Tiling::of(config.width, config.height);
   const std::int64_t n_tiles = tiling.n_tiles();
   const std::int64_t total_tiles = n_tiles * scene.batch_size;
-  const int buckets = bucket_count(total_tiles);
+  const int buckets = int(std::min<std::int64_t>(kMaxBuckets, kMaxHistogramCells / total_tiles));
   if (buckets < kMinBuckets) return nullptr;  // too many tiles for the histogram: no cut
-  const ForwardWorkspace& ws = call.forward;
   UnsettledRows unsettled{nullptr, tiling.tiles_x, tiling.tiles_y};
   // The histogram's cells, then the unsettled tiles' words: zeroed by one memset.
   const std::size_t cells = std::size_t(total_tiles) * buckets;
   const std::size_t words_zeroed = cells + std::size_t(unsettled.count(scene.batch_size));
-  if (words_zeroed > ws.cover_words) throw std::logic_error("pulsar: the tile cover histogram exceeds its room");
-  auto* histogram = ws.cover_histogram;
+  auto* histogram = scratch.cover_histogram.reserve<unsigned long long>(words_zeroed, "tile cover histogram");
   unsettled.words = histogram + cells;
-  float* bound = ws.tile_depth_bound;
-  std::uint8_t* settled = ws.tile_settled;
-  const std::uint32_t* words = ws.camera_words;  // filled by the setup kernel
+  auto* bound = scratch.tile_depth_bound.reserve<float>(std::size_t(total_tiles), "tile depth bounds");
+  auto* settled = scratch.tile_settled.reserve<std::uint8_t>(std::size_t(total_tiles), "tile settled flags");
+  auto* words = scratch.camera_words.as<std::uint32_t>();  // filled by the setup kernel
   PULSAR_CUDA_CHECK(cudaMemsetAsync(histogram, 0, sizeof(unsigned long long) * words_zeroed, stream));
   constexpr int kThreads = 256;
   const std::int64_t items = scene.n_spheres * scene.batch_size;
-  const auto* spheres = call.binning.spheres_as<T>();
+  const auto* spheres = scratch.spheres.as<GpuSphere<T>>();
   const unsigned tile_blocks = blocks_for(total_tiles * 32, kThreads);
   // Every pass on a whole grid, not a grid-stride loop on a few blocks: a later pass may
   // do much of the work (translucent spheres), and an idle pass's warps leave at once
@@ -419,8 +392,8 @@ const float* cuda_tile_depth_bound(const RendererConfig& config, const SceneArgs
     cover_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
         config, scene, options, spheres, order, rank_keys, words, settled, histogram, buckets, pass);
     PULSAR_CUDA_LAUNCH_CHECK("cover_kernel");
-    tile_bound_kernel<T><<<tile_blocks, kThreads, 0, stream>>>(config, scene, options, ws.camera_words, histogram,
-                                                               buckets, n_tiles, pass, bound, settled);
+    tile_bound_kernel<T><<<tile_blocks, kThreads, 0, stream>>>(config, scene, options, words, histogram, buckets,
+                                                               n_tiles, pass, bound, settled);
     PULSAR_CUDA_LAUNCH_CHECK("tile_bound_kernel");
     pass.lo = pass.hi;
     ++pass.index;
@@ -429,10 +402,10 @@ const float* cuda_tile_depth_bound(const RendererConfig& config, const SceneArgs
 }
 
 template const float* cuda_tile_depth_bound<float>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
-                                                   cudaStream_t, CudaCall&, const std::int32_t*,
+                                                   cudaStream_t, CudaScratch&, const std::int32_t*,
                                                    const std::uint32_t*);
 template const float* cuda_tile_depth_bound<double>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
-                                                    cudaStream_t, CudaCall&, const std::int32_t*,
+                                                    cudaStream_t, CudaScratch&, const std::int32_t*,
                                                     const std::uint32_t*);
 
 }  // namespace pulsar

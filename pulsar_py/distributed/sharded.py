@@ -10,13 +10,12 @@ import torch.distributed as dist
 from .. import ops
 from ..cameras import Camera
 from ..renderer import Renderer
-from ..settings import CallValue, RenderSettings
 from .agreement import check_ranks_agree
 from .merge import merge_forward_info, merge_partial_states, share_offset
 
 Tensor = torch.Tensor
 
-# The settings every rank's call must share (RenderSettings fields).
+# The settings every rank's call must share (ops.RenderSettings fields).
 _AGREED = ("width", "height", "n_track", "orthographic", "background_normalized_depth", "gamma",
            "percent_allowed_difference", "max_n_hits", "right_handed", "want_forward_info", "batch_dim",
            "camera_length", "first_R_then_T", "min_depth", "max_depth")
@@ -108,8 +107,8 @@ class ShardedRenderer(Renderer):
         raise NotImplementedError("ShardedRenderer: render() (depth, coverage and distortion outputs) is not "
                                   "available for a scene split across ranks; use forward()")
 
-    def _render(self, positions, features, radii, opacities, background, cameras, values: Optional[Tensor],
-                settings: RenderSettings) -> Tuple[Tensor, ...]:
+    def _render(self, positions, features, radii, opacities, background, cameras,
+                settings: ops.RenderSettings) -> Tuple[Tensor, ...]:
         self._check_gradient_scaling()
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError("ShardedRenderer: torch.distributed is not initialised: call "
@@ -121,58 +120,53 @@ class ShardedRenderer(Renderer):
             batch = positions.shape[0] if positions.dim() == 3 else 0
             check_ranks_agree(cameras, background, [*(getattr(settings, name) for name in _AGREED), batch],
                               self.process_group)
-        return sharded_render(positions, features, radii, opacities, background, cameras, values, settings,
+        return sharded_render(positions, features, radii, opacities, background, cameras, settings,
                               self.process_group)
 
 
 @torch.compiler.disable
 def sharded_render(positions: Tensor, features: Tensor, radii: Tensor, opacities: Optional[Tensor],
-                   background: Optional[Tensor], cameras: Tensor, values: Optional[Tensor], settings: RenderSettings,
+                   background: Optional[Tensor], cameras: Tensor, settings: ops.RenderSettings,
                    group: Optional[dist.ProcessGroup]) -> Tuple[Optional[Tensor], ...]:
     """The render operator's outputs (ops.render_call) for this rank's share of the spheres:
-    (image, merged blend state, this share's counts, merged forward info or [0], [0],
-    binning, entries)."""
+    (image, merged blend state, this share's counts, merged forward info or None, None)."""
     inputs = (positions, features, radii, opacities, background, cameras)
-    encoded = settings._replace(partial=True).encode()
+    settings = settings._replace(partial=True)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs):
-        return _ShardedRender.apply(*inputs, values, encoded, group)
-    return _forward(*inputs, values, encoded, group)
+        return _ShardedRender.apply(*inputs, settings, group)
+    return _forward(*inputs, settings, group)[0]
 
 
-def _forward(positions, features, radii, opacities, background, cameras, values, encoded, group):
-    """This share's partial render (pulsar::render with settings.partial), merged with the
-    other ranks' shares."""
-    partial, state, counts, info, moments, binning, entries = ops.render(
-        positions, features, radii, opacities, background, cameras, values, encoded)
-    s = RenderSettings.decode(encoded)
-    bg = background if background is not None else torch.ones(features.shape[-1], dtype=partial.dtype,
-                                                               device=partial.device)
-    gamma = values[CallValue.GAMMA] if values is not None else s.gamma
-    bg_exponent = s.background_normalized_depth / gamma  # as the native blend's s_bg
+def _forward(positions, features, radii, opacities, background, cameras, settings, group):
+    (partial, state, counts, info, _), call = ops._render_forward(
+        positions, features, radii, opacities, background, cameras, settings)
+    bg = background if background is not None else ops._ones(features.shape[-1], partial.dtype, partial.device)
+    bg_exponent = settings.background_normalized_depth / settings.gamma  # as the native blend's s_bg
     image, merged = merge_partial_states(partial, state, bg, bg_exponent, group)
-    if s.want_forward_info:
+    if info is not None:
         info = merge_forward_info(info, merged, share_offset(positions.shape[-2], positions.device, group), group)
-    return image, merged, counts, info, moments, binning, entries
+    return (image, merged, counts, info, None), call
 
 
 class _ShardedRender(torch.autograd.Function):
     """The sharded render with its exact gradients: this share's, against the merged state
-    (the render operator's backward, pulsar::render_backward, given the merged image and
-    state), with the camera gradient summed over the ranks."""
+    (the render operator's autograd formula, ops._render_setup_context and
+    ops._backward_arguments, with the camera gradient summed over the ranks)."""
 
     @staticmethod
-    def forward(ctx, positions, features, radii, opacities, background, cameras, values, encoded, group):
-        outputs = _forward(positions, features, radii, opacities, background, cameras, values, encoded, group)
-        ops.render_setup(ctx, (positions, features, radii, opacities, background, cameras, values, encoded), outputs)
+    def forward(ctx, positions, features, radii, opacities, background, cameras, settings, group):
+        outputs, ctx.call = _forward(positions, features, radii, opacities, background, cameras, settings, group)
+        ops._render_setup_context(ctx, (positions, features, radii, opacities, background, cameras, settings),
+                                  outputs)
         ctx.group = group
         return outputs
 
     @staticmethod
     def backward(ctx, grad_image, *_):
-        args = ops.render_backward_arguments(ctx, grad_image, None)
+        args = ops._backward_arguments(ctx, grad_image, None)
         if args is None:
-            return (None,) * 9
-        grads = ops.render_backward(*args)
-        if args[-1][5]:  # the camera's gradient comes through every share's spheres
+            return (None,) * 8
+        grads = ops._render_backward_impl(*args, call=ctx.call)
+        if grads[5] is not None:  # the camera's gradient comes through every share's spheres
             dist.all_reduce(grads[5], group=ctx.group)
-        return (*ops.input_gradients(grads, args), None)
+        return (*ops._input_gradients(grads, args), None)

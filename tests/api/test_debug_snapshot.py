@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import pulsar_py
-from pulsar_py.replay import replay
+from pulsar_py.debug import replay
 
 from helpers import DEVICES, fail_native_calls
 from scenes import random_scene

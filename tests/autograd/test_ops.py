@@ -121,7 +121,7 @@ def test_operators_pass_opcheck():
     pos, col, rad, opa, cam = _inputs(dtype=torch.float64, requires_grad=True)
     settings = ops.RenderSettings(0, 24, 16, 4, False, 1e-6, 1, 0, 0.1, 0.0, -1, False, True, True, True, True,
                                   False, 8, False, 0.0, 30.0, 0).encode()
-    torch.library.opcheck(torch.ops.pulsar.render.default, (pos, col, rad, opa, None, cam[None], None, settings),
+    torch.library.opcheck(torch.ops.pulsar.render.default, (pos, col, rad, opa, None, cam[None], settings),
                           test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
     pack = ops.PackSettings(24, 16, False, False, False, 0.0, 30.0).encode()
     torch.library.opcheck(torch.ops.pulsar.pack_cameras.default, (cam[None], pack))

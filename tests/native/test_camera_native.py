@@ -298,7 +298,7 @@ def test_native_renderer_names_a_bad_camera_vector_length():
     settings = ops.RenderSettings(0, WIDTH, HEIGHT, 5, False, 1e-6, 1, 0, 0.1, 0.0, -1, False, False, False, True,
                                   False, False, 9, False, 0.0, 30.0, 0)
     with pytest.raises(ValueError, match="camera_vectors.length: expected 0 .*got 9"):
-        ops.render(pos, col, rad, None, None, cams, None, settings.encode())
+        ops.render(pos, col, rad, None, None, cams, settings.encode())
 
 
 @pytest.mark.parametrize("device", DEVICES)

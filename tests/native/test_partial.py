@@ -43,11 +43,11 @@ def test_one_share_merged_alone_is_the_render(device, dtype, p):
     image = renderer(**tensors, **scene.settings())
     grad_image = grad_output_like(image)
     want = torch.autograd.grad(image, list(tensors.values()), grad_image)
-    args = renderer.arguments  # the operator's inputs, values, settings
-    settings = args[7]._replace(partial=True).encode()
+    args = renderer.arguments
+    settings = args[6]._replace(partial=True)
     with torch.no_grad():
-        partial, state, counts, _, _, binning, entries = ops.render(*args[:7], settings)
-        plain = ops.render(*args[:7], args[7].encode())
+        (partial, state, counts, _, _), call = ops._render_forward(*args[:6], settings)
+        plain = ops._render_forward(*args[:6], args[6])[0]
     tol = 1e-12 if dtype == F64 else 2e-6
     assert (state[..., 1] >= 0).all()
     merged_image, merged_state = _merge_alone(partial, state, tensors["bg_col"].detach(),
@@ -56,8 +56,8 @@ def test_one_share_merged_alone_is_the_render(device, dtype, p):
     assert torch.equal(counts, plain[2])  # the background's weight counts in the termination rule
     assert torch.equal(state[..., 0], plain[1][..., 0])
     with torch.no_grad():
-        got = ops.render_backward(grad_image, None, *args[:7], merged_image, merged_state, counts,
-                                  merged_image.new_empty((0,)), binning, entries, settings, [True] * 6)
+        got = ops._render_backward_impl(grad_image, None, *args[:6], merged_image, merged_state, counts, None,
+                                        settings, [True] * 6, call=call)
     for name, g, w in zip(tensors, got, want):
         assert w.abs().max() > 0, name
         error = ((g - w).abs().max() / w.abs().max()).item()
@@ -70,6 +70,6 @@ def test_a_partial_render_has_no_depth_statistics():
     renderer.render(**{k: v for k, v in scene.call_kwargs().items() if k != "cam_params"},
                     camera=scene.cam_params)
     args = renderer.arguments
-    assert args[7].want_depth_moments
+    assert args[6].want_depth_moments
     with pytest.raises(ValueError, match="partial render .* no depth statistics"):
-        ops.render(*args[:7], args[7]._replace(partial=True).encode())
+        ops._render_forward(*args[:6], args[6]._replace(partial=True))

@@ -1,0 +1,282 @@
+// The CUDA backend's persistent device scratch and the data its stages share.
+//
+// Binning: the (camera b, sphere i) items are sorted by closest depth zc (ties by item
+// index: the sort is stable); in that rank order each item gets a slot range of length
+// "tiles stored" (an exclusive scan, sphere_slots), and slot u holds one (tile, sphere)
+// instance with sort key b * n_tiles + tile. A stable radix sort of these keys over the
+// bits in use keeps every tile's instances in rank order, i.e. by (zc, index);
+// tile_ranges then marks each tile's run. A tile stores only the spheres with zc up to
+// its depth bound (tile_depth_bound.cu): the ones early termination can let a pixel of
+// it reach.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "../core/scene_view.h"
+#include "../core/tiling.h"
+#include "device_buffer.h"
+#include "pulsar/camera.h"
+#include "pulsar/renderer.h"
+#include "pulsar/intersection.h"
+#include "pulsar/sphere_setup.h"
+
+namespace pulsar {
+
+// One sphere as seen from one camera (stage 1), what the render kernels load per entry.
+// The first fields are what every pixel tests before anything else (one 16-byte load
+// in float32); the geometry follows. Aligned to 16 bytes so that it is written and read
+// in 16-byte accesses (load_sphere, store_sphere), not in a dozen narrow ones per record.
+template <typename T>
+struct alignas(16) GpuSphere {
+  T closest_depth;              // zc, world units
+  std::int16_t x0, y0, x1, y1;  // inclusive pixel bounds (empty: x0 > x1)
+  T cx, cy, cz;      // perspective: centre - eye (world); orthographic: camera-frame coords
+  T dist;            // |centre - eye|
+  T radius, opacity;
+  PairTerms<T> terms;  // per-sphere constants of the pair tests
+};
+
+// A record read and written in 16-byte accesses: the compiler splits the first 16 bytes,
+// which mix float and int16 fields, into four narrow ones otherwise.
+template <typename T>
+union GpuSphereWords {
+  GpuSphere<T> sphere;
+  int4 words[sizeof(GpuSphere<T>) / 16];
+};
+template <typename T>
+__device__ inline GpuSphere<T> load_sphere(const GpuSphere<T>* at) {
+  GpuSphereWords<T> u;
+  const int4* src = reinterpret_cast<const int4*>(at);
+#pragma unroll
+  for (int k = 0; k < int(sizeof(u.words) / 16); ++k) u.words[k] = src[k];
+  return u.sphere;
+}
+template <typename T>
+__device__ inline void store_sphere(GpuSphere<T>* at, const GpuSphere<T>& g) {
+  GpuSphereWords<T> u;
+  u.sphere = g;
+  int4* dst = reinterpret_cast<int4*>(at);
+#pragma unroll
+  for (int k = 0; k < int(sizeof(u.words) / 16); ++k) dst[k] = u.words[k];
+}
+
+// Byte layout of depth_order for m = B * N items: uint32 keys (float bits of zc) and int32
+// values (item indices), each double-buffered, 16 bytes per item. After the sort the
+// values' current buffer holds the item of each depth rank.
+struct DepthOrder {
+  std::size_t m;
+  std::size_t keys_a() const { return 0; }
+  std::size_t keys_b() const { return 4 * m; }
+  std::size_t values_a() const { return 8 * m; }
+  std::size_t values_b() const { return 12 * m; }
+  std::size_t bytes() const { return 16 * m; }
+};
+
+// Byte layout of instance_arena for n instances. Binning: the tile keys (uint32) and slots
+// (int32) of the instance sort, each double-buffered, and the sphere of each slot
+// (int32): 20 bytes per instance. After the sort two int32 maps survive at the start
+// (the sphere and the slot of each sorted position: 8 bytes per instance), and the
+// backward's gradient rows take the space behind them, one window of slots at a time
+// (RowWindows), from a 256-byte boundary so that a row of 32 bytes is one memory sector.
+struct InstanceArena {
+  std::size_t n;
+  std::size_t keys_a() const { return 0; }
+  std::size_t keys_b() const { return 4 * n; }
+  std::size_t slots_a() const { return 8 * n; }
+  std::size_t slots_b() const { return 12 * n; }
+  std::size_t slot_sphere() const { return 16 * n; }
+  std::size_t binning_bytes() const { return 20 * n; }
+  std::size_t entry_sphere() const { return 0; }
+  std::size_t entry_slot() const { return 4 * n; }
+  std::size_t maps_bytes() const { return 8 * n; }
+  std::size_t rows() const { return (maps_bytes() + 255) / 256 * 256; }
+};
+
+// The per-camera words of CudaScratch::camera_words, zeroed per binning, which the setup
+// kernel and the tile depth bound fill (uint32; zc > 0, so its float bits order like it).
+struct CameraWords {
+  static constexpr int kMaxCoverPasses = 4;    // the tile depth bound's cover passes at most (CoverSchedule)
+  static constexpr int kLowZc = 0;             // ~bits of the smallest visible zc (max of the complement)
+  static constexpr int kHighZc = 1;            // bits of the largest visible zc
+  static constexpr int kCoverCandidates = 2;   // nonzero: a visible sphere may cover a tile (may_cover_tiles)
+  static constexpr int kUnsettled = 3;         // word kUnsettled + p nonzero: after cover pass p a tile's
+                                               // depth bound may fall with deeper spheres
+                                               // (tile_depth_bound.cu), p < kMaxCoverPasses - 1
+  static constexpr int kMaxBound = kUnsettled + kMaxCoverPasses - 1;  // bits of the largest final tile
+                                               // depth bound (as for zc, bits order like values >= 0;
+                                               // a bound below 0 or NaN, whose bits exceed every
+                                               // visible zc's, only turns count_kernel's skip off)
+  static constexpr int kCount = kMaxBound + 1;  // words per camera
+};
+
+struct CudaScratch {
+  int device = 0;
+  int sm_count = 1;
+  DeviceBuffer spheres;         // GpuSphere<T> [B, N]
+  DeviceBuffer camera_words;    // uint32 [B, CameraWords::kCount], zeroed per binning
+  DeviceBuffer cover_histogram; // uint64 [B * n_tiles, buckets], then the unsettled tiles' bits
+                                // (UnsettledRows, tile_depth_bound.cu)
+  DeviceBuffer tile_depth_bound;  // float [B * n_tiles]: no pixel processes a sphere with larger zc
+  DeviceBuffer tile_settled;    // uint8 [B * n_tiles]: 1 once the cover passes so far fix the bound
+  // The depth sort of the B * N items (DepthOrder): its double-buffered keys and values,
+  // then the item of each rank.
+  DeviceBuffer depth_order;
+  // int64 [B * N]: tiles stored per item, in rank order (the scan's input); then, from the
+  // duplicate kernel on, int2 [B * N]: each item's slots [first, end), by item (item_slots).
+  DeviceBuffer tile_counts;
+  DeviceBuffer sphere_slots;    // int64 [B * N + 2]: exclusive scan of tile_counts (rank
+                                // order), then the count of small-box instances (count_kernel)
+  // Everything per (tile, sphere) instance, one allocation in two phases (InstanceArena).
+  DeviceBuffer instance_arena;
+  DeviceBuffer tile_ranges;     // int2 [B * n_tiles]: [begin, end) of each tile's sorted entries
+  DeviceBuffer tile_ends;       // int [B * n_tiles]: entries any pixel of the tile processed (backward)
+  DeviceBuffer cub_temp;        // CUB workspace
+  DeviceBuffer packed_cameras;  // T [B, 15]: cameras converted from camera vectors (Renderer)
+  DeviceBuffer zero_features;   // T [C] of zeros: a partial render's background
+  int backward_splits = 1;         // blocks per tile in the last backward (render_backward.cu)
+  // Partials per backward block, written in the first backward window, added to in the others.
+  DeviceBuffer tile_camera_grads;  // T [B * n_tiles * backward_splits, kCameraGradValues]
+  DeviceBuffer tile_background_grads;  // T [B * n_tiles * backward_splits, C]
+  DeviceBuffer camera_chunk_sums;  // T [B, chunks, kCameraGradValues] (reduce_gradients.cu)
+  // Pinned, read back once per binning: [0] the instance count, [1] how many of them
+  // have a box within their tile of at most kSmallBoxPixels pixels.
+  std::int64_t* host_count = nullptr;
+  cudaEvent_t count_ready = nullptr;  // recorded behind host_count's copy (setup_bin.cu)
+  std::int64_t n_instances = 0;
+  std::int64_t small_box_instances = 0;  // of n_instances, those with small boxes within their tile
+  std::int64_t backward_row_budget = 0;  // RendererConfig::backward_row_budget
+  // Between cuda_begin_binning and cuda_finish_binning: the item of each rank (in one of
+  // depth_order's buffers; null when no count is in flight) and the tile depth bounds
+  // (null: none).
+  const std::int32_t* pending_order = nullptr;
+  const float* pending_bound = nullptr;
+
+  // The maps binning leaves (InstanceArena, tile_counts).
+  std::int32_t* entry_sphere() const { return arena_map(InstanceArena{std::size_t(n_instances)}.entry_sphere()); }
+  std::int32_t* entry_slot() const { return arena_map(InstanceArena{std::size_t(n_instances)}.entry_slot()); }
+  int2* item_slots() const { return tile_counts.as<int2>(); }
+
+  std::int32_t* arena_map(std::size_t offset) const {
+    return reinterpret_cast<std::int32_t*>(instance_arena.as<unsigned char>() + offset);
+  }
+
+  std::size_t bytes() const {
+    return spheres.capacity() + camera_words.capacity() + cover_histogram.capacity() +
+           tile_depth_bound.capacity() + tile_settled.capacity() + depth_order.capacity() + tile_counts.capacity() +
+           sphere_slots.capacity() + instance_arena.capacity() + tile_ranges.capacity() + tile_ends.capacity() +
+           cub_temp.capacity() + packed_cameras.capacity() + tile_camera_grads.capacity() +
+           tile_background_grads.capacity() + camera_chunk_sums.capacity() + zero_features.capacity();
+  }
+};
+
+// The backward stores one gradient row per instance, by slot, for a window of slots at a
+// time: it renders every tile's entries with slots in the window (a run of each tile's
+// list: slots ascend with depth rank, as the lists do), reduces the window's rows into
+// the sphere gradients (adding to the windows before), and reuses the rows. The rows of
+// a window may take the arena's binning space behind the maps (12 bytes per instance),
+// so that a backward needs no more memory than its binning did, or kMinRowBytes when that
+// is more. Each further window costs a launch, a pass over the spheres and the staging of
+// its tiles again, so all rows up to kOneWindowRowBytes take one window (scratch beyond
+// the binning's, bounded by that constant).
+struct RowWindows {
+  static constexpr std::int64_t kMinRowBytes = std::int64_t(128) << 20;
+  static constexpr std::int64_t kOneWindowRowBytes = std::int64_t(256) << 20;
+  std::int64_t count = 1;  // windows (at least one, so that an empty scene still writes zeros)
+  std::int64_t size = 0;   // slots per window
+
+  // budget: bytes of rows per window, 0 for the default.
+  static RowWindows of(std::int64_t n_instances, std::int64_t row_bytes, std::int64_t budget) {
+    RowWindows w;
+    if (budget <= 0) {
+      const InstanceArena layout{std::size_t(n_instances)};
+      budget = n_instances * row_bytes <= kOneWindowRowBytes
+                   ? kOneWindowRowBytes
+                   : std::max<std::int64_t>(std::int64_t(layout.binning_bytes() - layout.rows()), kMinRowBytes);
+    }
+    const std::int64_t per_window = std::max<std::int64_t>(1, budget / row_bytes);
+    w.count = std::max<std::int64_t>(1, (n_instances + per_window - 1) / per_window);
+    w.size = (n_instances + w.count - 1) / w.count;
+    return w;
+  }
+};
+
+// CameraGrad<T> flattened (CameraGrad::to_array).
+constexpr int kCameraGradValues = CameraGrad<float>::kValues;
+
+// Shared memory a block may use without opting in to more (static allocations, and the
+// render kernels' launches with dynamic memory), bytes.
+constexpr std::size_t kSharedBytesWithoutOptIn = 48 * 1024;
+
+// An instance whose sphere's box within its tile holds at most this many pixels is small
+// (count_kernel counts them); when at least half the instances are small, the backward
+// gives each entry 8 or 16 lanes instead of a warp (render_backward.cu), and the forward
+// keeps one pixel per thread (render_forward.cu). Counted within the tile, not over the
+// whole box: the backward's lanes walk the box cut at the tile's edges, which holds
+// fewer pixels than the box wherever a sphere straddles tiles.
+constexpr int kSmallBoxPixels = 32;
+
+// Per-instance gradient layout: [position 3, radius, opacity, features C].
+constexpr int kGpuInstPos = 0, kGpuInstRadius = 3, kGpuInstOpacity = 4, kGpuInstFeatures = 5;
+
+// Stage 1 in two calls (backend.h): the first enqueues setup, the depth sort, the tile
+// depth bound, the tile counts and their scan and the instance count's read-back; the
+// second waits for the count (the one host synchronisation of a binning) and builds the
+// lists.
+template <typename T>
+void cuda_begin_binning(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
+                        cudaStream_t stream, CudaScratch& scratch);
+template <typename T>
+void cuda_finish_binning(const RendererConfig& config, const SceneArgs& scene, cudaStream_t stream,
+                         CudaScratch& scratch);
+// Per tile of every camera, a depth beyond which no pixel processes a sphere (float
+// [B * n_tiles], in scratch), or null when early termination is off. order: the item of
+// each rank of the depth sort; rank_keys: the sorted keys (float bits of zc, invisible
+// items all ones).
+template <typename T>
+const float* cuda_tile_depth_bound(const RendererConfig& config, const SceneArgs& scene,
+                                   const RenderOptions& options, cudaStream_t stream, CudaScratch& scratch,
+                                   const std::int32_t* order, const std::uint32_t* rank_keys);
+template <typename T>
+void cuda_render_forward(const RendererConfig& config, const SceneArgs& scene,
+                         const RenderOptions& options, const ForwardOutputs& out, cudaStream_t stream,
+                         CudaScratch& scratch);
+template <typename T>
+void cuda_render_backward(const RendererConfig& config, const SceneArgs& scene,
+                          const RenderOptions& options, const BackwardArgs& args,
+                          const GradientOutputs& grads, cudaStream_t stream, CudaScratch& scratch);
+// Sums the rows of slots [lo, hi) (rows[u - lo], 5 + C values each) into the caller's
+// sphere gradient arrays: written when first, else added, so that windows reduce in a
+// fixed order (render_backward.cu calls it once per window). The rows are overwritten
+// (with a static channel count, each item's first row takes its sum).
+template <typename T>
+void cuda_reduce_sphere_rows(const RendererConfig& config, const SceneArgs& scene,
+                             const GradientOutputs& grads, cudaStream_t stream, const CudaScratch& scratch,
+                             T* rows, std::int64_t lo, std::int64_t hi, bool first);
+// A partial render's last step (backend.h, partial_state).
+template <typename T>
+void cuda_partial_state(const RendererConfig& config, const RenderOptions& options, int batch_size,
+                        const ForwardOutputs& out, cudaStream_t stream);
+// Sums the camera and background partials into the caller's arrays.
+template <typename T>
+void cuda_reduce_gradients(const RendererConfig& config, const SceneArgs& scene,
+                           const GradientOutputs& grads, cudaStream_t stream, CudaScratch& scratch);
+
+inline unsigned blocks_for(std::int64_t n, int threads) {
+  return unsigned((n + threads - 1) / threads);
+}
+
+// Camera and sphere of item = camera * n + sphere. Items stay below 2^31
+// (cuda_setup_and_bin's limit), so 32-bit division serves (64-bit division is a long
+// software routine on the GPU).
+struct ItemIndex {
+  int camera;
+  std::int32_t sphere;
+};
+__device__ inline ItemIndex split_item(std::int64_t item, std::int64_t n) {
+  const unsigned u = unsigned(item), un = unsigned(n);
+  const unsigned camera = u / un;
+  return {int(camera), std::int32_t(u - camera * un)};
+}
+
+}  // namespace pulsar
