@@ -18,6 +18,7 @@ from typing import NamedTuple, Optional, Tuple, Union
 import torch
 
 from . import _checks, _native, ops
+from .autocast import float32_under_autocast
 from .cameras.camera import Camera
 from .cameras.params import NativeCamera
 from .gradient_scaling import check_gradient_scaling, render_call as scaled_render_call
@@ -194,6 +195,7 @@ class Renderer(torch.nn.Module):
                             if isinstance(device, int) else torch.device(device))
         return super().cuda(device)
 
+    @float32_under_autocast
     def forward(
         self,
         vert_pos: torch.Tensor,
@@ -375,6 +377,7 @@ class Renderer(torch.nn.Module):
                           "may be unstable for optimisation", stacklevel=4)
             self._warned_small_gamma = True
 
+    @float32_under_autocast
     def render(
         self,
         vert_pos: torch.Tensor,
@@ -485,6 +488,7 @@ class Renderer(torch.nn.Module):
             native = _expand_camera(native, pos.shape[0], "camera")
         return scene, CameraInput(self._pack(native, depths), 0, batched, right_handed, orthographic), mask_batched
 
+    @float32_under_autocast
     @torch.no_grad()
     def visible(
         self,
