@@ -78,9 +78,12 @@ struct RenderOptions {
   // that merges exactly with the other shares' (docs/model.md section 5, "Shares"): forward
   // writes the share's feature sum A into `image` and its own normaliser into blend_state
   // (ForwardOutputs). The background's features are not read; its weight still counts in
-  // the termination rule. No depth statistics. Backward, given the merged state of all
-  // shares instead (BackwardArgs), differentiates this share's spheres; partial tells it
-  // that the pixel's other contributors are not all among them.
+  // the termination rule. Depth statistics, when asked for, are those of the share's own
+  // hits (the mean and variance under their weights, the coverage against the share's
+  // normaliser), which merge with the other shares' like partial variances. Backward, given
+  // the merged state of all shares instead (BackwardArgs; with the merged depth statistics),
+  // differentiates this share's spheres; partial tells it that the pixel's other
+  // contributors are not all among them.
   bool partial = false;
 };
 

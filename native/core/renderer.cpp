@@ -147,8 +147,6 @@ void Renderer::forward(const SceneArgs& scene_in, const RenderOptions& options,
   backend_->begin_binning(scene, options);
   const ForwardOutputs outputs = make_outputs();
   check_forward_outputs(outputs);
-  PULSAR_REQUIRE(!options.partial || outputs.depth_moments == nullptr,
-                 "depth_moments: a partial render (RenderOptions::partial) has no depth statistics");
   backend_->finish_binning(scene, options);
   backend_->render_forward(scene, options, outputs);
   if (options.partial) backend_->partial_state(scene, options, outputs);

@@ -8,14 +8,15 @@ the order of the spheres, so the states merge exactly, as an online softmax does
     m = max_r m_r,  D = exp(s_bg - m) + sum_r D_r exp(m_r - m),
     A = exp(s_bg - m) bg + sum_r A_r exp(m_r - m),  C = A / D,
 
-the background counted once. The backward needs only the merged (m, D) and C. Every
-function here is a collective: every rank of ``group`` calls it, with tensors of equal
+the background counted once. The depth statistics of the shares' hits merge like partial
+variances (merge_depth_statistics). The backward needs only the merged (m, D), C and
+depth statistics. Every function here is a collective: every rank of ``group`` calls it, with tensors of equal
 shapes.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Optional, Tuple, Union
 
 import torch
 import torch.distributed as dist
@@ -25,7 +26,7 @@ from ..outputs import forward_info_ids, ids_of_slots, slots_of_ids
 Tensor = torch.Tensor
 
 
-def merge_partial_states(partial: Tensor, state: Tensor, background: Tensor, bg_exponent: float,
+def merge_partial_states(partial: Tensor, state: Tensor, background: Tensor, bg_exponent: Union[float, Tensor],
                          group: Optional[dist.ProcessGroup]) -> Tuple[Tensor, Tensor]:
     """The image and the merged blend state of every rank's share.
 
@@ -56,6 +57,39 @@ def merge_partial_states(partial: Tensor, state: Tensor, background: Tensor, bg_
     image = torch.addcmul(sums[..., :channels], background_weight[..., None], background)
     image.div_(merged[..., 1:])
     return image, merged
+
+
+def merge_depth_statistics(moments: Tensor, state: Tensor, merged_state: Tensor,
+                           group: Optional[dist.ProcessGroup]) -> Tensor:
+    """The depth statistics of every rank's share merged (docs/model.md section 5,
+    "Shares"): the coverage, mean and variance of all the pixel's hits.
+
+    Args:
+        moments: [..., 4] this share's depth statistics (outputs.DEPTH_STATS: coverage,
+            mean, variance, low part of the mean), of its own hits.
+        state: [..., 2] this share's (m_r, D_r) (D_r without the background).
+        merged_state: [..., 2] the merged (m, D) (merge_partial_states).
+        group: the process group.
+
+    Returns:
+        [..., 4] the merged statistics, equal on every rank (the mean in one value, its low
+        part 0). Two collectives: a sum over [..., 2], then one over [...] (the variance's
+        deviations need the merged mean first: one pass of raw second moments would lose
+        digits where the variance is small against the mean's square).
+    """
+    weight = state[..., 1] * torch.sub(state[..., 0], merged_state[..., 0]).exp_()  # W_r, relative to exp(m)
+    mean_r = moments[..., 1] + moments[..., 3]
+    sums = torch.stack((weight, weight * mean_r), dim=-1)
+    dist.all_reduce(sums, group=group)
+    total = sums[..., 0]
+    covered = total > 0
+    safe = torch.where(covered, total, torch.ones_like(total))
+    mean = torch.where(covered, sums[..., 1] / safe, torch.zeros_like(total))
+    spread = weight * (moments[..., 2] + (mean_r - mean) ** 2)
+    dist.all_reduce(spread, group=group)
+    variance = torch.where(covered, spread / safe, torch.zeros_like(total))
+    coverage = total / merged_state[..., 1]
+    return torch.stack((coverage, mean, variance, torch.zeros_like(mean)), dim=-1)
 
 
 def share_offset(n_spheres: int, device: torch.device, group: Optional[dist.ProcessGroup]) -> Tensor:

@@ -11,14 +11,14 @@ from .. import ops
 from ..cameras import Camera
 from ..renderer import Renderer
 from .agreement import check_ranks_agree
-from .merge import merge_forward_info, merge_partial_states, share_offset
+from .merge import merge_depth_statistics, merge_forward_info, merge_partial_states, share_offset
 
 Tensor = torch.Tensor
 
 # The settings every rank's call must share (ops.RenderSettings fields).
 _AGREED = ("width", "height", "n_track", "orthographic", "background_normalized_depth", "gamma",
-           "percent_allowed_difference", "max_n_hits", "right_handed", "want_forward_info", "batch_dim",
-           "camera_length", "first_R_then_T", "min_depth", "max_depth")
+           "percent_allowed_difference", "max_n_hits", "right_handed", "want_forward_info", "want_depth_moments",
+           "batch_dim", "camera_length", "first_R_then_T", "min_depth", "max_depth")
 
 
 class ShardedRenderer(Renderer):
@@ -57,8 +57,10 @@ class ShardedRenderer(Renderer):
 
     Supported calls: ``forward`` (mode 0 with or without forward info, whose ids are
     global: the shares numbered in rank order; mode 1, the hit counts summed over the
-    ranks) and ``visible`` (of this rank's spheres). ``render`` (depth outputs) raises.
-    The call runs eagerly (torch.compile leaves it out of its graphs).
+    ranks), ``render`` (image, depth, coverage, distortion and z_depth of all spheres:
+    the shares' depth statistics merge like partial variances, one collective more when
+    they are asked for; its hit_count is this rank's share's) and ``visible`` (of this
+    rank's spheres). The call runs eagerly (torch.compile leaves it out of its graphs).
     """
 
     def __init__(self, *args: Any, process_group: Optional[dist.ProcessGroup] = None, **kwargs: Any) -> None:
@@ -103,19 +105,12 @@ class ShardedRenderer(Renderer):
             dist.all_reduce(hits, group=self.process_group)
         return out
 
-    def render(self, *args: Any, **kwargs: Any):
-        raise NotImplementedError("ShardedRenderer: render() (depth, coverage and distortion outputs) is not "
-                                  "available for a scene split across ranks; use forward()")
-
     def _render(self, positions, features, radii, opacities, background, cameras,
                 settings: ops.RenderSettings) -> Tuple[Tensor, ...]:
         self._check_gradient_scaling()
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError("ShardedRenderer: torch.distributed is not initialised: call "
                                "torch.distributed.init_process_group first")
-        if settings.want_depth_moments:
-            raise NotImplementedError("ShardedRenderer: depth outputs are not available for a scene split "
-                                      "across ranks")
         if settings.check_values:
             batch = positions.shape[0] if positions.dim() == 3 else 0
             check_ranks_agree(cameras, background, [*(getattr(settings, name) for name in _AGREED), batch],
@@ -138,14 +133,16 @@ def sharded_render(positions: Tensor, features: Tensor, radii: Tensor, opacities
 
 
 def _forward(positions, features, radii, opacities, background, cameras, settings, group):
-    (partial, state, counts, info, _), call = ops._render_forward(
+    (partial, state, counts, info, moments), call = ops._render_forward(
         positions, features, radii, opacities, background, cameras, settings)
     bg = background if background is not None else ops._ones(features.shape[-1], partial.dtype, partial.device)
     bg_exponent = settings.background_normalized_depth / settings.gamma  # as the native blend's s_bg
     image, merged = merge_partial_states(partial, state, bg, bg_exponent, group)
     if info is not None:
         info = merge_forward_info(info, merged, share_offset(positions.shape[-2], positions.device, group), group)
-    return (image, merged, counts, info, None), call
+    if moments is not None:
+        moments = merge_depth_statistics(moments, state, merged, group)
+    return (image, merged, counts, info, moments), call
 
 
 class _ShardedRender(torch.autograd.Function):
@@ -162,8 +159,8 @@ class _ShardedRender(torch.autograd.Function):
         return outputs
 
     @staticmethod
-    def backward(ctx, grad_image, *_):
-        args = ops._backward_arguments(ctx, grad_image, None)
+    def backward(ctx, grad_image, _state, _counts, _info, grad_moments):
+        args = ops._backward_arguments(ctx, grad_image, grad_moments)
         if args is None:
             return (None,) * 8
         grads = ops._render_backward_impl(*args, call=ctx.call)

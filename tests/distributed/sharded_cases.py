@@ -54,6 +54,54 @@ def run_case(renderer, scene, case: dict, dtype: torch.dtype, device: str, rank:
     return {k: v.cpu() for k, v in out.items()}
 
 
+# render()'s outputs that the loss of run_render_case reads, all differentiable.
+RENDER_OUTPUTS = ("image", "depth", "z_depth", "coverage", "distortion")
+
+
+def run_render_case(renderer, scene, case: dict, dtype: torch.dtype, device: str,
+                    rank: Optional[int] = None) -> Dict:
+    """As run_case for ``render()``: its outputs (RENDER_OUTPUTS) and the gradients of a
+    loss of every one of them."""
+    tensors = scene.tensors(dtype, device)
+    if rank is not None:
+        lo, hi = share_bounds(case["shares"])[rank:rank + 2]
+        for name in SPHERE_NAMES:
+            tensors[name] = tensors[name][..., lo:hi].contiguous() if name in ("vert_rad", "opacity") \
+                else tensors[name][..., lo:hi, :].contiguous()
+    for t in tensors.values():
+        t.requires_grad_(True)
+    kwargs = dict(scene.settings(), camera=tensors.pop("cam_params"))
+    cam = kwargs["camera"]
+    result = renderer.render(**tensors, **kwargs, z_depth=True)
+    loss = sum((getattr(result, name) * grad_output_like(getattr(result, name))).sum() for name in RENDER_OUTPUTS)
+    loss.backward()
+    out = {name: getattr(result, name).detach() for name in RENDER_OUTPUTS}
+    tensors["cam_params"] = cam
+    out.update({"grad_" + name: tensors[name].grad for name in GRAD_NAMES})
+    return {k: v.cpu() for k, v in out.items()}
+
+
+def sharded_render_rank(rank: int, world_size: int, cases: List[dict], device: str = "cpu") -> List[Dict]:
+    """Every case's sharded ``render()`` result on this rank (run_ranks' function)."""
+    if device == "cuda":
+        device = f"cuda:{rank}"
+    results = []
+    for case in cases:
+        scene = case_scene(case)
+        renderer = ShardedRenderer(scene.width, scene.height, n_track=scene.n_track, n_channels=scene.n_channels,
+                                   background_normalized_depth=scene.beta).to(device)
+        results.append(run_render_case(renderer, scene, case, case["dtype"], device, rank))
+    return results
+
+
+def single_render_result(case: dict, device: str = "cpu") -> Dict:
+    """The case's single-process ``render()`` result."""
+    scene = case_scene(case)
+    renderer = pulsar_py.Renderer(scene.width, scene.height, n_track=scene.n_track, n_channels=scene.n_channels,
+                                  background_normalized_depth=scene.beta).to(device)
+    return run_render_case(renderer, scene, case, case["dtype"], device)
+
+
 def sharded_rank(rank: int, world_size: int, cases: List[dict], device: str = "cpu") -> List[Dict]:
     """Every case's sharded result on this rank (run_ranks' function)."""
     if device == "cuda":

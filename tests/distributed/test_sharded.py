@@ -11,8 +11,8 @@ import torch
 import pulsar_py
 from pulsar_py.distributed import ShardedRenderer
 from rank_runner import run_ranks
-from sharded_cases import (SPHERE_NAMES, case_scene, disagreeing_rank, share_bounds, sharded_rank,
-                           single_result)
+from sharded_cases import (RENDER_OUTPUTS, SPHERE_NAMES, case_scene, disagreeing_rank, share_bounds,
+                           sharded_render_rank, sharded_rank, single_render_result, single_result)
 
 F32, F64 = torch.float32, torch.float64
 TOLERANCE = {F64: 1e-12, F32: 1e-5}
@@ -98,6 +98,50 @@ def test_sharded_render_equals_one_process(world_size):
             _check_bound(case, ranks, single, single_result(case, p=0.0))
 
 
+# render(): exact at p = 0 (float64 to 1e-12 relative); 2 ranks with uneven shares, 3 with
+# an empty one (batched).
+RENDER_CASES = {
+    2: [dict(seed=41, shares=[41, 17], p=0.0, dtype=F64), dict(seed=42, shares=[9, 50], p=0.0, dtype=F32)],
+    3: [dict(seed=43, shares=[20, 0, 33], p=0.0, dtype=F64, batch=2)],
+}
+
+
+def _check_render_exact(case: dict, ranks: List[Dict], single: Dict) -> None:
+    tol = TOLERANCE[case["dtype"]]
+    for rank, got in enumerate(ranks):
+        where = f"rank {rank}, case {case}"
+        for name in RENDER_OUTPUTS:
+            assert single[name].abs().max() > 0, name
+            assert _relative(got[name], single[name]) <= tol, f"{name}, {where}"
+        for name in SPHERE_NAMES:
+            want = _share(single["grad_" + name], name, case, rank)
+            if want.numel():
+                assert want.abs().max() > 0, f"{name}: the scene must give a non-zero gradient"
+                assert _relative(got["grad_" + name], want) <= tol, f"grad {name}, {where}"
+        for name in ("bg_col", "cam_params"):
+            assert single["grad_" + name].abs().max() > 0
+            assert _relative(got["grad_" + name], single["grad_" + name]) <= tol, f"grad {name}, {where}"
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_sharded_render_outputs_equal_one_process(world_size):
+    """render()'s image, depth, z-depth, coverage and distortion, and the gradients of a
+    loss of all of them: the shares' depth statistics merge exactly."""
+    cases = RENDER_CASES[world_size]
+    per_rank = run_ranks(sharded_render_rank, world_size, cases)
+    for i, case in enumerate(cases):
+        _check_render_exact(case, [per_rank[r][i] for r in range(world_size)], single_render_result(case))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")
+def test_sharded_render_outputs_over_nccl_equal_one_gpu():
+    cases = RENDER_CASES[2]
+    per_rank = run_ranks(sharded_render_rank, 2, cases, "cuda", backend="nccl")
+    for i, case in enumerate(cases):
+        _check_render_exact(case, [per_rank[r][i] for r in range(2)], single_render_result(case, "cuda:0"))
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")
 def test_sharded_render_over_nccl_equals_one_gpu():
@@ -125,8 +169,6 @@ def test_sharded_renderer_refuses_what_it_cannot_do():
     with pytest.raises(ValueError, match="gradient_scaling"):
         ShardedRenderer(8, 8, gradient_scaling="pulsar")
     renderer = ShardedRenderer(8, 8)
-    with pytest.raises(NotImplementedError, match="render"):
-        renderer.render(torch.zeros(1, 3), torch.zeros(1, 3), torch.ones(1), torch.zeros(8), 0.1, 10.0)
     if not torch.distributed.is_initialized():
         cam = torch.tensor([0.0, 0, 0, 0, 0, 0, 5.0, 2.0])
         with pytest.raises(RuntimeError, match="init_process_group"):

@@ -64,12 +64,26 @@ def test_one_share_merged_alone_is_the_render(device, dtype, p):
         assert error <= (1e-11 if dtype == F64 else 1e-4), f"{name}: {error:.2e}"
 
 
-def test_a_partial_render_has_no_depth_statistics():
-    scene = random_scene(6, n_spheres=10)
-    renderer = _Captured(scene.width, scene.height, n_channels=scene.n_channels)
-    renderer.render(**{k: v for k, v in scene.call_kwargs().items() if k != "cam_params"},
-                    camera=scene.cam_params)
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_partial_renders_depth_statistics_of_its_share(device):
+    """One share's depth statistics, merged alone (docs/model.md section 5, "Shares"), are
+    the plain render's: its mean and variance are those of its hits, and its hits' weight
+    is its normaliser without the background."""
+    scene = random_scene(6, width=40, height=30, n_spheres=60, radius_px=(3.0, 12.0))
+    renderer = _Captured(scene.width, scene.height, n_channels=scene.n_channels,
+                         background_normalized_depth=scene.beta).to(device)
+    renderer.render(**{k: v for k, v in scene.call_kwargs(F64, device).items() if k != "cam_params"},
+                    camera=scene.cam_params.to(device))
     args = renderer.arguments
     assert args[6].want_depth_moments
-    with pytest.raises(ValueError, match="partial render .* no depth statistics"):
-        ops._render_forward(*args[:6], args[6]._replace(partial=True))
+    with torch.no_grad():
+        plain = ops._render_forward(*args[:6], args[6])[0]
+        (_, state, _, _, moments), _ = ops._render_forward(*args[:6], args[6]._replace(partial=True))
+    m, d_share = state[..., 0], state[..., 1]
+    total = d_share + torch.exp(scene.beta / scene.gamma - m)
+    want = plain[4]
+    assert (want[..., 0] > 0.1).any()  # the scene covers pixels
+    torch.testing.assert_close(d_share / total, want[..., 0], rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(moments[..., 1] + moments[..., 3], want[..., 1] + want[..., 3], rtol=1e-12,
+                               atol=1e-14)
+    torch.testing.assert_close(moments[..., 2], want[..., 2], rtol=1e-10, atol=1e-14)
