@@ -170,6 +170,27 @@ def test_pulsar_scaling_through_render_and_without_gradients():
         assert torch.equal(renderer(pos, col, rad, cam, 0.1, 30.0), Renderer(32, 24)(pos, col, rad, cam, 0.1, 30.0))
 
 
+def test_pulsar_scaling_under_torch_compile_runs_eagerly_with_the_same_gradients():
+    # The scaling fills its factors in after the forward: torch.compile runs it eagerly
+    # (torch.compiler.disable, applied at its first call), with eager's values and gradients.
+    torch._dynamo.reset()
+    renderer = Renderer(32, 24, gradient_scaling="pulsar")
+
+    def image_of(pos, col, rad, opa, cam):
+        return renderer(pos, col, rad, cam, 0.1, 30.0, opacity=opa)
+
+    compiled = torch.compile(image_of, backend="aot_eager")
+    grads = {}
+    for name, function in (("eager", image_of), ("compiled", compiled)):
+        leaves = [t.detach().clone().requires_grad_() for t in _scene(seed=5)]
+        image = function(*leaves)
+        grads[name] = (image.detach(), *torch.autograd.grad((image * torch.linspace(0.5, 1.5, image.numel())
+                                                             .reshape(image.shape)).sum(), leaves))
+    assert all(float(g.abs().max()) > 0 for g in grads["eager"][1:])
+    for got, want in zip(grads["compiled"], grads["eager"]):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=0)
+
+
 def test_exact_mode_never_reaches_the_scaling(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the scaling ran in exact mode")
