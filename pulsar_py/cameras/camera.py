@@ -43,6 +43,8 @@ _MIRROR_Z = (1.0, 1.0, -1.0)
 
 Scalar = Union[float, torch.Tensor]
 ImageSize = Tuple[int, int]
+#: Points or directions [B?, 3]: a tensor, or Python numbers: (x, y, z) or a list of triples.
+Points3 = Union[torch.Tensor, Sequence[float], Sequence[Sequence[float]]]
 
 
 def _check_image_size(image_size: object) -> ImageSize:
@@ -266,9 +268,9 @@ class Camera:
     @classmethod
     def look_at(
         cls,
-        eye: torch.Tensor,
-        target: torch.Tensor,
-        up: Union[torch.Tensor, Sequence[float]] = (0.0, 1.0, 0.0),
+        eye: Points3,
+        target: Points3,
+        up: Points3 = (0.0, 1.0, 0.0),
         *,
         image_size: ImageSize,
         fov_y: Optional[float] = None,
@@ -287,7 +289,8 @@ class Camera:
 
         Args:
             eye, target: [B?, 3] world points; up: [B?, 3] world direction (not parallel
-                to target - eye).
+                to target - eye). Tensors, or Python numbers: ``(0, 0, -5)`` or a list of
+                such triples.
             image_size: (height, width).
             fov_y: vertical field of view in degrees (perspective; default 60 when neither
                 fx nor fy is given): fy = (height / 2) / tan(fov_y / 2).

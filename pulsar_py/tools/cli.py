@@ -36,7 +36,7 @@ _FORWARDED: Dict[str, Tuple[str, str]] = {
                              "output; see 'selftest --help'"),
     "gradcheck": ("gradcheck", "finite-difference check of every gradient (pulsar_py.gradcheck); "
                                "see 'gradcheck --help'"),
-    "bench": ("bench", "benchmark driver, workloads W1-W6 (pulsar_py.bench); see 'bench --help'"),
+    "bench": ("bench", "benchmark driver, workloads W1-W6 (pulsar_py.tools.bench); see 'bench --help'"),
 }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -224,6 +225,16 @@ def test_state_dict_has_pulsars_buffer():
     state = Renderer(8, 8).state_dict()
     assert list(state) == ["device_tracker"]
     assert state["device_tracker"].shape == (1,) and state["device_tracker"].dtype == torch.float32
+
+
+def test_docs_name_what_the_state_dict_holds():
+    keys = list(Renderer(8, 8).state_dict())
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    paragraphs = [p for page in sorted(docs.glob("*.md")) for p in page.read_text().split("\n\n")
+                  if "state_dict()" in p]
+    assert paragraphs, "no page documents Renderer.state_dict()"
+    for paragraph in paragraphs:
+        assert "empty" not in paragraph and all(f"`{key}`" in paragraph for key in keys), paragraph
 
 
 def test_state_dicts_load_strictly_both_ways():
