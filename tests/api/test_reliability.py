@@ -511,3 +511,40 @@ def test_sparse_nested_and_meta_tensors_are_refused_naming_the_argument(entry, l
             call(**bad)
     again = call(**kwargs)
     assert torch.equal(again.image if entry == "render" else again, reference.image if entry == "render" else reference)
+
+
+def test_a_renderer_on_the_meta_device_refuses_meta_tensors_naming_the_argument():
+    # Meta tensors have shapes but no values: nothing to render, whichever device the
+    # renderer was moved to.
+    scene, kwargs = _entry_kwargs()
+    renderer = scene.renderer().to("meta")
+    meta = {k: (v.to("meta") if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
+    with pytest.raises(ValueError, match="vert_pos: expected a tensor with values .* meta device"):
+        renderer(**meta)
+    camera = meta.pop("cam_params")
+    with pytest.raises(ValueError, match="vert_pos: expected a tensor with values .* meta device"):
+        renderer.render(**meta, camera=camera)
+    with pytest.raises(ValueError, match="vert_pos: expected a tensor with values .* meta device"):
+        renderer.visible(meta["vert_pos"], meta["vert_rad"], camera, max_depth=scene.max_depth)
+
+
+SCALAR_TENSORS = {"gamma": 0.1, "max_depth": None, "min_depth": None, "percent_allowed_difference": 0.01,
+                  "max_n_hits": 3}
+
+
+@pytest.mark.parametrize("layout", ["nested", "meta"])
+@pytest.mark.parametrize("entry", ["forward", "render"])
+def test_nested_and_meta_tensors_as_settings_are_refused_naming_the_argument(entry, layout):
+    scene, kwargs = _entry_kwargs()
+    renderer = scene.renderer()
+    if entry == "render":
+        kwargs["camera"] = kwargs.pop("cam_params")
+    call = renderer.forward if entry == "forward" else renderer.render
+    call(**kwargs)
+    for name, value in SCALAR_TENSORS.items():
+        value = kwargs[name] if value is None else value
+        t = torch.tensor(value, dtype=torch.int64 if name == "max_n_hits" else F64)
+        bad = t.to("meta") if layout == "meta" else torch.nested.nested_tensor([t.reshape(1)])
+        with pytest.raises(BAD_INPUT, match=f"{name}: expected a dense .*nested" if layout == "nested"
+                           else f"{name}: expected a tensor with values .* meta device"):
+            call(**dict(kwargs, **{name: bad}))

@@ -120,14 +120,46 @@ def test_windows_line_endings_in_the_header():
     (b"ply\nformat ascii 1.0\nelement face 1\nproperty list uchar int v\nend_header\n3 0 1 2\n",
      "expected a 'vertex' element, got the elements face"),
     (b"ply\nformat binary_little_endian 1.0\nelement vertex 5\nproperty float x\nproperty float y\n"
-     b"property float z\nend_header\n" + b"\x00" * 12, "bad data: .*vertex.*end-of-file"),
+     b"property float z\nend_header\n" + b"\x00" * 12,
+     "declares 5 'vertex' rows \\(at least 60 bytes\\), but the file holds 12 bytes after its header"),
     (b"ply\nformat ascii 1.0\nelement vertex 2\nproperty float x\nproperty float y\nproperty float z\n"
-     b"end_header\n1 2 3\n", "bad data: .*vertex.*row 1"),
+     b"end_header\n1 2 3\n", "declares 2 'vertex' rows .*holds 6 bytes after its header"),
+    (b"ply\nformat ascii 1.0\nelement vertex 2\nproperty float x\nproperty float y\nproperty float z\n"
+     b"end_header\n1 2 3\n1 2 3 4\n", "bad data: .*vertex.*row 1"),
+    (b"ply\nformat binary_little_endian 1.0\nelement face 1\nproperty list uchar int vertex_indices\n"
+     b"end_header\n\x03" + b"\x00" * 8, "bad data: .*face.*end-of-file"),
     (b"ply\nformat ascii 1.0\nelement vertex 1\nproperty quad x\nend_header\n", "bad header: .*'quad'"),
 ])
 def test_bad_files_are_clear_errors(data, message):
     with pytest.raises(ValueError, match=message):
         decode_ply(data)
+
+
+HEADER_XYZ = "property float x\nproperty float y\nproperty float z\n"
+
+
+@pytest.mark.parametrize("header, data", [
+    (f"format binary_little_endian 1.0\nelement vertex {10**15}\n{HEADER_XYZ}", b"\x00" * 24),
+    (f"format binary_big_endian 1.0\nelement face {10**12}\nproperty list uchar int vertex_indices\n"
+     f"element vertex 2\n{HEADER_XYZ}", b"\x00" * 64),
+    (f"format ascii 1.0\nelement vertex {10**15}\n{HEADER_XYZ}", b"0 0 0\n1 1 1\n"),
+], ids=["vertices_1e15", "faces_first_1e12", "ascii_vertices_1e15"])
+def test_counts_beyond_the_file_are_a_clear_error_before_any_allocation(tmp_path, header, data, capsys):
+    # plyfile would allocate the declared rows first (petabytes): numpy's out-of-memory error.
+    content = f"ply\n{header}end_header\n".encode() + data
+    with pytest.raises(ValueError, match=r"ply: the header declares 10{12,15} '(vertex|face)' rows \(at least "
+                                         r"\d+ bytes\).*but the file holds \d+ bytes after its header"):
+        decode_ply(content)
+    path = tmp_path / "big.ply"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match="declares"):
+        read_ply(path)
+    assert cli_main(["render", "--ply", str(path), "--out", str(tmp_path / "x.png")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "declares" in err and "Traceback" not in err, err
+    # A file that ends its last ASCII row without a newline is whole.
+    assert decode_ply(b"ply\nformat ascii 1.0\nelement vertex 1\n" + HEADER_XYZ.encode() + b"end_header\n1 2 3")\
+        .positions.tolist() == [[1, 2, 3]]
 
 
 def test_writer_checks_its_arguments():
