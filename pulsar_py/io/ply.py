@@ -1,7 +1,8 @@
 """PLY files, read and written through plyfile: point clouds and 3D Gaussian Splatting scenes.
 
 ASCII and binary (either byte order) files are read; of their elements only ``vertex`` is
-used. Two layouts of its properties are understood:
+used: the others (a mesh's faces, ...) are ignored with an ``IgnoredElementsWarning`` that
+names their counts. Two layouts of its properties are understood:
 
 **Point clouds**: ``x, y, z``; optional colours ``red, green, blue`` (also ``r, g, b`` or
 ``diffuse_red, ...``; integer types scaled to [0, 1] by their maximum, 255 for uchar,
@@ -36,6 +37,7 @@ import io
 import math
 import os
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -217,10 +219,30 @@ def _point_cloud(vertices: _Vertices, positions: np.ndarray) -> PointCloud:
                       None if opacity_name is None else _tensor(_unit_scale(vertices.column(opacity_name))))
 
 
+class IgnoredElementsWarning(UserWarning):
+    """A PLY file holds elements besides its vertices (a mesh's faces, edges, ...), which
+    are not read: each vertex becomes a sphere."""
+
+
+def _warn_ignored(data: Any) -> None:
+    """IgnoredElementsWarning naming the rows of every non-empty element but the vertices."""
+    ignored = [(element.name, element.count) for element in data.elements
+               if element.name != "vertex" and element.count > 0]
+    if ignored:
+        def counted(count: int, one: str, many: str) -> str:
+            return f"{count} {one if count == 1 else many}"
+
+        listed = ", ".join(counted(count, "face", "faces") if name == "face"
+                           else f"{counted(count, 'row', 'rows')} of '{name}'" for name, count in ignored)
+        warnings.warn(f"ply: ignored the file's {listed}: only its {counted(data['vertex'].count, 'vertex', 'vertices')} "
+                      f"are read, each drawn as a sphere (no mesh surface)", IgnoredElementsWarning, stacklevel=5)
+
+
 def _from_plydata(data: Any) -> PointCloud:
     names = [element.name for element in data.elements]
     if "vertex" not in names:
         raise ValueError(f"ply: expected a 'vertex' element, got the elements {', '.join(names) or 'none'}")
+    _warn_ignored(data)
     vertices = _Vertices(data["vertex"])
     positions = vertices.group(("x", "y", "z"), "positions")
     if positions is None:
@@ -364,5 +386,5 @@ def write_ply(path: PathLike, positions: torch.Tensor, colours: Optional[torch.T
         data.write(f)
 
 
-__all__ = ["PointCloud", "read_ply", "decode_ply", "write_ply", "encode_ply", "gaussian_radius",
+__all__ = ["PointCloud", "IgnoredElementsWarning", "read_ply", "decode_ply", "write_ply", "encode_ply", "gaussian_radius",
            "GAUSSIAN_RADIUS_FACTOR", "EXPECTED_LAYOUTS"]

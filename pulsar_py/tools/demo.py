@@ -50,6 +50,10 @@ from .demo_setup import DemoParameters, DemoScene, DemoSettings, build_scene, pe
 
 __all__ = ["DemoSettings", "run_demo", "main"]
 
+#: optimisation.gif: display time of a frame, and of the last one (the result), in ms.
+GIF_FRAME_MS = 100.0
+GIF_HOLD_MS = 2500.0
+
 
 # ---------------------------------------------------------------------------------------
 # Schedules and the loss
@@ -309,9 +313,10 @@ def run_demo(settings: DemoSettings, device: torch.device, out_dir: Optional[str
         write_image(os.path.join(out_dir, "final.png"), side_by_side(list(final_images)))
         animation = AnimationFrames(settings.height, settings.width)
         target0 = targets[0].cpu()
+        # Every frame 100 ms; the last, the result, is held for GIF_HOLD_MS before the loop restarts.
         write_animation(os.path.join(out_dir, "optimisation.gif"),
                         [animation.frame(target0, image, step, settings.steps) for step, image in snapshots],
-                        frame_ms=100)
+                        frame_ms=[GIF_FRAME_MS] * (len(snapshots) - 1) + [GIF_HOLD_MS])
         loss_figure(os.path.join(out_dir, "loss.png"), mse, errors)
     summary: Dict[str, object] = {"initial": initial, "final": final, "steps": settings.steps,
                                   "seconds": round(time.perf_counter() - start, 3), "device": device.type}

@@ -16,7 +16,7 @@ import torch
 import pulsar_py
 from pulsar_py.tools.cli import main as cli_main
 from pulsar_py.cameras.params import axis_angle_to_matrix, camera_from_params
-from pulsar_py.tools.demo import (AnimationFrames, _render_views, blur_sigma, gaussian_blur, learning_rate_factor,
+from pulsar_py.tools.demo import (GIF_FRAME_MS, GIF_HOLD_MS, AnimationFrames, _render_views, blur_sigma, gaussian_blur, learning_rate_factor,
                                   loss_figure, run_demo, scale_gradient, view0_sphere_weight)
 from pulsar_py.tools.demo_setup import DemoSettings, build_scene, perturb, pose_errors
 from pulsar_py.io.images import read_animation, read_image
@@ -160,6 +160,10 @@ def test_demo_command_writes_every_output(tmp_path, capsys):
     assert (out / "optimisation.gif").read_bytes()[:6] == b"GIF89a"
     frames = read_animation(out / "optimisation.gif")
     assert len(frames) == 13  # every step (12 < gif_frames) and the end
+    # Each frame shows for GIF_FRAME_MS, the last (the result) for GIF_HOLD_MS.
+    iio = pytest.importorskip("imageio.v3")
+    durations = [iio.immeta(out / "optimisation.gif", index=k)["duration"] for k in range(len(frames))]
+    assert durations == [GIF_FRAME_MS] * 12 + [GIF_HOLD_MS] and GIF_HOLD_MS >= 10 * GIF_FRAME_MS
     # Panels 4 x 48 pixels wide (at least 160), 2-pixel gaps, a 20-pixel caption strip.
     assert all(f.shape == (20 + 4 * 36, 3 * 4 * 48 + 2 * 2, 3) for f in frames)
     # The first frame's left panel is the target (view 0) as in target.png, up to the
@@ -260,10 +264,26 @@ def test_look_at_camera_looks_at_the_target_with_up_upwards(right_handed):
         centre = native.p00[0] + 10 * native.pdx[0] + 7 * native.pdy[0]
         assert torch.allclose(torch.nn.functional.normalize(centre - eye, dim=0), to_target, atol=1e-12)
         assert float(native.pdy[0][1]) < 0
-    with pytest.raises(ValueError, match="up"):
-        look_at_matrix(eye, eye + torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64))
+    with pytest.raises(ValueError, match="up: expected a non-zero"):
+        look_at_matrix(eye, target, (0.0, 0.0, 0.0))
     with pytest.raises(ValueError, match="eye, target"):
         look_at_matrix(eye, eye)
+
+
+@pytest.mark.parametrize("right_handed", [False, True])
+def test_look_at_straight_above_or_below_takes_the_fallback_up(right_handed):
+    # The matrix's second column is the image's up direction in the world.
+    f64 = dict(dtype=torch.float64)
+    for eye, up, image_up in (((0.0, 5.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, -1.0)),   # above: -z at the top
+                              ((0.0, -5.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0)),   # below: +z
+                              ((0.0, 0.0, 5.0), (0.0, 0.0, 1.0), (0.0, 1.0, 0.0))):   # up z, above: +y
+        matrix = look_at_matrix(eye, (0.0, 0.0, 0.0), up, right_handed=right_handed)
+        torch.testing.assert_close(matrix[:, 1], torch.tensor(image_up, **f64), rtol=0, atol=1e-12)
+        torch.testing.assert_close(matrix.T @ matrix, torch.eye(3, **f64), rtol=0, atol=1e-12)
+        # The limit of a camera raised over the target from the default side.
+        side = torch.tensor([0.0, 0.0, 1.0] if up[2] == 0 else [0.0, -1.0, 0.0], **f64)
+        near = look_at_matrix(torch.tensor(eye, **f64) + 1e-7 * side, (0.0, 0.0, 0.0), up, right_handed=right_handed)
+        torch.testing.assert_close(near, matrix, rtol=0, atol=1e-6)
 
 
 def test_right_handed_look_at_is_not_mirrored():
