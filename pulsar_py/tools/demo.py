@@ -48,7 +48,7 @@ from ..io.images import write_animation, write_image
 from .args import command_prog, positive_int
 from .demo_setup import DemoParameters, DemoScene, DemoSettings, build_scene, perturb, pose_errors
 
-__all__ = ["DemoSettings", "run_demo", "main"]
+__all__ = ["DemoSettings", "run_demo", "summary_line", "main"]
 
 #: optimisation.gif: display time of a frame, and of the last one (the result), in ms.
 GIF_FRAME_MS = 100.0
@@ -330,6 +330,16 @@ def run_demo(settings: DemoSettings, device: torch.device, out_dir: Optional[str
 # ---------------------------------------------------------------------------------------
 # Command line
 
+def summary_line(summary: Dict[str, object]) -> str:
+    """The figures of a summary (summary.json's content) as the command prints them:
+    "rotation error 8.00 -> 0.108 deg, translation error ..., PSNR 15.2 -> 40.7 dB"."""
+    initial, final = summary["initial"], summary["final"]
+    return (f"rotation error {initial['rotation_error_deg']:.2f} -> {final['rotation_error_deg']:.3f} deg, "
+            f"translation error {initial['translation_error']:.3f} -> {final['translation_error']:.3f}, "
+            f"focal error {100 * initial['focal_error']:.1f} -> {100 * final['focal_error']:.1f} %, "
+            f"PSNR {initial['psnr_db']:.1f} -> {final['psnr_db']:.1f} dB")
+
+
 def _default_device() -> str:
     from .. import build_info
 
@@ -389,11 +399,6 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
     except OSError as exc:
         print(f"demo: --out: cannot write to {args.out!r}: {exc}", file=sys.stderr)
         return 1
-    initial, final = summary["initial"], summary["final"]
-    print(f"rotation error {initial['rotation_error_deg']:.2f} -> {final['rotation_error_deg']:.3f} deg, "
-          f"translation error {initial['translation_error']:.3f} -> {final['translation_error']:.3f}, "
-          f"focal error {100 * initial['focal_error']:.1f} -> {100 * final['focal_error']:.1f} %, "
-          f"PSNR {initial['psnr_db']:.1f} -> {final['psnr_db']:.1f} dB; "
-          f"{summary['steps']} steps on {summary['device']} in {summary['seconds']:.1f} s")
+    print(f"{summary_line(summary)}; {summary['steps']} steps on {summary['device']} in {summary['seconds']:.1f} s")
     print(f"wrote target.png, initial.png, final.png, optimisation.gif, loss.png, summary.json to {args.out}")
     return 0

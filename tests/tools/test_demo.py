@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,12 +17,15 @@ import torch
 import pulsar_py
 from pulsar_py.tools.cli import main as cli_main
 from pulsar_py.cameras.params import axis_angle_to_matrix, camera_from_params
-from pulsar_py.tools.demo import (GIF_FRAME_MS, GIF_HOLD_MS, AnimationFrames, _render_views, blur_sigma, gaussian_blur, learning_rate_factor,
-                                  loss_figure, run_demo, scale_gradient, view0_sphere_weight)
+from pulsar_py.tools.demo import (GIF_FRAME_MS, GIF_HOLD_MS, AnimationFrames, _render_views, blur_sigma,
+                                  gaussian_blur, learning_rate_factor, loss_figure, run_demo, scale_gradient,
+                                  summary_line, view0_sphere_weight)
 from pulsar_py.tools.demo_setup import DemoSettings, build_scene, perturb, pose_errors
 from pulsar_py.io.images import read_animation, read_image
 from pulsar_py.cameras.look_at import (look_at_matrix, look_at_params, matrix_to_axis_angle, rotation_angle_deg,
                                        rotation_from_params, sensor_width_for_fov)
+
+import sweep
 
 SUMMARY_KEYS = {"initial", "final", "steps", "seconds", "device"}
 ERROR_KEYS = {"rotation_error_deg", "translation_error", "focal_error", "psnr_db"}
@@ -307,3 +311,62 @@ def test_rotation_helpers():
     assert sensor_width_for_fov(90.0, 2.0) == pytest.approx(4.0)
     with pytest.raises(ValueError, match="cam_params"):
         rotation_from_params(torch.zeros(9))
+
+
+# ---------------------------------------------------------------------------------------
+# The figures the docs quote: the run of record
+
+
+ROOT = Path(__file__).resolve().parents[2]
+RECORD = ROOT / "docs" / "images" / "demo_record_cpu.json"
+CUDA_RUN = ROOT / "docs" / "images" / "demo_summary_cuda.json"
+
+
+def _text(path: Path) -> str:
+    """The page with its lines joined (a quoted figure may wrap)."""
+    return " ".join(path.read_text().split())
+
+
+def test_docs_quote_the_demo_run_of_record():
+    record = json.loads(RECORD.read_text())
+    runs = record["summaries"]
+    assert sorted(runs) == ["0", "1", "2", "3"]
+    for run in runs.values():
+        assert set(run) == SUMMARY_KEYS and run["steps"] == DemoSettings().steps and run["device"] == "cpu"
+    seed0 = runs["0"]
+    initial, final = seed0["initial"], seed0["final"]
+    readme, guide = _text(ROOT / "README.md"), _text(ROOT / "docs" / "getting_started.md")
+    # What the command prints, and the table.
+    assert f"{summary_line(seed0)}; 400 steps on cpu in ... s" in guide
+    for row, e, rotation in (("initial", initial, ".2f"), ("final", final, ".3f")):
+        assert (f"| {row} | {e['rotation_error_deg']:{rotation}} | {e['translation_error']:.3f} | "
+                f"{100 * e['focal_error']:.1f} | {e['psnr_db']:.1f} |") in guide, row
+    assert (f"Rotation error {initial['rotation_error_deg']:.2f} -> {final['rotation_error_deg']:.3f} degrees, "
+            f"PSNR {initial['psnr_db']:.1f} -> {final['psnr_db']:.1f} dB") in readme
+    # The seeds' spread.
+    rotations = [run["final"]["rotation_error_deg"] for run in runs.values()]
+    psnrs = [run["final"]["psnr_db"] for run in runs.values()]
+    assert (f"over seeds 0 to 3 the rotation error ended between {min(rotations):.3f} and {max(rotations):.3f} "
+            f"degrees and the PSNR between {min(psnrs):.1f} and {max(psnrs):.1f} dB") in guide
+    # The times: seed 0's run, and the CUDA run.
+    minutes = round(seed0["seconds"] / 60)
+    assert f"about {minutes} minutes on 2 CPU cores" in readme and f"about {minutes} minutes on 2 CPU cores" in guide
+    cuda = json.loads(CUDA_RUN.read_text())
+    assert cuda["device"] == "cuda" and f"about {round(cuda['seconds'])} s" in guide
+    assert f"about {round(cuda['seconds'])} s on an H100" in readme
+    # No other figure of the demo's: every PSNR and rotation error quoted is the record's.
+    psnr_quoted = {f"{v:.1f}" for run in runs.values() for v in (run["initial"]["psnr_db"], run["final"]["psnr_db"])}
+    degrees_quoted = {f"{run[k]['rotation_error_deg']:{p}}" for run in runs.values()
+                      for k, p in (("initial", ".2f"), ("final", ".3f"))}
+    for page in (readme, guide):
+        assert set(re.findall(r"(\d+\.\d+) dB", page)) <= psnr_quoted, re.findall(r"(\d+\.\d+) dB", page)
+        assert set(re.findall(r"(\d+\.\d+) deg", page)) <= degrees_quoted, re.findall(r"(\d+\.\d+) deg", page)
+
+
+@pytest.mark.skipif(not sweep.FULL, reason="PULSAR_PY_SWEEP=full: the demo at full size (minutes on a CPU)")
+def test_demo_prints_the_figures_of_the_run_of_record():
+    record = json.loads(RECORD.read_text())
+    if torch.__version__ != record["torch"]:
+        pytest.skip(f"the run of record used torch {record['torch']}; torch {torch.__version__} follows another path")
+    summary = run_demo(DemoSettings(), torch.device("cpu"), progress=False)
+    assert summary_line(summary) == summary_line(record["summaries"]["0"])
