@@ -36,6 +36,7 @@ from pulsar_py import Camera, Renderer, _checks
 from pulsar_py.cameras.params import camera_from_params
 from pulsar_py.reference import render_reference, resolve_min_depth
 
+import sweep
 from scenes import grad_output_like, random_scene
 
 F32, F64 = torch.float32, torch.float64
@@ -318,7 +319,8 @@ def _depth_output_grads(scene, dtype, native: bool) -> dict:
 # from the rounded M_0 would put a spurious term into every coverage gradient (up to 1000x
 # the plain evaluation's error), and close depths, where raw moments' M_0 M_2 - M_1^2
 # would cancel (up to 100x).
-PRECISION_SCENES = [(seed, gamma) for seed in range(6) for gamma in (0.1, 0.01, 0.003, 0.001)]
+# Every gamma, on 2 seeds (6 with PULSAR_PY_SWEEP=full).
+PRECISION_SCENES = [(seed, gamma) for seed in range(sweep.size(2, 6)) for gamma in (0.1, 0.01, 0.003, 0.001)]
 
 
 def test_float32_depth_output_gradients_are_as_accurate_as_a_plain_float32_evaluation():
