@@ -64,7 +64,7 @@ def check_int(name: str, value: object, low: int, high: Optional[int] = None) ->
     """An integer (Python, NumPy or a one-element integer tensor) in [low, high]."""
     if type(value) is int and value >= low and (high is None or value <= high):
         return value  # the common case, without the ABC checks below
-    if isinstance(value, torch.Tensor) and value.numel() == 1 and not (
+    if isinstance(value, torch.Tensor) and check_readable(name, value).numel() == 1 and not (
             value.is_floating_point() or value.is_complex() or value.dtype == torch.bool):
         value = int(value.item())
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
@@ -91,7 +91,7 @@ def check_float(name: str, value: object, low: float, high: float, *, low_open: 
     if type(value) is float and _in_interval(value, low, high, low_open, high_open):
         return value  # the common case (NaN fails the comparisons), without the checks below
     if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
+        if check_readable(name, value).numel() != 1:
             raise ValueError(f"{name}: expected a number or a one-element tensor, got a tensor of shape "
                              f"{tuple(value.shape)}")
         if not value.is_floating_point():
@@ -160,7 +160,7 @@ def check_depth(name: str, value: object) -> Union[float, torch.Tensor]:
     """A depth: a real number or a one-element floating tensor, finite and >= 0. A tensor
     that requires grad is kept (0-dim); any other tensor is read as a number."""
     if isinstance(value, torch.Tensor):
-        if value.numel() != 1 or value.dim() > 1 or not value.is_floating_point():
+        if check_readable(name, value).numel() != 1 or value.dim() > 1 or not value.is_floating_point():
             raise (ValueError if value.is_floating_point() else TypeError)(
                 f"{name}: expected a float or a one-element floating tensor (shape [] or [1]), got a tensor of "
                 f"shape {tuple(value.shape)} and dtype {value.dtype}")
@@ -227,8 +227,7 @@ def check_tensor(name: str, t: object, *, dims: Sequence[int], last: Optional[in
     """Type, layout, dtype, device and rank of one tensor argument."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    if t.is_nested:
-        raise TypeError(f"{name}: expected a dense (strided) tensor, got a nested tensor")
+    check_readable(name, t)
     if t.layout != torch.strided:
         raise TypeError(f"{name}: expected a dense (strided) tensor, got layout {t.layout}; "
                         f"convert it with .to_dense()")
@@ -246,6 +245,17 @@ def check_tensor(name: str, t: object, *, dims: Sequence[int], last: Optional[in
                          f"got shape {tuple(t.shape)}")
     if last is not None and t.shape[-1] != last:
         raise ValueError(f"{name}: expected a last dimension of {last}, got shape {tuple(t.shape)}")
+    return t
+
+
+def check_readable(name: str, t: torch.Tensor) -> torch.Tensor:
+    """A tensor whose values can be read: TypeError for a nested tensor, ValueError for
+    one on the meta device (shape and dtype only, no values to render)."""
+    if t.is_nested:
+        raise TypeError(f"{name}: expected a dense (strided) tensor, got a nested tensor")
+    if t.is_meta:
+        raise ValueError(f"{name}: expected a tensor with values (on the CPU or a CUDA device), got a tensor on "
+                         f"the meta device, which holds none")
     return t
 
 
@@ -308,7 +318,7 @@ def _plain_scene(pos: object, col: object, rad: object, opacity: object, bg_col:
     dtype, shape = pos.dtype, pos.shape
     if (dtype is not torch.float32 and dtype is not torch.float64) or col.dtype is not dtype or rad.dtype is not dtype:
         return False
-    if pos.layout != torch.strided or col.layout != torch.strided or rad.layout != torch.strided:
+    if pos.layout != torch.strided or col.layout != torch.strided or rad.layout != torch.strided or pos.is_meta:
         return False
     rank = len(shape)
     if not (rank == 2 or (rank == 3 and shape[0] > 0)) or shape[-1] != 3:
@@ -341,7 +351,7 @@ def plain_camera_vectors(cam_params: object, pos: torch.Tensor, device: torch.de
     elif rank != 2 or shape[0] < 1 or (pos.dim() == 3 and shape[0] != pos.shape[0]):
         return False
     return (shape[-1] in VALID_PARAM_LENGTHS and cam_params.layout is torch.strided
-            and cam_params.device == device)
+            and cam_params.device == device and not cam_params.is_meta)
 
 
 def check_cam_params(cam_params: object, pos: torch.Tensor, *, device: torch.device,

@@ -36,8 +36,9 @@ unchanged, and the default mode ("exact") never reaches this module.
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import torch
 
@@ -96,7 +97,24 @@ class _ScaleGradients(torch.autograd.Function):
                 scaled(4, g_opy, sphere), scaled(5, g_cam, camera))
 
 
-@torch.compiler.disable
+def _run_eagerly(fn: Callable[..., Tuple[Tensor, ...]]) -> Callable[..., Tuple[Tensor, ...]]:
+    """``torch.compiler.disable(fn)`` (torch.compile runs it eagerly, behind a graph
+    break: the factors are filled in after the forward), made at the first call rather
+    than at import: ``torch.compiler.disable`` imports torch._dynamo, more than a second
+    that ``import pulsar_py`` would otherwise pay for a mode most programs never use."""
+    disabled: Optional[Callable[..., Tuple[Tensor, ...]]] = None
+
+    @functools.wraps(fn)
+    def call(*args):
+        nonlocal disabled
+        if disabled is None:
+            disabled = torch.compiler.disable(fn)
+        return disabled(*args)
+
+    return call
+
+
+@_run_eagerly
 def render_call(positions: Tensor, features: Tensor, radii: Tensor, opacities: Optional[Tensor],
                 background: Optional[Tensor], cameras: Tensor, settings: ops.RenderSettings) -> Tuple[Tensor, ...]:
     """``ops.render_call`` with Pulsar-scaled gradients (forward info always computed)."""

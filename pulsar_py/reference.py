@@ -22,6 +22,9 @@ from .outputs import DEPTH_STATS, depth_from_moments
 MIN_FORWARD_COSINE = 1e-6
 # The tiny-sphere rule: a sphere under one pixel hits its centre pixel (model.md sec. 4).
 TINY_CENTRE_RADIUS_PX = 0.75
+# Largest exponent of exp() in the depth statistics of a hit without weight (float64's
+# exp overflows above 709.78).
+_MAX_EXP = 700.0
 
 
 @dataclass
@@ -158,9 +161,10 @@ def render_reference(
     norm_d = torch.ones(n_pix, dtype=dtype, device=device)
     accum = bg_col.expand(n_pix, n_channels).clone()
     hits_weight = torch.zeros(n_pix, dtype=dtype, device=device)  # sum w, relative to exp(m)
-    # Per processed sphere: the log-weight ln(kappa o) + s of its hits (-inf elsewhere) and
-    # their normalised depth, for the depth statistics (model.md section 7).
-    log_weights, depths_n = [], []
+    # Per processed sphere, for the depth statistics (model.md section 7): the log-weight
+    # ln(kappa o) + s of its hits (-inf elsewhere), the factor kappa o and the exponent s of
+    # its hits (0 elsewhere), and their normalised depth.
+    log_weights, factors, exponents, depths_n = [], [], [], []
     count = torch.zeros(n_pix, dtype=torch.int64, device=device)
     tau = torch.full((n_pix,), float("inf"), dtype=dtype, device=device)
     max_zc = torch.full((n_pix,), -1.0, dtype=dtype, device=device)
@@ -211,6 +215,8 @@ def render_reference(
         weighs = processed & (factor > 0)
         log_weights.append(torch.where(weighs, torch.log(torch.where(weighs, factor, torch.ones_like(factor))) + s,
                                        -torch.inf))
+        factors.append(torch.where(processed, factor, torch.zeros_like(factor)))
+        exponents.append(torch.where(processed, s, torch.zeros_like(s)))
         depths_n.append(torch.where(processed, n, torch.zeros_like(n)))
         m = m_new
         count = count + processed.long()
@@ -232,13 +238,24 @@ def render_reference(
     # pixel is nearly covered.
     background_share = torch.exp(s_bg - m) / norm_d
     coverage = (1 - background_share) + (hits_weight / norm_d - (1 - background_share)).detach()
-    # The mean and variance of the hits' n under b_i = w_i / sum w: a softmax of their
-    # log-weights, which divides by no small sum however small the weights (0 and 0 where
-    # no hit has weight).
+    # The mean and variance of the hits' n under b_i = w_i / sum w (0 and 0 where no hit has
+    # weight), with w_i = kappa_i o_i exp(s_i) relative to exp(top), top the largest
+    # log-weight of the pixel: a softmax of the log-weights, which divides by no small sum
+    # however small the weights. A hit of weight 0 (o = 0, or kappa = 0 on a silhouette)
+    # adds 0, but its weight's derivative kappa exp(s) (o exp(s)) is not 0: it enters as
+    # its factor kappa o times exp(s - top), linear in the factor, so that the gradient
+    # reaches o and kappa there (the log-weight, -inf, would carry none).
     if log_weights:
         t = torch.stack(log_weights)  # [S, P]
-        weighted = torch.isfinite(t).any(0)
-        b = torch.softmax(torch.where(weighted, t, 0.0), 0) * weighted
+        top = t.max(0).values.detach()
+        weighted = torch.isfinite(top)
+        top = torch.where(weighted, top, 0.0)
+        has_weight = torch.isfinite(t)
+        # exp(s - top) of a hit without weight: its exponent is capped where the derivative
+        # would exceed float64's range anyway (so that 0 * exp never reads inf).
+        unweighted = torch.stack(factors) * torch.exp((torch.stack(exponents) - top).clamp(max=_MAX_EXP))
+        u = torch.where(has_weight, torch.exp(torch.where(has_weight, t - top, 0.0)), unweighted)
+        b = u / torch.where(weighted, u.sum(0), 1.0) * weighted
         n_hits = torch.stack(depths_n)
         mean_n = (b * n_hits).sum(0)
         variance = (b * (n_hits - mean_n) ** 2).sum(0)

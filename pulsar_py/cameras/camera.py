@@ -30,12 +30,15 @@ import torch
 from .. import _checks
 from .params import (VALID_PARAM_LENGTHS, NativeCamera, axis_angle_to_matrix, cross3, dot3, matvec3,
                             normalize3, rotation_6d_to_matrix)
+from .look_at import up_for_view
 from .rotations import ROTATION_SHAPES, check_rotation_repr, matrix_to_rotation, rotation_to_matrix
 
 #: Default distance of the native film from the eye, in world units (perspective). Any
 #: positive value renders the same image; the near plane must lie beyond it (min_depth > it;
 #: min_depth = 0 means film distance + 2e-6).
 DEFAULT_FILM_DISTANCE = 1e-3
+#: Camera.look_at's vertical field of view (degrees) when none is given.
+DEFAULT_FOV_Y = 60.0
 #: Largest |R R^T - I| entry accepted for a rotation given as a matrix.
 ORTHONORMAL_TOLERANCE = 1e-3
 #: Mirror of world z: turns a left-handed world into a right-handed one.
@@ -43,6 +46,8 @@ _MIRROR_Z = (1.0, 1.0, -1.0)
 
 Scalar = Union[float, torch.Tensor]
 ImageSize = Tuple[int, int]
+#: Points or directions [B?, 3]: a tensor, or Python numbers: (x, y, z) or a list of triples.
+Points3 = Union[torch.Tensor, Sequence[float], Sequence[Sequence[float]]]
 
 
 def _check_image_size(image_size: object) -> ImageSize:
@@ -266,12 +271,13 @@ class Camera:
     @classmethod
     def look_at(
         cls,
-        eye: torch.Tensor,
-        target: torch.Tensor,
-        up: Union[torch.Tensor, Sequence[float]] = (0.0, 1.0, 0.0),
+        eye: Points3,
+        target: Points3,
+        up: Points3 = (0.0, 1.0, 0.0),
         *,
         image_size: ImageSize,
         fov_y: Optional[float] = None,
+        fov_x: Optional[float] = None,
         fx: Optional[Scalar] = None,
         fy: Optional[Scalar] = None,
         cx: Optional[Scalar] = None,
@@ -286,13 +292,19 @@ class Camera:
         """A camera at ``eye`` looking at ``target`` with ``up`` upwards in the image.
 
         Args:
-            eye, target: [B?, 3] world points; up: [B?, 3] world direction (not parallel
-                to target - eye).
+            eye, target: [B?, 3] world points; up: [B?, 3] world direction (tensors, or
+                Python numbers: ``(0, 0, -5)`` or a list of such triples). Where up is
+                parallel to target - eye (a camera straight above or below the target),
+                the image's up is the fallback of ``look_at.up_for_view``: world -z
+                looking down, +z looking up, for up = +y.
             image_size: (height, width).
-            fov_y: vertical field of view in degrees (perspective; default 60 when neither
-                fx nor fy is given): fy = (height / 2) / tan(fov_y / 2).
+            fov_y: vertical field of view in degrees (perspective; default 60 when none of
+                fov_x, fx, fy is given): fy = (height / 2) / tan(fov_y / 2).
+            fov_x: horizontal field of view in degrees, instead of or with fov_y:
+                fx = (width / 2) / tan(fov_x / 2).
             fx, fy: focal lengths in pixels (perspective) or pixels per world unit
-                (orthographic: fx is required); a missing one equals the other.
+                (orthographic: fx is required), instead of the fields of view; a missing
+                one equals the other (square pixels).
             cx, cy: principal point (default: the image centre).
             orthographic, right_handed, rotation_repr, film_distance: see ``Camera``.
             dtype, device: of the camera when eye, target and up are Python numbers
@@ -307,32 +319,38 @@ class Camera:
             if v.shape[-1:] != (3,) or v.dim() not in (1, 2):
                 raise ValueError(f"{name}: expected shape [B?, 3], got {tuple(v.shape)}")
             _checks.check_finite(name, v.detach())
+        forward = target_t - eye_t
+        if bool((dot3(forward, forward).detach() == 0).any()):
+            raise ValueError(f"eye, target: expected different points, got eye == target ({eye_t.tolist()})")
+        # Straight above or below the target (up parallel to the view): the fallback up.
+        up_t = up_for_view(up_t, forward.detach())
         if not right_handed:
             # Left-handed world: build the camera in its mirror image (world z negated).
             mirror = torch.tensor(_MIRROR_Z, dtype=like.dtype, device=like.device)
             eye_t, target_t, up_t = eye_t * mirror, target_t * mirror, up_t * mirror
-        forward = target_t - eye_t
-        if bool((dot3(forward, forward).detach() == 0).any()):
-            raise ValueError(f"eye, target: expected different points, got eye == target ({eye_t.tolist()})")
+            forward = target_t - eye_t
         # Element-wise vector maths throughout (as camera_params): a batch of cameras
         # converts bitwise like its items.
         z_axis = normalize3(forward)
         # x (image right) = z x up: with y = z x x pointing down, -up appears downwards.
-        x_raw = cross3(z_axis, up_t.expand_as(z_axis))
-        if bool((dot3(x_raw, x_raw).detach().sqrt() < 1e-9 * dot3(up_t, up_t).detach().sqrt().clamp_min(1e-30)).any()):
-            raise ValueError(f"up: expected a direction not parallel to target - eye, got {up_t.tolist()}")
-        x_axis = normalize3(x_raw)
+        x_axis = normalize3(cross3(z_axis, up_t.expand_as(z_axis)))
         y_axis = cross3(z_axis, x_axis)
         matrix = torch.stack([x_axis, y_axis, z_axis], dim=-2)  # rows: camera axes in world
         translation = -matvec3(matrix, eye_t.expand_as(z_axis))
+        fovs = {name: value for name, value in (("fov_y", fov_y), ("fov_x", fov_x)) if value is not None}
         if fx is None and fy is None:
             if orthographic:
                 raise ValueError("fx: expected pixels per world unit for an orthographic look_at camera, got None")
-            fov = 60.0 if fov_y is None else _checks.check_float("fov_y", fov_y, 0.0, 180.0, low_open=True,
-                                                                  high_open=True)
-            fy = (height / 2) / math.tan(math.radians(fov) / 2)
-        elif fov_y is not None:
-            raise ValueError(f"fov_y: give either fov_y or fx/fy, got fov_y={fov_y} and fx={fx}, fy={fy}")
+            for name, value in (fovs or {"fov_y": DEFAULT_FOV_Y}).items():
+                half = math.radians(_checks.check_float(name, value, 0.0, 180.0, low_open=True, high_open=True)) / 2
+                if name == "fov_y":
+                    fy = (height / 2) / math.tan(half)
+                else:
+                    fx = (width / 2) / math.tan(half)
+        elif fovs:
+            given = ", ".join(f"{name}={value}" for name, value in fovs.items())
+            raise ValueError(f"{', '.join(fovs)}: give either a field of view or fx/fy, got {given} and fx={fx}, "
+                             f"fy={fy}")
         fx, fy = (fy if fx is None else fx), (fx if fy is None else fy)
         return cls(matrix_to_rotation(matrix, check_rotation_repr("rotation_repr", rotation_repr)), translation,
                    fx, fy, (width - 1) / 2 if cx is None else cx, (height - 1) / 2 if cy is None else cy,

@@ -20,6 +20,41 @@ from .rotations import matrix_to_rotation, matrix_to_rotation_6d, rotation_to_ma
 
 VectorLike = Union[torch.Tensor, Sequence[float]]
 
+#: up is parallel to the viewing direction where |up x view| < this * |up| (view a unit vector).
+PARALLEL_TOLERANCE = 1e-9
+
+
+def side_of_view(up: torch.Tensor) -> torch.Tensor:
+    """The side a default camera sees an object from, for ``up`` [..., 3]: world +z, or -y
+    for an up within 25 degrees of the z axis; made perpendicular to ``up`` (unit)."""
+    up = torch.nn.functional.normalize(up, dim=-1)
+    plus_z = torch.tensor([0.0, 0.0, 1.0], dtype=up.dtype, device=up.device)
+    minus_y = torch.tensor([0.0, -1.0, 0.0], dtype=up.dtype, device=up.device)
+    base = torch.where((up[..., 2:3].abs() > 0.9), minus_y, plus_z)
+    return torch.nn.functional.normalize(base - (base * up).sum(-1, keepdim=True) * up, dim=-1)
+
+
+def up_for_view(up: torch.Tensor, view: torch.Tensor) -> torch.Tensor:
+    """``up`` [..., 3], or where it is parallel to the viewing direction ``view`` [..., 3]
+    (a camera straight above or below its target), the fallback up: ``-side`` looking
+    down along -up, ``+side`` looking up along +up, with ``side = side_of_view(up)``
+    (for up = +y: world -z, resp. +z). That is the limit of the camera's up as it rises
+    over the target from that side, so the view turns smoothly through the pole.
+
+    Raises ValueError for a zero ``up``. Not differentiable where the fallback applies
+    (the fallback is a constant direction)."""
+    up_norm = up.norm(dim=-1)
+    if bool((up_norm == 0).any()):
+        raise ValueError(f"up: expected a non-zero direction, got {up.tolist()}")
+    up_b, unit_view = torch.broadcast_tensors(up, torch.nn.functional.normalize(view, dim=-1))
+    across = torch.linalg.cross(unit_view, up_b, dim=-1).norm(dim=-1)
+    parallel = across < PARALLEL_TOLERANCE * up_b.norm(dim=-1)
+    if not bool(parallel.any()):
+        return up
+    along = torch.sign((unit_view * up_b).sum(-1, keepdim=True))  # -1 looking down, +1 looking up
+    fallback = (along * side_of_view(up_b.detach())).to(up.dtype)
+    return torch.where(parallel[..., None], fallback, up_b)
+
 
 def _as_vector(name: str, value: VectorLike, dtype: torch.dtype) -> torch.Tensor:
     t = torch.as_tensor(value, dtype=dtype)
@@ -32,8 +67,10 @@ def look_at_matrix(eye: VectorLike, target: VectorLike, up: VectorLike = (0.0, 1
                    right_handed: bool = False, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """The rotation M of a camera at ``eye`` looking at ``target``. [..., 3] -> [..., 3, 3].
 
-    ``up`` is the world direction that appears upwards in the image (it must not be
-    parallel to the viewing direction). With ``right_handed`` the optical axis is ``-z``
+    ``up`` is the world direction that appears upwards in the image; where it is parallel
+    to the viewing direction (a camera straight above or below the target) the image's
+    up is ``up_for_view``'s fallback (world -z looking down, +z looking up, for up = +y).
+    With ``right_handed`` the optical axis is ``-z``
     (OpenGL style, the image is not mirrored for scenes in a right-handed world);
     otherwise ``+z`` (Pulsar's default, left-handed).
     """
@@ -44,10 +81,9 @@ def look_at_matrix(eye: VectorLike, target: VectorLike, up: VectorLike = (0.0, 1
         raise ValueError(f"eye, target: expected different points, got eye == target == {eye_t.tolist()}")
     forward = torch.nn.functional.normalize(forward, dim=-1)
     z = -forward if right_handed else forward
+    up_t = up_for_view(up_t, forward)
     # Up without its component along the viewing direction.
     up_ortho = up_t - (up_t * forward).sum(-1, keepdim=True) * forward
-    if bool((up_ortho.norm(dim=-1) < 1e-9 * up_t.norm(dim=-1).clamp_min(1e-30)).any()):
-        raise ValueError(f"up: expected a direction not parallel to target - eye, got up={up_t.tolist()}")
     y = torch.nn.functional.normalize(up_ortho, dim=-1)
     x = torch.cross(y, z, dim=-1)  # columns of a rotation: x = y cross z
     return torch.stack([x, y, z], dim=-1)

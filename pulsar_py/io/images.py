@@ -138,17 +138,23 @@ def read_image(path: PathLike) -> torch.Tensor:
                       else iio.imread(path))
 
 
-def write_animation(path: PathLike, frames: Sequence[torch.Tensor], frame_ms: float = 100.0,
-                    loop: int = 0) -> None:
+def write_animation(path: PathLike, frames: Sequence[torch.Tensor],
+                    frame_ms: Union[float, Sequence[float]] = 100.0, loop: int = 0) -> None:
     """Write RGB ``frames`` (each [H, W, 3], see ``to_uint8``; all of one size) as an
     animation: ``.gif`` (a 256-colour palette per frame, ``loop`` 0 repeats forever) or
-    ``.mp4`` (needs imageio's ffmpeg or PyAV plugin). ``frame_ms``: display time of a frame.
+    ``.mp4`` (needs imageio's ffmpeg or PyAV plugin). ``frame_ms``: display time of every
+    frame, or one per frame (a GIF shows each for its own time, e.g. a last frame held
+    longer; an MP4 has one frame rate, the first frame's).
     """
     extension = _extension(path, ANIMATION_EXTENSIONS)
     if len(frames) == 0:
         raise ValueError("frames: expected at least one frame, got none")
-    if not frame_ms > 0:
-        raise ValueError(f"frame_ms: expected > 0, got {frame_ms}")
+    durations = [float(frame_ms)] * len(frames) if isinstance(frame_ms, (int, float)) else \
+        [float(ms) for ms in frame_ms]
+    if len(durations) != len(frames):
+        raise ValueError(f"frame_ms: expected one duration per frame ({len(frames)}), got {len(durations)}")
+    if not all(ms > 0 for ms in durations):
+        raise ValueError(f"frame_ms: expected durations > 0, got {frame_ms}")
     pixels: List[np.ndarray] = []
     for k, frame in enumerate(frames):
         rgb = to_uint8(frame).numpy()
@@ -162,9 +168,9 @@ def write_animation(path: PathLike, frames: Sequence[torch.Tensor], frame_ms: fl
     stack = np.stack(pixels)
     try:
         if extension == ".gif":
-            iio.imwrite(path, stack, extension=".gif", duration=float(frame_ms), loop=int(loop))
+            iio.imwrite(path, stack, extension=".gif", duration=durations, loop=int(loop))
         else:
-            iio.imwrite(path, stack, extension=".mp4", fps=1000.0 / frame_ms)
+            iio.imwrite(path, stack, extension=".mp4", fps=1000.0 / durations[0])
     except OSError as exc:
         if "Could not find a backend" in str(exc):
             raise _as_value_error(path, exc) from None

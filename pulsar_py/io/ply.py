@@ -1,7 +1,8 @@
 """PLY files, read and written through plyfile: point clouds and 3D Gaussian Splatting scenes.
 
 ASCII and binary (either byte order) files are read; of their elements only ``vertex`` is
-used. Two layouts of its properties are understood:
+used: the others (a mesh's faces, ...) are ignored with an ``IgnoredElementsWarning`` that
+names their counts. Two layouts of its properties are understood:
 
 **Point clouds**: ``x, y, z``; optional colours ``red, green, blue`` (also ``r, g, b`` or
 ``diffuse_red, ...``; integer types scaled to [0, 1] by their maximum, 255 for uchar,
@@ -23,7 +24,9 @@ degree-0 term alone.
 
 Other vertex properties (normals, ...) are ignored. A vertex element that fits neither
 layout (no ``x, y, z``, a partial colour triple, a partial set of SH coefficients or
-scales) is a ValueError that lists the properties found and the layouts expected.
+scales) is a ValueError that lists the properties found and the layouts expected. A header
+whose element counts need more bytes than the file holds after it is a ValueError before
+anything is read (``_check_counts``).
 ``write_ply`` writes point clouds (the first layout), so they round-trip. plyfile is
 imported when a file is read or written.
 """
@@ -34,6 +37,7 @@ import io
 import math
 import os
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -215,10 +219,30 @@ def _point_cloud(vertices: _Vertices, positions: np.ndarray) -> PointCloud:
                       None if opacity_name is None else _tensor(_unit_scale(vertices.column(opacity_name))))
 
 
+class IgnoredElementsWarning(UserWarning):
+    """A PLY file holds elements besides its vertices (a mesh's faces, edges, ...), which
+    are not read: each vertex becomes a sphere."""
+
+
+def _warn_ignored(data: Any) -> None:
+    """IgnoredElementsWarning naming the rows of every non-empty element but the vertices."""
+    ignored = [(element.name, element.count) for element in data.elements
+               if element.name != "vertex" and element.count > 0]
+    if ignored:
+        def counted(count: int, one: str, many: str) -> str:
+            return f"{count} {one if count == 1 else many}"
+
+        listed = ", ".join(counted(count, "face", "faces") if name == "face"
+                           else f"{counted(count, 'row', 'rows')} of '{name}'" for name, count in ignored)
+        warnings.warn(f"ply: ignored the file's {listed}: only its {counted(data['vertex'].count, 'vertex', 'vertices')} "
+                      f"are read, each drawn as a sphere (no mesh surface)", IgnoredElementsWarning, stacklevel=5)
+
+
 def _from_plydata(data: Any) -> PointCloud:
     names = [element.name for element in data.elements]
     if "vertex" not in names:
         raise ValueError(f"ply: expected a 'vertex' element, got the elements {', '.join(names) or 'none'}")
+    _warn_ignored(data)
     vertices = _Vertices(data["vertex"])
     positions = vertices.group(("x", "y", "z"), "positions")
     if positions is None:
@@ -228,9 +252,47 @@ def _from_plydata(data: Any) -> PointCloud:
     return _point_cloud(vertices, positions)
 
 
+def _smallest_row(plyfile: Any, element: Any, text: bool) -> int:
+    """Bytes that one row of ``element`` takes at least: in ASCII a character and a
+    separator (or the newline) per property; in binary its scalars' sizes, and a list's
+    length field."""
+    if text:
+        return 2 * len(element.properties)
+    return sum(np.dtype(p.len_dtype if isinstance(p, plyfile.PlyListProperty) else p.val_dtype).itemsize
+               for p in element.properties)
+
+
+def _check_counts(plyfile: Any, stream: Any) -> None:
+    """ValueError when the header declares more rows than the bytes after it can hold.
+
+    plyfile allocates each element's array from the header's count before it reads any
+    data, so a damaged header (10^15 vertices, a face element of 10^12 rows) would end in
+    numpy's out-of-memory error. This reads the header with plyfile's own parser (the one
+    ``PlyData.read`` calls; plyfile has no public one), weighs each element's smallest
+    size against the file's remaining bytes and puts the stream back where it was.
+    """
+    parse_header = getattr(plyfile.PlyData, "_parse_header", None)
+    if parse_header is None or not stream.seekable():
+        return  # another plyfile, or a stream without a length: plyfile's own checks only
+    start = stream.tell()
+    header = parse_header(stream)
+    data_start = stream.tell()
+    available = stream.seek(0, io.SEEK_END) - data_start
+    stream.seek(start)
+    needs = [(element.count * _smallest_row(plyfile, element, header.text), element) for element in header.elements]
+    # The last row of an ASCII file may end the file without its newline.
+    needed = sum(need for need, _ in needs) - (1 if header.text else 0)
+    if needed > available:
+        described = ", ".join(f"{element.count} '{element.name}' rows (at least {need} bytes)"
+                              for need, element in needs if need)
+        raise ValueError(f"ply: the header declares {described}, but the file holds {available} bytes after its "
+                         f"header: a damaged header or a truncated file")
+
+
 def _parse(source: Any) -> PointCloud:
     plyfile = _plyfile()
     try:
+        _check_counts(plyfile, source)
         data = plyfile.PlyData.read(source)
     except plyfile.PlyHeaderParseError as exc:
         if "expected 'ply'" in str(exc):
@@ -324,5 +386,5 @@ def write_ply(path: PathLike, positions: torch.Tensor, colours: Optional[torch.T
         data.write(f)
 
 
-__all__ = ["PointCloud", "read_ply", "decode_ply", "write_ply", "encode_ply", "gaussian_radius",
+__all__ = ["PointCloud", "IgnoredElementsWarning", "read_ply", "decode_ply", "write_ply", "encode_ply", "gaussian_radius",
            "GAUSSIAN_RADIUS_FACTOR", "EXPECTED_LAYOUTS"]

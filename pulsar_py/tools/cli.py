@@ -37,7 +37,7 @@ _FORWARDED: Dict[str, Tuple[str, str]] = {
                              "output; see 'selftest --help'"),
     "gradcheck": ("gradcheck", "finite-difference check of every gradient (pulsar_py.gradcheck); "
                                "see 'gradcheck --help'"),
-    "bench": ("bench", "benchmark driver, workloads W1-W6 (pulsar_py.bench); see 'bench --help'"),
+    "bench": ("bench", "benchmark driver, workloads W1-W6 (pulsar_py.tools.bench); see 'bench --help'"),
     "view": ("viewer.command", "show a PLY file or the demo's scene in the browser, rendered by pulsar_py; "
                                "see 'view --help'"),
 }

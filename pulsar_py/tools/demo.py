@@ -56,7 +56,11 @@ from ..io.ply import write_ply
 from .args import command_prog, positive_int
 from .demo_setup import DemoParameters, DemoScene, DemoSettings, build_scene, perturb, pose_errors
 
-__all__ = ["DemoSettings", "run_demo", "main"]
+__all__ = ["DemoSettings", "run_demo", "summary_line", "main"]
+
+#: optimisation.gif: display time of a frame, and of the last one (the result), in ms.
+GIF_FRAME_MS = 100.0
+GIF_HOLD_MS = 2500.0
 
 
 # ---------------------------------------------------------------------------------------
@@ -324,9 +328,10 @@ def run_demo(settings: DemoSettings, device: torch.device, out_dir: Optional[str
         write_image(os.path.join(out_dir, "final.png"), side_by_side(list(final_images)))
         animation = AnimationFrames(settings.height, settings.width)
         target0 = targets[0].cpu()
+        # Every frame 100 ms; the last, the result, is held for GIF_HOLD_MS before the loop restarts.
         write_animation(os.path.join(out_dir, "optimisation.gif"),
                         [animation.frame(target0, image, step, settings.steps) for step, image in snapshots],
-                        frame_ms=100)
+                        frame_ms=[GIF_FRAME_MS] * (len(snapshots) - 1) + [GIF_HOLD_MS])
         loss_figure(os.path.join(out_dir, "loss.png"), mse, errors)
         positions = params.sphere_position.detach().cpu().clone()
         positions[:, 2].neg_()  # Pulsar's left-handed world -> right-handed (module docstring)
@@ -343,6 +348,16 @@ def run_demo(settings: DemoSettings, device: torch.device, out_dir: Optional[str
 
 # ---------------------------------------------------------------------------------------
 # Command line
+
+def summary_line(summary: Dict[str, object]) -> str:
+    """The figures of a summary (summary.json's content) as the command prints them:
+    "rotation error 8.00 -> 0.108 deg, translation error ..., PSNR 15.2 -> 40.7 dB"."""
+    initial, final = summary["initial"], summary["final"]
+    return (f"rotation error {initial['rotation_error_deg']:.2f} -> {final['rotation_error_deg']:.3f} deg, "
+            f"translation error {initial['translation_error']:.3f} -> {final['translation_error']:.3f}, "
+            f"focal error {100 * initial['focal_error']:.1f} -> {100 * final['focal_error']:.1f} %, "
+            f"PSNR {initial['psnr_db']:.1f} -> {final['psnr_db']:.1f} dB")
+
 
 def _default_device() -> str:
     from .. import build_info
@@ -437,12 +452,7 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
     finally:
         if viewer is not None and not finished:
             viewer.close()
-    initial, final = summary["initial"], summary["final"]
-    print(f"rotation error {initial['rotation_error_deg']:.2f} -> {final['rotation_error_deg']:.3f} deg, "
-          f"translation error {initial['translation_error']:.3f} -> {final['translation_error']:.3f}, "
-          f"focal error {100 * initial['focal_error']:.1f} -> {100 * final['focal_error']:.1f} %, "
-          f"PSNR {initial['psnr_db']:.1f} -> {final['psnr_db']:.1f} dB; "
-          f"{summary['steps']} steps on {summary['device']} in {summary['seconds']:.1f} s")
+    print(f"{summary_line(summary)}; {summary['steps']} steps on {summary['device']} in {summary['seconds']:.1f} s")
     print(f"wrote target.png, initial.png, final.png, optimisation.gif, loss.png, scene.ply, summary.json to "
           f"{args.out}", flush=True)
     if viewer is not None:

@@ -26,7 +26,8 @@ _KNOT_CENTRE = (0.0, 0.5, KNOT_DEPTH)
 
 @dataclass
 class DemoSettings:
-    """Every knob of the demo; the defaults take about half a minute on 2 CPU cores.
+    """Every knob of the demo; the defaults take about 3 minutes on 2 CPU cores
+    (docs/images/demo_record_cpu.json).
 
     Perturbation sizes: ``rotation_error_deg`` (degrees, about a random axis through the
     camera centre), ``translation_error`` (world units, random direction),

@@ -8,8 +8,12 @@ along the view direction (``Renderer.render(..., sh_degree=)``), its opacity and
 radius from its scales (``pulsar_py.io.ply.gaussian_radius``). The image format follows
 the extension of ``--out`` (``.png``, ``.jpg``, ...). The camera is a
 Pulsar camera vector (``--cam-params``), a look-at camera (``--eye``, ``--target``,
-``--up``, ``--fov``) or, by default, one that fits the whole cloud in view from the +z
-side (``--azimuth``/``--elevation`` turn it around the cloud). The renderer runs in a
+``--up``) or, by default, one that fits the whole cloud in view from the +z side
+(``--azimuth``/``--elevation`` turn it around the cloud, over the poles too). The field
+of view is vertical, ``--fov-y`` (degrees, default 40), as ``Camera.look_at(fov_y=)``;
+``--fov-x`` gives the horizontal one instead (``--fov``, its former name, still works and
+warns). A camera straight above or below its target takes the fallback up direction of
+``pulsar_py.cameras.look_at.up_for_view`` (world -z at the top looking down, for up +y). The renderer runs in a
 right-handed system (OpenGL-style: the camera looks along -z of its frame), so a scan
 stored in the usual right-handed coordinates is not mirrored; pass ``--left-handed`` for
 Pulsar's default convention (used with ``--cam-params`` taken from Pulsar code).
@@ -22,17 +26,20 @@ import math
 import os
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
 import torch
 
-from ..cameras.look_at import look_at_params
+from ..cameras.look_at import look_at_params, side_of_view
 from ..io.images import write_image
-from ..io.ply import PointCloud, read_ply
+from ..io.ply import IgnoredElementsWarning, PointCloud, read_ply
 from .args import command_prog
 
 DEFAULT_COLOUR = (0.62, 0.64, 0.68)
+#: The vertical field of view (degrees) when none is given.
+DEFAULT_FOV_Y = 40.0
 # Pixels of margin around the fitted cloud's bounding sphere, relative to the image.
 _FIT_MARGIN = 1.08
 
@@ -96,6 +103,24 @@ def estimate_radius(positions: torch.Tensor, sample: int = 2048, seed: int = 0) 
     return 2.0 * spacing
 
 
+def half_angles(width: int, height: int, fov_y_deg: Optional[float] = None,
+                fov_x_deg: Optional[float] = None) -> Tuple[float, float]:
+    """(horizontal, vertical) half fields of view in radians of a ``width`` x ``height``
+    image with square pixels, from its vertical field of view ``fov_y_deg`` or its
+    horizontal one ``fov_x_deg`` (degrees; neither: ``DEFAULT_FOV_Y``, both: ValueError)."""
+    if fov_y_deg is not None and fov_x_deg is not None:
+        raise ValueError(f"fov_y_deg, fov_x_deg: give one field of view (square pixels), got {fov_y_deg} and "
+                         f"{fov_x_deg}")
+    name, value = ("fov_x_deg", fov_x_deg) if fov_x_deg is not None else (
+        "fov_y_deg", DEFAULT_FOV_Y if fov_y_deg is None else fov_y_deg)
+    if not 0 < value < 180:
+        raise ValueError(f"{name}: expected degrees in (0, 180), got {value}")
+    half = math.radians(value) / 2
+    if name == "fov_x_deg":
+        return half, math.atan(math.tan(half) * height / width)
+    return math.atan(math.tan(half) * width / height), half
+
+
 def _focal_length(distance: float, frame: CloudFrame) -> float:
     """Focal length of a look-at camera ``distance`` from the cloud's centre: 1, or less
     for a cloud that comes nearer (the renderer sees nothing in front of the image plane
@@ -104,31 +129,33 @@ def _focal_length(distance: float, frame: CloudFrame) -> float:
     return min(1.0, 0.5 * gap) if gap > 0 else min(1.0, 1e-3 * frame.radius)
 
 
-def fit_camera(frame: CloudFrame, width: int, height: int, fov_deg: float, azimuth_deg: float,
-               elevation_deg: float, up: Sequence[float], right_handed: bool) -> Tuple[torch.Tensor, float, float]:
+def fit_camera(frame: CloudFrame, width: int, height: int, fov_y_deg: Optional[float], azimuth_deg: float,
+               elevation_deg: float, up: Sequence[float], right_handed: bool,
+               fov_x_deg: Optional[float] = None) -> Tuple[torch.Tensor, float, float]:
     """A look-at camera showing the whole bounding sphere.
 
     The camera sits on a sphere around the cloud's centre: azimuth 0, elevation 0 is
     the +z side for y up (for another ``up``, the side perpendicular to it nearest +z,
-    or -y); azimuth turns about ``up``, elevation raises towards it. Returns
+    or -y: ``look_at.side_of_view``); azimuth turns about ``up``, elevation raises towards
+    it, through +-90 (straight above or below, the image's up pointing away from the
+    azimuth's side) and beyond. Field of view: see ``half_angles``. Returns
     (cam_params [8] float64, near depth, far depth).
     """
     up_t = torch.nn.functional.normalize(torch.tensor(up, dtype=torch.float64), dim=0)
-    base = torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64)
-    if abs(float(up_t @ base)) > 0.9:
-        base = torch.tensor([0.0, -1.0, 0.0], dtype=torch.float64)
-    forward = torch.nn.functional.normalize(base - (base @ up_t) * up_t, dim=0)  # from centre to eye, level
+    forward = side_of_view(up_t)  # from centre to eye, level
     side = torch.cross(up_t, forward, dim=0)
     az, el = math.radians(azimuth_deg), math.radians(elevation_deg)
     level = math.cos(az) * forward + math.sin(az) * side
     direction = math.cos(el) * level + math.sin(el) * up_t
-    half_h = math.radians(fov_deg) / 2
-    half_v = math.atan(math.tan(half_h) * height / width)
+    # The image's up: the direction of rising elevation, perpendicular to the view at every
+    # elevation (up itself is parallel to it at +-90 degrees).
+    image_up = math.cos(el) * up_t - math.sin(el) * level
+    half_h, half_v = half_angles(width, height, fov_y_deg, fov_x_deg)
     distance = _FIT_MARGIN * frame.radius / math.sin(min(half_h, half_v))
     eye = frame.centre + distance * direction
     focal = _focal_length(distance, frame)
     sensor = 2 * focal * math.tan(half_h)
-    cam = look_at_params(eye, frame.centre, up_t, focal, sensor, right_handed=right_handed)
+    cam = look_at_params(eye, frame.centre, image_up, focal, sensor, right_handed=right_handed)
     near = max(distance - frame.radius * 1.01, focal * 1.001 + 1e-6)
     far = distance + frame.radius * 1.01
     return cam, near, far
@@ -137,10 +164,11 @@ def fit_camera(frame: CloudFrame, width: int, height: int, fov_deg: float, azimu
 def render_point_cloud(cloud: PointCloud, width: int = 640, height: int = 480, device: str = "cpu",
                        cam_params: Optional[Sequence[float]] = None, eye: Optional[Sequence[float]] = None,
                        target: Optional[Sequence[float]] = None, up: Sequence[float] = (0.0, 1.0, 0.0),
-                       fov_deg: float = 50.0, azimuth_deg: float = 0.0, elevation_deg: float = 0.0,
+                       fov_y_deg: Optional[float] = None, azimuth_deg: float = 0.0, elevation_deg: float = 0.0,
                        radius: Optional[float] = None, radius_scale: float = 1.0, gamma: float = 1e-3,
                        background: Sequence[float] = (1.0, 1.0, 1.0), right_handed: bool = True,
-                       min_depth: Optional[float] = None, max_depth: Optional[float] = None) -> torch.Tensor:
+                       min_depth: Optional[float] = None, max_depth: Optional[float] = None,
+                       fov_x_deg: Optional[float] = None, fov_deg: Optional[float] = None) -> torch.Tensor:
     """Render ``cloud`` to an image [height, width, 3] (float32, CPU).
 
     Colours: the cloud's spherical-harmonics coefficients where it has some of degree >= 1
@@ -148,10 +176,19 @@ def render_point_cloud(cloud: PointCloud, width: int = 640, height: int = 480, d
     shaded by distance. Radii: ``radius`` if given, else the file's radii, else
     ``estimate_radius``; then times ``radius_scale``. Camera: ``cam_params`` (a Pulsar camera vector) if given;
     else a look-at camera from ``eye`` to ``target`` (default: the cloud's centre), or
-    ``fit_camera`` when ``eye`` is None. The depth range defaults to the cloud's.
+    ``fit_camera`` when ``eye`` is None. Field of view: vertical ``fov_y_deg`` (degrees,
+    default 40) or horizontal ``fov_x_deg``; ``fov_deg``, the horizontal one's former
+    name, is deprecated. The depth range defaults to the cloud's.
     """
     from .. import Renderer
 
+    if fov_deg is not None:
+        warnings.warn("render_point_cloud(fov_deg=) is deprecated: it is the horizontal field of view, now "
+                      "fov_x_deg (fov_y_deg gives the vertical one)", DeprecationWarning, stacklevel=2)
+        if fov_x_deg is not None:
+            raise ValueError(f"fov_deg, fov_x_deg: give one, got {fov_deg} and {fov_x_deg}")
+        fov_x_deg = fov_deg
+    half_h, _ = half_angles(width, height, fov_y_deg, fov_x_deg)
     n = len(cloud)
     if n == 0:
         raise ValueError("ply: the point cloud has no points")
@@ -184,13 +221,13 @@ def render_point_cloud(cloud: PointCloud, width: int = 640, height: int = 480, d
         eye_t = torch.tensor(list(eye), dtype=torch.float64)
         target_t = frame.centre if target is None else torch.tensor(list(target), dtype=torch.float64)
         focal = _focal_length(float((frame.centre - eye_t).norm()), frame)
-        cam = look_at_params(eye_t, target_t, up, focal, 2 * focal * math.tan(math.radians(fov_deg) / 2),
-                             right_handed=right_handed)
+        cam = look_at_params(eye_t, target_t, up, focal, 2 * focal * math.tan(half_h), right_handed=right_handed)
         distance = float((frame.centre - eye_t).norm())
         near = max(distance - frame.radius * 1.01, focal * 1.001 + 1e-6)
         far = distance + frame.radius * 1.01
     else:
-        cam, near, far = fit_camera(frame, width, height, fov_deg, azimuth_deg, elevation_deg, up, right_handed)
+        cam, near, far = fit_camera(frame, width, height, fov_y_deg, azimuth_deg, elevation_deg, up, right_handed,
+                                    fov_x_deg=fov_x_deg)
     focal = float(cam[9] if cam.shape[0] in (11, 13) else cam[6])
     if cloud.colours is not None:
         colours = cloud.colours.double()
@@ -243,11 +280,17 @@ def _build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
                         help="point the look-at camera looks at (default: the cloud's centre)")
     camera.add_argument("--up", type=lambda t: _vector(t, 3, "--up"), default=(0.0, 1.0, 0.0), metavar="X,Y,Z",
                         help="world direction shown upwards (default 0,1,0)")
-    camera.add_argument("--fov", type=float, default=50.0, help="horizontal field of view in degrees (default 50)")
+    fov = camera.add_mutually_exclusive_group()
+    fov.add_argument("--fov-y", type=float, default=None, metavar="DEG",
+                     help=f"vertical field of view in degrees (default {DEFAULT_FOV_Y:g})")
+    fov.add_argument("--fov-x", type=float, default=None, metavar="DEG",
+                     help="horizontal field of view in degrees, instead of --fov-y")
+    fov.add_argument("--fov", type=float, default=None, metavar="DEG", dest="fov_deprecated",
+                     help="deprecated: the horizontal field of view, now --fov-x")
     camera.add_argument("--azimuth", type=float, default=0.0,
                         help="fitted camera: degrees around the up axis (default 0)")
     camera.add_argument("--elevation", type=float, default=0.0,
-                        help="fitted camera: degrees above the level (default 0)")
+                        help="fitted camera: degrees above the level (default 0; 90: straight above)")
     camera.add_argument("--left-handed", action="store_true",
                         help="Pulsar's default left-handed system instead of right-handed")
     look = parser.add_argument_group("appearance")
@@ -270,9 +313,14 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
         if value < 1:
             print(f"render: {name}: expected a positive integer, got {value}", file=sys.stderr)
             return 2
-    if not 0 < args.fov < 180:
-        print(f"render: --fov: expected degrees in (0, 180), got {args.fov}", file=sys.stderr)
-        return 2
+    if args.fov_deprecated is not None:
+        print("render: warning: --fov is deprecated: it is the horizontal field of view, now --fov-x "
+              "(--fov-y gives the vertical one)", file=sys.stderr)
+        args.fov_x = args.fov_deprecated
+    for name, value in (("--fov-y", args.fov_y), ("--fov-x", args.fov_x)):
+        if value is not None and not 0 < value < 180:
+            print(f"render: {name}: expected degrees in (0, 180), got {value}", file=sys.stderr)
+            return 2
     if args.cam_params is not None and args.eye is not None:
         print("render: --cam-params and --eye: give one camera, not both", file=sys.stderr)
         return 2
@@ -285,7 +333,11 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
         return 2
     start = time.perf_counter()
     try:
-        cloud = read_ply(args.ply)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", IgnoredElementsWarning)
+            cloud = read_ply(args.ply)
+        for warning in caught:  # one line each (a mesh's faces, ...)
+            print(f"render: warning: {warning.message}", file=sys.stderr)
     except OSError as exc:
         print(f"render: --ply: cannot read {args.ply!r}: {exc}", file=sys.stderr)
         return 1
@@ -295,7 +347,7 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
     try:
         image = render_point_cloud(
             cloud, args.width, args.height, args.device, cam_params=args.cam_params, eye=args.eye,
-            target=args.target, up=args.up, fov_deg=args.fov, azimuth_deg=args.azimuth,
+            target=args.target, up=args.up, fov_y_deg=args.fov_y, fov_x_deg=args.fov_x, azimuth_deg=args.azimuth,
             elevation_deg=args.elevation, radius=args.radius, radius_scale=args.radius_scale, gamma=args.gamma,
             background=args.background, right_handed=not args.left_handed, min_depth=args.min_depth,
             max_depth=args.max_depth)

@@ -213,6 +213,40 @@ def test_look_at_conventions():
     torch.testing.assert_close(camera.centre()[0], torch.tensor([0.0, 0.0, -5.0], dtype=F64))
 
 
+def test_look_at_fields_of_view_are_named_by_their_axis():
+    eye, target = (0.0, 0.0, -5.0), (0.0, 0.0, 0.0)
+    vertical = Camera.look_at(eye, target, image_size=(30, 40), fov_y=50.0, dtype=F64)
+    horizontal = Camera.look_at(eye, target, image_size=(30, 40), fov_x=50.0, dtype=F64)
+    both = Camera.look_at(eye, target, image_size=(30, 40), fov_x=50.0, fov_y=50.0, dtype=F64)
+    default = Camera.look_at(eye, target, image_size=(30, 40), dtype=F64)
+    tan25 = math.tan(math.radians(25.0))
+    assert float(vertical.fy) == pytest.approx(15.0 / tan25) and float(vertical.fx) == float(vertical.fy)
+    assert float(horizontal.fx) == pytest.approx(20.0 / tan25) and float(horizontal.fy) == float(horizontal.fx)
+    assert (float(both.fx), float(both.fy)) == pytest.approx((20.0 / tan25, 15.0 / tan25))
+    assert float(default.fy) == pytest.approx(15.0 / math.tan(math.radians(30.0)))  # fov_y 60
+
+
+@pytest.mark.parametrize("right_handed", [True, False])
+def test_look_at_straight_above_or_below_the_target_takes_the_fallback_up(right_handed):
+    """up parallel to the view: world -z appears at the top looking down (+y up), +z looking
+    up; as for a camera a hair off the pole on the +z side, and in a batch with others."""
+    points = torch.tensor([[0.0, 0.0, -1.0], [0.0, 0.0, 1.0]], dtype=F64)
+    for height, top in ((5.0, 0), (-5.0, 1)):
+        kwargs = dict(image_size=(30, 40), fov_y=50.0, right_handed=right_handed, dtype=F64)
+        camera = Camera.look_at((0.0, height, 0.0), (0.0, 0.0, 0.0), **kwargs)
+        uv = camera.project(points)[0][0]
+        assert float(uv[top, 1]) < 14.5 - 1 < 14.5 + 1 < float(uv[1 - top, 1]), uv
+        torch.testing.assert_close(uv[:, 0], torch.full((2,), 19.5, dtype=F64))
+        near_pole = Camera.look_at((0.0, height, 1e-7), (0.0, 0.0, 0.0), **kwargs)
+        torch.testing.assert_close(near_pole.project(points)[0][0], uv, rtol=0, atol=1e-5)
+        batch = Camera.look_at([[0.0, height, 0.0], [3.0, 0.0, -4.0]], (0.0, 0.0, 0.0), **kwargs)
+        torch.testing.assert_close(batch.project(points)[0][0], uv, rtol=0, atol=1e-12)
+    # Another up: along z, looking down it from +z, world +y appears at the top.
+    camera = Camera.look_at((0.0, 0.0, 5.0), (0.0, 0.0, 0.0), (0.0, 0.0, 1.0), image_size=(30, 40), dtype=F64)
+    uv = camera.project(torch.tensor([[0.0, 1.0, 0.0]], dtype=F64))[0][0, 0]
+    assert float(uv[1]) < 14.5 - 1
+
+
 def test_left_handed_camera_renders_the_mirrored_world():
     """right_handed=False: x_cam = R diag(1, 1, -1) X + t. A left-handed look-at camera
     renders spheres X as the right-handed one renders their mirror image diag(1, 1, -1) X."""
@@ -408,8 +442,12 @@ def _errors():
         "rotation_shape": (lambda: Camera(torch.zeros(3, dtype=F64), t, 1.0, 1.0, 0.0, 0.0, (4, 4),
                                           rotation_repr="quaternion"), ValueError, "rotation: expected shape"),
         "look_at_same_point": (lambda: Camera.look_at(t, t, image_size=(4, 4)), ValueError, "eye, target"),
-        "look_at_parallel_up": (lambda: Camera.look_at(t, torch.tensor([0.0, 2.0, 0.0], dtype=F64),
-                                                       image_size=(4, 4)), ValueError, "up"),
+        "look_at_zero_up": (lambda: Camera.look_at(t, torch.tensor([0.0, 2.0, 0.0], dtype=F64), (0.0, 0.0, 0.0),
+                                                   image_size=(4, 4)), ValueError, "up: expected a non-zero"),
+        "look_at_fov_x": (lambda: Camera.look_at(t, torch.ones(3, dtype=F64), image_size=(4, 4), fov_x=0.0),
+                          ValueError, "fov_x"),
+        "look_at_fov_and_fx": (lambda: Camera.look_at(t, torch.ones(3, dtype=F64), image_size=(4, 4), fov_y=50.0,
+                                                      fx=3.0), ValueError, "fov_y: give either"),
         "look_at_ortho_scale": (lambda: Camera.look_at(t, torch.ones(3, dtype=F64), image_size=(4, 4),
                                                        orthographic=True), ValueError, "fx"),
         "look_at_fov": (lambda: Camera.look_at(t, torch.ones(3, dtype=F64), image_size=(4, 4), fov_y=180.0),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -170,6 +171,27 @@ def test_pulsar_scaling_through_render_and_without_gradients():
         assert torch.equal(renderer(pos, col, rad, cam, 0.1, 30.0), Renderer(32, 24)(pos, col, rad, cam, 0.1, 30.0))
 
 
+def test_pulsar_scaling_under_torch_compile_runs_eagerly_with_the_same_gradients():
+    # The scaling fills its factors in after the forward: torch.compile runs it eagerly
+    # (torch.compiler.disable, applied at its first call), with eager's values and gradients.
+    torch._dynamo.reset()
+    renderer = Renderer(32, 24, gradient_scaling="pulsar")
+
+    def image_of(pos, col, rad, opa, cam):
+        return renderer(pos, col, rad, cam, 0.1, 30.0, opacity=opa)
+
+    compiled = torch.compile(image_of, backend="aot_eager")
+    grads = {}
+    for name, function in (("eager", image_of), ("compiled", compiled)):
+        leaves = [t.detach().clone().requires_grad_() for t in _scene(seed=5)]
+        image = function(*leaves)
+        grads[name] = (image.detach(), *torch.autograd.grad((image * torch.linspace(0.5, 1.5, image.numel())
+                                                             .reshape(image.shape)).sum(), leaves))
+    assert all(float(g.abs().max()) > 0 for g in grads["eager"][1:])
+    for got, want in zip(grads["compiled"], grads["eager"]):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=0)
+
+
 def test_exact_mode_never_reaches_the_scaling(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the scaling ran in exact mode")
@@ -203,6 +225,16 @@ def test_state_dict_has_pulsars_buffer():
     state = Renderer(8, 8).state_dict()
     assert list(state) == ["device_tracker"]
     assert state["device_tracker"].shape == (1,) and state["device_tracker"].dtype == torch.float32
+
+
+def test_docs_name_what_the_state_dict_holds():
+    keys = list(Renderer(8, 8).state_dict())
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    paragraphs = [p for page in sorted(docs.glob("*.md")) for p in page.read_text().split("\n\n")
+                  if "state_dict()" in p]
+    assert paragraphs, "no page documents Renderer.state_dict()"
+    for paragraph in paragraphs:
+        assert "empty" not in paragraph and all(f"`{key}`" in paragraph for key in keys), paragraph
 
 
 def test_state_dicts_load_strictly_both_ways():

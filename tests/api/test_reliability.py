@@ -36,6 +36,7 @@ from pulsar_py import Camera, Renderer, _checks
 from pulsar_py.cameras.params import camera_from_params
 from pulsar_py.reference import render_reference, resolve_min_depth
 
+import sweep
 from scenes import grad_output_like, random_scene
 
 F32, F64 = torch.float32, torch.float64
@@ -318,7 +319,8 @@ def _depth_output_grads(scene, dtype, native: bool) -> dict:
 # from the rounded M_0 would put a spurious term into every coverage gradient (up to 1000x
 # the plain evaluation's error), and close depths, where raw moments' M_0 M_2 - M_1^2
 # would cancel (up to 100x).
-PRECISION_SCENES = [(seed, gamma) for seed in range(6) for gamma in (0.1, 0.01, 0.003, 0.001)]
+# Every gamma, on 2 seeds (6 with PULSAR_PY_SWEEP=full).
+PRECISION_SCENES = [(seed, gamma) for seed in range(sweep.size(2, 6)) for gamma in (0.1, 0.01, 0.003, 0.001)]
 
 
 def test_float32_depth_output_gradients_are_as_accurate_as_a_plain_float32_evaluation():
@@ -511,3 +513,40 @@ def test_sparse_nested_and_meta_tensors_are_refused_naming_the_argument(entry, l
             call(**bad)
     again = call(**kwargs)
     assert torch.equal(again.image if entry == "render" else again, reference.image if entry == "render" else reference)
+
+
+def test_a_renderer_on_the_meta_device_refuses_meta_tensors_naming_the_argument():
+    # Meta tensors have shapes but no values: nothing to render, whichever device the
+    # renderer was moved to.
+    scene, kwargs = _entry_kwargs()
+    renderer = scene.renderer().to("meta")
+    meta = {k: (v.to("meta") if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
+    with pytest.raises(ValueError, match="vert_pos: expected a tensor with values .* meta device"):
+        renderer(**meta)
+    camera = meta.pop("cam_params")
+    with pytest.raises(ValueError, match="vert_pos: expected a tensor with values .* meta device"):
+        renderer.render(**meta, camera=camera)
+    with pytest.raises(ValueError, match="vert_pos: expected a tensor with values .* meta device"):
+        renderer.visible(meta["vert_pos"], meta["vert_rad"], camera, max_depth=scene.max_depth)
+
+
+SCALAR_TENSORS = {"gamma": 0.1, "max_depth": None, "min_depth": None, "percent_allowed_difference": 0.01,
+                  "max_n_hits": 3}
+
+
+@pytest.mark.parametrize("layout", ["nested", "meta"])
+@pytest.mark.parametrize("entry", ["forward", "render"])
+def test_nested_and_meta_tensors_as_settings_are_refused_naming_the_argument(entry, layout):
+    scene, kwargs = _entry_kwargs()
+    renderer = scene.renderer()
+    if entry == "render":
+        kwargs["camera"] = kwargs.pop("cam_params")
+    call = renderer.forward if entry == "forward" else renderer.render
+    call(**kwargs)
+    for name, value in SCALAR_TENSORS.items():
+        value = kwargs[name] if value is None else value
+        t = torch.tensor(value, dtype=torch.int64 if name == "max_n_hits" else F64)
+        bad = t.to("meta") if layout == "meta" else torch.nested.nested_tensor([t.reshape(1)])
+        with pytest.raises(BAD_INPUT, match=f"{name}: expected a dense .*nested" if layout == "nested"
+                           else f"{name}: expected a tensor with values .* meta device"):
+            call(**dict(kwargs, **{name: bad}))

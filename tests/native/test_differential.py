@@ -46,10 +46,11 @@ evaluation (the reference run in float32), or a floor for a group whose gradient
 vanishes; float32 values likewise within their tolerance or PLAIN_FACTOR times the plain
 evaluation's error.
 
-The scene count is fixed (about a minute on 2 cores); PULSAR_PY_DIFFERENTIAL_SCENES=N runs
-N scenes and PULSAR_PY_DIFFERENTIAL_SEED=S starts at seed S. A failure lists every failing
-seed with its options; PULSAR_PY_DIFFERENTIAL_SEED=<seed> PULSAR_PY_DIFFERENTIAL_SCENES=1
-repeats one.
+The scene count follows PULSAR_PY_SWEEP (tests/sweep.py): 80 scenes by default (about 20 s
+on 2 cores), 800 with PULSAR_PY_SWEEP=full (about four minutes);
+PULSAR_PY_DIFFERENTIAL_SCENES=N runs N scenes and PULSAR_PY_DIFFERENTIAL_SEED=S starts at
+seed S. A failure lists every failing seed with its options;
+PULSAR_PY_DIFFERENTIAL_SEED=<seed> PULSAR_PY_DIFFERENTIAL_SCENES=1 repeats one.
 """
 
 from __future__ import annotations
@@ -64,10 +65,11 @@ import torch
 
 from pulsar_py import Renderer
 
+import sweep
 from scenes import Scene, pixel_deltas, random_scene
 
 F32, F64 = torch.float32, torch.float64
-SCENES = int(os.environ.get("PULSAR_PY_DIFFERENTIAL_SCENES", "800"))
+SCENES = int(os.environ.get("PULSAR_PY_DIFFERENTIAL_SCENES", sweep.size(80, 800)))
 FIRST_SEED = int(os.environ.get("PULSAR_PY_DIFFERENTIAL_SEED", "0"))
 GROUPS = ("vert_pos", "vert_col", "vert_rad", "opacity", "bg_col", "cam_params")
 UNBATCHED_DIMS = dict(vert_pos=2, vert_col=2, vert_rad=1, opacity=1, bg_col=1, cam_params=1)

@@ -188,3 +188,46 @@ def test_culled_spheres_are_not_drawn(name):
     _, info = renderer(**scene.call_kwargs(tensors=t), return_forward_info=True)
     ids = Renderer.sphere_ids_from_result_info_nograd(info)
     assert sum(bool((ids == i).any()) for i in culled) >= 3
+
+
+DEPTH_OUTPUTS = ("depth", "coverage", "distortion")
+
+
+def test_opacity_gradient_at_opacity_zero_with_the_depth_outputs():
+    """A sphere of opacity exactly 0 adds no weight, but its weight's derivative is not 0:
+    the gradient of depth, coverage and distortion with respect to its opacity is the
+    one-sided derivative (opacities lie in [0, 1]), in the reference as in the native
+    renderer (float64)."""
+    scene = random_scene(3, n_spheres=10, gamma=0.2, radius_px=(4.0, 9.0))
+    t = scene.tensors()
+    ids = scene.reference(t).closest_ids
+    k = int(torch.bincount(ids[ids >= 0], minlength=10).argmax())  # the sphere seen at the most pixels
+    t["opacity"][k] = 0.0
+    # Pixels whose other hits have weight: there the depth outputs are smooth in o_k (where
+    # sphere k is the only hit, its first weight moves the mean depth from 0 to its own).
+    mask = (scene.reference(t).coverage > 0).double()
+    weights = {out: torch.rand(mask.shape, generator=torch.Generator().manual_seed(j), dtype=torch.float64) * 2 - 1
+               for j, out in enumerate(DEPTH_OUTPUTS)}
+
+    def loss(result) -> torch.Tensor:
+        return sum((getattr(result, out) * weights[out] * mask).sum() for out in DEPTH_OUTPUTS)
+
+    opacity = t["opacity"].requires_grad_()
+    (reference,) = torch.autograd.grad(loss(scene.reference(t)), opacity)
+    kwargs = scene.call_kwargs(tensors=t)
+    kwargs["camera"] = kwargs.pop("cam_params")
+    (native,) = torch.autograd.grad(loss(scene.renderer().render(**kwargs)), opacity)
+
+    def at(value: float) -> float:
+        moved = {name: (None if v is None else v.detach().clone()) for name, v in t.items()}
+        moved["opacity"][k] = value
+        with torch.no_grad():
+            return float(loss(scene.reference(moved)))
+
+    # One-sided differences, Richardson-extrapolated: 2 D(h / 2) - D(h) cancels the O(h) term.
+    h = 1e-6
+    one_sided = 2 * (at(h / 2) - at(0.0)) / (h / 2) - (at(h) - at(0.0)) / h
+    assert abs(float(native[k])) > 1.0, "the scene must give sphere k's opacity a gradient"
+    assert float(reference[k]) == pytest.approx(float(native[k]), rel=1e-9)
+    assert float(reference[k]) == pytest.approx(one_sided, rel=1e-5)
+    torch.testing.assert_close(reference, native, rtol=1e-9, atol=1e-9 * float(native.abs().max()))

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -91,6 +93,14 @@ def test_help_names_the_program_as_invoked(tmp_path, capsys):
     done = subprocess.run([sys.executable, "-m", "pulsar_py", "--help"], cwd=tmp_path, env=_env_for(pulsar_py),
                           capture_output=True, text=True, timeout=120)
     assert done.stdout.startswith("usage: python -m pulsar_py "), done.stdout
+
+
+def test_help_names_only_modules_that_exist(capsys):
+    assert main(["--help"]) == 0
+    named = set(re.findall(r"\bpulsar_py(?:\.\w+)+", capsys.readouterr().out))
+    assert "pulsar_py.tools.bench" in named
+    for name in sorted(named):
+        assert importlib.util.find_spec(name) is not None, f"pulsar-py --help names {name}, which does not exist"
 
 
 def test_info_prints_version_and_backends(capsys):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,12 +17,15 @@ import torch
 import pulsar_py
 from pulsar_py.tools.cli import main as cli_main
 from pulsar_py.cameras.params import axis_angle_to_matrix, camera_from_params
-from pulsar_py.tools.demo import (AnimationFrames, _render_views, blur_sigma, gaussian_blur, learning_rate_factor,
-                                  loss_figure, run_demo, scale_gradient, view0_sphere_weight)
+from pulsar_py.tools.demo import (GIF_FRAME_MS, GIF_HOLD_MS, AnimationFrames, _render_views, blur_sigma,
+                                  gaussian_blur, learning_rate_factor, loss_figure, run_demo, scale_gradient,
+                                  summary_line, view0_sphere_weight)
 from pulsar_py.tools.demo_setup import DemoSettings, build_scene, perturb, pose_errors
 from pulsar_py.io.images import read_animation, read_image
 from pulsar_py.cameras.look_at import (look_at_matrix, look_at_params, matrix_to_axis_angle, rotation_angle_deg,
                                        rotation_from_params, sensor_width_for_fov)
+
+import sweep
 
 SUMMARY_KEYS = {"initial", "final", "steps", "seconds", "device"}
 ERROR_KEYS = {"rotation_error_deg", "translation_error", "focal_error", "psnr_db"}
@@ -160,6 +164,10 @@ def test_demo_command_writes_every_output(tmp_path, capsys):
     assert (out / "optimisation.gif").read_bytes()[:6] == b"GIF89a"
     frames = read_animation(out / "optimisation.gif")
     assert len(frames) == 13  # every step (12 < gif_frames) and the end
+    # Each frame shows for GIF_FRAME_MS, the last (the result) for GIF_HOLD_MS.
+    iio = pytest.importorskip("imageio.v3")
+    durations = [iio.immeta(out / "optimisation.gif", index=k)["duration"] for k in range(len(frames))]
+    assert durations == [GIF_FRAME_MS] * 12 + [GIF_HOLD_MS] and GIF_HOLD_MS >= 10 * GIF_FRAME_MS
     # Panels 4 x 48 pixels wide (at least 160), 2-pixel gaps, a 20-pixel caption strip.
     assert all(f.shape == (20 + 4 * 36, 3 * 4 * 48 + 2 * 2, 3) for f in frames)
     # The first frame's left panel is the target (view 0) as in target.png, up to the
@@ -260,10 +268,26 @@ def test_look_at_camera_looks_at_the_target_with_up_upwards(right_handed):
         centre = native.p00[0] + 10 * native.pdx[0] + 7 * native.pdy[0]
         assert torch.allclose(torch.nn.functional.normalize(centre - eye, dim=0), to_target, atol=1e-12)
         assert float(native.pdy[0][1]) < 0
-    with pytest.raises(ValueError, match="up"):
-        look_at_matrix(eye, eye + torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64))
+    with pytest.raises(ValueError, match="up: expected a non-zero"):
+        look_at_matrix(eye, target, (0.0, 0.0, 0.0))
     with pytest.raises(ValueError, match="eye, target"):
         look_at_matrix(eye, eye)
+
+
+@pytest.mark.parametrize("right_handed", [False, True])
+def test_look_at_straight_above_or_below_takes_the_fallback_up(right_handed):
+    # The matrix's second column is the image's up direction in the world.
+    f64 = dict(dtype=torch.float64)
+    for eye, up, image_up in (((0.0, 5.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, -1.0)),   # above: -z at the top
+                              ((0.0, -5.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0)),   # below: +z
+                              ((0.0, 0.0, 5.0), (0.0, 0.0, 1.0), (0.0, 1.0, 0.0))):   # up z, above: +y
+        matrix = look_at_matrix(eye, (0.0, 0.0, 0.0), up, right_handed=right_handed)
+        torch.testing.assert_close(matrix[:, 1], torch.tensor(image_up, **f64), rtol=0, atol=1e-12)
+        torch.testing.assert_close(matrix.T @ matrix, torch.eye(3, **f64), rtol=0, atol=1e-12)
+        # The limit of a camera raised over the target from the default side.
+        side = torch.tensor([0.0, 0.0, 1.0] if up[2] == 0 else [0.0, -1.0, 0.0], **f64)
+        near = look_at_matrix(torch.tensor(eye, **f64) + 1e-7 * side, (0.0, 0.0, 0.0), up, right_handed=right_handed)
+        torch.testing.assert_close(near, matrix, rtol=0, atol=1e-6)
 
 
 def test_right_handed_look_at_is_not_mirrored():
@@ -287,3 +311,62 @@ def test_rotation_helpers():
     assert sensor_width_for_fov(90.0, 2.0) == pytest.approx(4.0)
     with pytest.raises(ValueError, match="cam_params"):
         rotation_from_params(torch.zeros(9))
+
+
+# ---------------------------------------------------------------------------------------
+# The figures the docs quote: the run of record
+
+
+ROOT = Path(__file__).resolve().parents[2]
+RECORD = ROOT / "docs" / "images" / "demo_record_cpu.json"
+CUDA_RUN = ROOT / "docs" / "images" / "demo_summary_cuda.json"
+
+
+def _text(path: Path) -> str:
+    """The page with its lines joined (a quoted figure may wrap)."""
+    return " ".join(path.read_text().split())
+
+
+def test_docs_quote_the_demo_run_of_record():
+    record = json.loads(RECORD.read_text())
+    runs = record["summaries"]
+    assert sorted(runs) == ["0", "1", "2", "3"]
+    for run in runs.values():
+        assert set(run) == SUMMARY_KEYS and run["steps"] == DemoSettings().steps and run["device"] == "cpu"
+    seed0 = runs["0"]
+    initial, final = seed0["initial"], seed0["final"]
+    readme, guide = _text(ROOT / "README.md"), _text(ROOT / "docs" / "getting_started.md")
+    # What the command prints, and the table.
+    assert f"{summary_line(seed0)}; 400 steps on cpu in ... s" in guide
+    for row, e, rotation in (("initial", initial, ".2f"), ("final", final, ".3f")):
+        assert (f"| {row} | {e['rotation_error_deg']:{rotation}} | {e['translation_error']:.3f} | "
+                f"{100 * e['focal_error']:.1f} | {e['psnr_db']:.1f} |") in guide, row
+    assert (f"Rotation error {initial['rotation_error_deg']:.2f} -> {final['rotation_error_deg']:.3f} degrees, "
+            f"PSNR {initial['psnr_db']:.1f} -> {final['psnr_db']:.1f} dB") in readme
+    # The seeds' spread.
+    rotations = [run["final"]["rotation_error_deg"] for run in runs.values()]
+    psnrs = [run["final"]["psnr_db"] for run in runs.values()]
+    assert (f"over seeds 0 to 3 the rotation error ended between {min(rotations):.3f} and {max(rotations):.3f} "
+            f"degrees and the PSNR between {min(psnrs):.1f} and {max(psnrs):.1f} dB") in guide
+    # The times: seed 0's run, and the CUDA run.
+    minutes = round(seed0["seconds"] / 60)
+    assert f"about {minutes} minutes on 2 CPU cores" in readme and f"about {minutes} minutes on 2 CPU cores" in guide
+    cuda = json.loads(CUDA_RUN.read_text())
+    assert cuda["device"] == "cuda" and f"about {round(cuda['seconds'])} s" in guide
+    assert f"about {round(cuda['seconds'])} s on an H100" in readme
+    # No other figure of the demo's: every PSNR and rotation error quoted is the record's.
+    psnr_quoted = {f"{v:.1f}" for run in runs.values() for v in (run["initial"]["psnr_db"], run["final"]["psnr_db"])}
+    degrees_quoted = {f"{run[k]['rotation_error_deg']:{p}}" for run in runs.values()
+                      for k, p in (("initial", ".2f"), ("final", ".3f"))}
+    for page in (readme, guide):
+        assert set(re.findall(r"(\d+\.\d+) dB", page)) <= psnr_quoted, re.findall(r"(\d+\.\d+) dB", page)
+        assert set(re.findall(r"(\d+\.\d+) deg", page)) <= degrees_quoted, re.findall(r"(\d+\.\d+) deg", page)
+
+
+@pytest.mark.skipif(not sweep.FULL, reason="PULSAR_PY_SWEEP=full: the demo at full size (minutes on a CPU)")
+def test_demo_prints_the_figures_of_the_run_of_record():
+    record = json.loads(RECORD.read_text())
+    if torch.__version__ != record["torch"]:
+        pytest.skip(f"the run of record used torch {record['torch']}; torch {torch.__version__} follows another path")
+    summary = run_demo(DemoSettings(), torch.device("cpu"), progress=False)
+    assert summary_line(summary) == summary_line(record["summaries"]["0"])

@@ -81,6 +81,11 @@ def test_gif_round_trip(tmp_path):
         # Nine colours fit a GIF's palette exactly.
         assert got.shape == (17, 23, 3) and torch.equal(got, want)
     assert torch.equal(read_image(path), frames[0])
+    # One display time per frame: the last held.
+    write_animation(path, frames, frame_ms=[50, 50, 2000])
+    iio = pytest.importorskip("imageio.v3")
+    assert [iio.immeta(path, index=k)["duration"] for k in range(3)] == [50, 50, 2000]
+    assert all(torch.equal(got, want) for got, want in zip(read_animation(path), frames))
 
 
 def test_gif_of_smooth_images_is_close(tmp_path):
@@ -101,4 +106,6 @@ def test_animation_arguments_are_checked(tmp_path):
         write_animation(tmp_path / "a.png", [torch.zeros(4, 4, 3)])
     with pytest.raises(ValueError, match="frame_ms"):
         write_animation(tmp_path / "a.gif", [torch.zeros(4, 4, 3)], frame_ms=0)
+    with pytest.raises(ValueError, match=r"frame_ms: expected one duration per frame \(1\), got 2"):
+        write_animation(tmp_path / "a.gif", [torch.zeros(4, 4, 3)], frame_ms=[100, 100])
     assert not (tmp_path / "a.gif").exists()

@@ -18,7 +18,7 @@ plyfile = pytest.importorskip("plyfile")
 
 import pulsar_py  # noqa: E402
 from pulsar_py.io.images import read_image  # noqa: E402
-from pulsar_py.io.ply import (GAUSSIAN_RADIUS_FACTOR, decode_ply, encode_ply, gaussian_radius, read_ply,  # noqa: E402
+from pulsar_py.io.ply import (GAUSSIAN_RADIUS_FACTOR, IgnoredElementsWarning, decode_ply, encode_ply, gaussian_radius, read_ply,  # noqa: E402
                               write_ply)
 from pulsar_py.sh import SH_C0, sh_to_color  # noqa: E402
 from pulsar_py.tools.cli import main as cli_main  # noqa: E402
@@ -84,7 +84,8 @@ end_header
 0 1.5 -2 0 0 51 128 1
 3 0 1 2
 """
-    cloud = decode_ply(text.encode())
+    with pytest.warns(IgnoredElementsWarning, match="ignored the file's 1 face: only its 3 vertices are read"):
+        cloud = decode_ply(text.encode())
     assert cloud.positions.tolist() == [[0, 0, 0], [1, 0, 0], [0, 1.5, -2]]
     assert torch.allclose(cloud.colours, torch.tensor([[1.0, 0, 0], [0, 1, 0], [0, 0, 0.2]]))
     assert torch.allclose(cloud.opacity, torch.tensor([1.0, 0.0, 128 / 255]))
@@ -100,7 +101,8 @@ def test_binary_with_a_list_element_before_the_vertices(order):
     faces = struct.pack(order + "B3i", 3, 0, 1, 2) + struct.pack(order + "B4i", 4, 0, 1, 2, 3)
     vertices = struct.pack(order + "3d3H", 1.0, 2.0, 3.0, 65535, 0, 32768) + \
         struct.pack(order + "3d3H", -1.0, 0.5, 0.0, 0, 65535, 0)
-    cloud = decode_ply(header + faces + vertices)
+    with pytest.warns(IgnoredElementsWarning, match="2 faces"):
+        cloud = decode_ply(header + faces + vertices)
     assert cloud.positions.tolist() == [[1, 2, 3], [-1, 0.5, 0]]
     assert torch.allclose(cloud.colours, torch.tensor([[1.0, 0, 32768 / 65535], [0, 1, 0]]))
 
@@ -120,14 +122,46 @@ def test_windows_line_endings_in_the_header():
     (b"ply\nformat ascii 1.0\nelement face 1\nproperty list uchar int v\nend_header\n3 0 1 2\n",
      "expected a 'vertex' element, got the elements face"),
     (b"ply\nformat binary_little_endian 1.0\nelement vertex 5\nproperty float x\nproperty float y\n"
-     b"property float z\nend_header\n" + b"\x00" * 12, "bad data: .*vertex.*end-of-file"),
+     b"property float z\nend_header\n" + b"\x00" * 12,
+     "declares 5 'vertex' rows \\(at least 60 bytes\\), but the file holds 12 bytes after its header"),
     (b"ply\nformat ascii 1.0\nelement vertex 2\nproperty float x\nproperty float y\nproperty float z\n"
-     b"end_header\n1 2 3\n", "bad data: .*vertex.*row 1"),
+     b"end_header\n1 2 3\n", "declares 2 'vertex' rows .*holds 6 bytes after its header"),
+    (b"ply\nformat ascii 1.0\nelement vertex 2\nproperty float x\nproperty float y\nproperty float z\n"
+     b"end_header\n1 2 3\n1 2 3 4\n", "bad data: .*vertex.*row 1"),
+    (b"ply\nformat binary_little_endian 1.0\nelement face 1\nproperty list uchar int vertex_indices\n"
+     b"end_header\n\x03" + b"\x00" * 8, "bad data: .*face.*end-of-file"),
     (b"ply\nformat ascii 1.0\nelement vertex 1\nproperty quad x\nend_header\n", "bad header: .*'quad'"),
 ])
 def test_bad_files_are_clear_errors(data, message):
     with pytest.raises(ValueError, match=message):
         decode_ply(data)
+
+
+HEADER_XYZ = "property float x\nproperty float y\nproperty float z\n"
+
+
+@pytest.mark.parametrize("header, data", [
+    (f"format binary_little_endian 1.0\nelement vertex {10**15}\n{HEADER_XYZ}", b"\x00" * 24),
+    (f"format binary_big_endian 1.0\nelement face {10**12}\nproperty list uchar int vertex_indices\n"
+     f"element vertex 2\n{HEADER_XYZ}", b"\x00" * 64),
+    (f"format ascii 1.0\nelement vertex {10**15}\n{HEADER_XYZ}", b"0 0 0\n1 1 1\n"),
+], ids=["vertices_1e15", "faces_first_1e12", "ascii_vertices_1e15"])
+def test_counts_beyond_the_file_are_a_clear_error_before_any_allocation(tmp_path, header, data, capsys):
+    # plyfile would allocate the declared rows first (petabytes): numpy's out-of-memory error.
+    content = f"ply\n{header}end_header\n".encode() + data
+    with pytest.raises(ValueError, match=r"ply: the header declares 10{12,15} '(vertex|face)' rows \(at least "
+                                         r"\d+ bytes\).*but the file holds \d+ bytes after its header"):
+        decode_ply(content)
+    path = tmp_path / "big.ply"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match="declares"):
+        read_ply(path)
+    assert cli_main(["render", "--ply", str(path), "--out", str(tmp_path / "x.png")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "declares" in err and "Traceback" not in err, err
+    # A file that ends its last ASCII row without a newline is whole.
+    assert decode_ply(b"ply\nformat ascii 1.0\nelement vertex 1\n" + HEADER_XYZ.encode() + b"end_header\n1 2 3")\
+        .positions.tolist() == [[1, 2, 3]]
 
 
 def test_writer_checks_its_arguments():
@@ -158,6 +192,73 @@ def test_render_command_draws_the_cloud(tmp_path, capsys):
     red = (image[..., 0] > 150) & (image[..., 1] < 80) & (image[..., 2] < 80)
     assert 0.05 < float(red.float().mean()) < 0.9
     assert bool(red[18, 24])  # the cloud is centred
+
+
+def _marker_cloud(path):
+    """Four spheres around the origin (their centre): red at -z, blue at +z, green at +x,
+    yellow at -x."""
+    write_ply(path, torch.tensor([[0.0, 0.0, -1.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0], [-1.0, 0.0, 0.0]]),
+              torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, 1.0, 0.0], [1.0, 1.0, 0.0]]), torch.full((4,), 0.35))
+
+
+def _row_of(image, channel):
+    """Mean row of the pixels where ``channel`` dominates."""
+    strong = (image[..., channel] > 150) & (image.sum(-1) - image[..., channel] < 150)
+    assert bool(strong.any()), channel
+    return float(strong.nonzero()[:, 0].float().mean())
+
+
+def test_render_command_from_straight_above_and_below(tmp_path, capsys):
+    ply = tmp_path / "markers.ply"
+    _marker_cloud(ply)
+    size = ["--width", "40", "--height", "30", "--background", "0,0,0"]
+    views = {"above": ["--eye", "0,5,0"], "below": ["--eye", "0,-5,0", "--target", "0,0,0"],
+             "elevation_90": ["--elevation", "90"], "elevation_-90": ["--elevation", "-90"]}
+    for name, camera in views.items():
+        out = tmp_path / f"{name}.png"
+        assert cli_main(["render", "--ply", str(ply), "--out", str(out), *size, *camera]) == 0, \
+            capsys.readouterr().err
+        image = read_image(out).int()
+        red, blue = _row_of(image, 0), _row_of(image, 2)
+        # Looking down (+y up): world -z (red) at the top; looking up: +z (blue) at the top.
+        assert (red < blue - 5) if name in ("above", "elevation_90") else (blue < red - 5), (name, red, blue)
+
+
+def test_render_command_fields_of_view(tmp_path, capsys):
+    ply = tmp_path / "markers.ply"
+    _marker_cloud(ply)
+
+    def render(*camera):
+        out = tmp_path / "fov.png"
+        status = cli_main(["render", "--ply", str(ply), "--out", str(out), "--width", "40", "--height", "20",
+                           "--eye", "0,0,6", *camera])
+        return status, read_image(out).int() if status == 0 else None, capsys.readouterr().err
+
+    default, vertical = render(), render("--fov-y", "40")
+    assert default[0] == vertical[0] == 0 and torch.equal(default[1], vertical[1]) and vertical[2] == ""
+    # The horizontal field of view that a 2:1 image has with a vertical one of 40 degrees.
+    fov_x = math.degrees(2 * math.atan(2 * math.tan(math.radians(20.0))))
+    horizontal = render("--fov-x", f"{fov_x!r}")
+    assert horizontal[0] == 0 and int((horizontal[1] - vertical[1]).abs().max()) <= 1
+    narrow = render("--fov-y", "20")
+    assert int((narrow[1] != 255).any(-1).sum()) > 2 * int((vertical[1] != 255).any(-1).sum())  # drawn larger
+    deprecated, explicit = render("--fov", "50"), render("--fov-x", "50")
+    assert torch.equal(deprecated[1], explicit[1])
+    assert deprecated[2].strip() == ("render: warning: --fov is deprecated: it is the horizontal field of view, now "
+                                     "--fov-x (--fov-y gives the vertical one)")
+    assert render("--fov-y", "40", "--fov-x", "50")[0] == 2
+    assert render("--fov-y", "180")[0] == 2
+
+
+def test_render_command_says_that_a_meshs_faces_are_ignored(tmp_path, capsys):
+    header = ("ply\nformat ascii 1.0\nelement vertex 3\nproperty float x\nproperty float y\nproperty float z\n"
+              "element face 1\nproperty list uchar int vertex_indices\nend_header\n")
+    ply = tmp_path / "mesh.ply"
+    ply.write_text(header + "0 0 0\n1 0 0\n0 1 0\n3 0 1 2\n")
+    assert cli_main(["render", "--ply", str(ply), "--out", str(tmp_path / "mesh.png"), "--width", "16",
+                     "--height", "12"]) == 0
+    assert capsys.readouterr().err.strip() == ("render: warning: ply: ignored the file's 1 face: only its 3 vertices "
+                                               "are read, each drawn as a sphere (no mesh surface)")
 
 
 def test_render_command_errors(tmp_path, capsys):

@@ -4,12 +4,13 @@ given three ways."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from pulsar_py.cameras.look_at import look_at_params
 from pulsar_py.cameras.params import camera_from_params
 from pulsar_py.io.ply import PointCloud
-from pulsar_py.tools.render import bounding_sphere, estimate_radius, fit_camera, render_point_cloud
+from pulsar_py.tools.render import bounding_sphere, estimate_radius, fit_camera, half_angles, render_point_cloud
 
 
 def _cloud(n=50, seed=0):
@@ -55,8 +56,27 @@ def test_render_with_cam_params_and_look_at_agree(tmp_path):
     pos, col, rad, opa = _cloud(100)
     cloud = PointCloud(pos, col, rad, opa)
     eye, target = (0.5, 1.0, 12.0), (0.0, 0.0, 0.0)
-    by_eye = render_point_cloud(cloud, 40, 30, eye=eye, target=target, min_depth=2.0, max_depth=20.0)
-    cam = look_at_params(eye, target, sensor_width=2 * np.tan(np.radians(25.0)), right_handed=True)
-    by_params = render_point_cloud(cloud, 40, 30, cam_params=cam.tolist(), min_depth=2.0, max_depth=20.0)
+    depths = dict(min_depth=2.0, max_depth=20.0)
+    # The default field of view: 40 degrees vertically, the sensor (horizontal) 4/3 of that.
+    by_eye = render_point_cloud(cloud, 40, 30, eye=eye, target=target, **depths)
+    cam = look_at_params(eye, target, sensor_width=2 * np.tan(np.radians(20.0)) * 40 / 30, right_handed=True)
+    by_params = render_point_cloud(cloud, 40, 30, cam_params=cam.tolist(), **depths)
     assert torch.allclose(by_eye, by_params, atol=1e-5)
     assert float((by_eye - 1).abs().max()) > 0.5  # something was drawn
+    # A horizontal field of view; fov_deg, its former name, warns and gives the same image.
+    by_eye = render_point_cloud(cloud, 40, 30, eye=eye, target=target, fov_x_deg=50.0, **depths)
+    cam = look_at_params(eye, target, sensor_width=2 * np.tan(np.radians(25.0)), right_handed=True)
+    assert torch.allclose(by_eye, render_point_cloud(cloud, 40, 30, cam_params=cam.tolist(), **depths), atol=1e-5)
+    with pytest.warns(DeprecationWarning, match="fov_x_deg"):
+        assert torch.equal(render_point_cloud(cloud, 40, 30, eye=eye, target=target, fov_deg=50.0, **depths), by_eye)
+    with pytest.raises(ValueError, match="fov_y_deg, fov_x_deg"):
+        render_point_cloud(cloud, 40, 30, fov_y_deg=40.0, fov_x_deg=50.0)
+
+
+def test_half_angles_of_either_field_of_view():
+    half_h, half_v = half_angles(40, 20, fov_y_deg=40.0)
+    assert half_v == pytest.approx(np.radians(20.0)) and np.tan(half_h) == pytest.approx(2 * np.tan(half_v))
+    assert half_angles(40, 20, fov_x_deg=np.degrees(2 * half_h)) == pytest.approx((half_h, half_v))
+    assert half_angles(40, 20) == half_angles(40, 20, fov_y_deg=40.0)
+    with pytest.raises(ValueError, match="fov_x_deg: expected degrees in"):
+        half_angles(40, 20, fov_x_deg=180.0)
