@@ -115,6 +115,14 @@ def sharded_rank(rank: int, world_size: int, cases: List[dict], device: str = "c
     return results
 
 
+def sharded_forward_and_render_rank(rank: int, world_size: int, cases: List[dict], render_cases: List[dict],
+                                    device: str = "cpu") -> Dict[str, List[Dict]]:
+    """``{"forward": sharded_rank(...), "render": sharded_render_rank(...)}`` from one set
+    of ranks (run_ranks' function)."""
+    return {"forward": sharded_rank(rank, world_size, cases, device),
+            "render": sharded_render_rank(rank, world_size, render_cases, device)}
+
+
 def single_result(case: dict, device: str = "cpu", p: Optional[float] = None) -> Dict:
     """The case's single-process result (``p``: another percent_allowed_difference)."""
     scene = case_scene(case if p is None else dict(case, p=p))

@@ -12,7 +12,8 @@ import pulsar_py
 from pulsar_py.distributed import ShardedRenderer
 from rank_runner import run_ranks
 from sharded_cases import (RENDER_OUTPUTS, SPHERE_NAMES, case_scene, disagreeing_rank, share_bounds,
-                           sharded_render_rank, sharded_rank, single_render_result, single_result)
+                           sharded_forward_and_render_rank, sharded_render_rank, sharded_rank,
+                           single_render_result, single_result)
 
 F32, F64 = torch.float32, torch.float64
 TOLERANCE = {F64: 1e-12, F32: 1e-5}
@@ -85,19 +86,6 @@ def _check_bound(case: dict, ranks: List[Dict], single: Dict, exhaustive: Dict) 
         assert torch.equal(got["image"], ranks[0]["image"])  # the same image on every rank
 
 
-@pytest.mark.parametrize("world_size", [2, 3])
-def test_sharded_render_equals_one_process(world_size):
-    cases = CASES[world_size]
-    per_rank = run_ranks(sharded_rank, world_size, cases)
-    for i, case in enumerate(cases):
-        ranks = [per_rank[r][i] for r in range(world_size)]
-        single = single_result(case)
-        if case["p"] == 0:
-            _check_exact(case, ranks, single)
-        else:
-            _check_bound(case, ranks, single, single_result(case, p=0.0))
-
-
 # render(): exact at p = 0 (float64 to 1e-12 relative); 2 ranks with uneven shares, 3 with
 # an empty one (batched).
 RENDER_CASES = {
@@ -124,13 +112,23 @@ def _check_render_exact(case: dict, ranks: List[Dict], single: Dict) -> None:
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_sharded_render_outputs_equal_one_process(world_size):
-    """render()'s image, depth, z-depth, coverage and distortion, and the gradients of a
-    loss of all of them: the shares' depth statistics merge exactly."""
-    cases = RENDER_CASES[world_size]
-    per_rank = run_ranks(sharded_render_rank, world_size, cases)
+def test_sharded_forward_and_render_equal_one_process(world_size):
+    """forward(): image and gradients exact at p = 0, within the early-termination bound
+    above it. render(): image, depth, z-depth, coverage and distortion, and the gradients of
+    a loss of all of them: the shares' depth statistics merge exactly. One set of spawned
+    ranks runs both (starting the ranks is most of the time)."""
+    cases, render_cases = CASES[world_size], RENDER_CASES[world_size]
+    per_rank = run_ranks(sharded_forward_and_render_rank, world_size, cases, render_cases)
     for i, case in enumerate(cases):
-        _check_render_exact(case, [per_rank[r][i] for r in range(world_size)], single_render_result(case))
+        ranks = [per_rank[r]["forward"][i] for r in range(world_size)]
+        single = single_result(case)
+        if case["p"] == 0:
+            _check_exact(case, ranks, single)
+        else:
+            _check_bound(case, ranks, single, single_result(case, p=0.0))
+    for i, case in enumerate(render_cases):
+        ranks = [per_rank[r]["render"][i] for r in range(world_size)]
+        _check_render_exact(case, ranks, single_render_result(case))
 
 
 @pytest.mark.cuda
