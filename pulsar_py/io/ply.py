@@ -89,6 +89,15 @@ class PointCloud:
     opacity: Optional[torch.Tensor] = None
     sh_coefficients: Optional[torch.Tensor] = None
 
+    def __post_init__(self) -> None:
+        # The readers' and the tools' one check of the values a renderer would refuse or
+        # blend wrongly: radii must be > 0 and opacities lie in [0, 1] (NaN fails both).
+        if self.radii is not None and not bool((self.radii > 0).all()):
+            raise ValueError(f"ply radii: expected values > 0, got a minimum of {float(self.radii.min())}")
+        if self.opacity is not None and not bool(((self.opacity >= 0) & (self.opacity <= 1)).all()):
+            raise ValueError(f"ply opacity: expected values in [0, 1], got [{float(self.opacity.min())}, "
+                             f"{float(self.opacity.max())}]")
+
     def __len__(self) -> int:
         return int(self.positions.shape[0])
 

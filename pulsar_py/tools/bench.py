@@ -31,6 +31,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from .args import command_device
+
 # Render settings every workload uses (performance.md, "Standard workloads").
 GAMMA = 0.1
 MAX_DEPTH = 45.0
@@ -497,15 +499,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import pulsar_py
 
     try:
-        device = torch.device(args.device)
-    except RuntimeError:
-        parser.error(f"--device: expected cpu or cuda, got {args.device!r}")
-    if device.type not in ("cpu", "cuda"):
-        parser.error(f"--device: expected cpu or cuda, got {args.device!r}")
+        device = command_device(args.device)
+    except ValueError as exc:
+        parser.error(str(exc))
     info = pulsar_py.build_info()
-    if device.type == "cuda" and ("cuda" not in info["backends"] or not torch.cuda.is_available()):
-        parser.error(f"--device cuda: not available (backends {info['backends']}, "
-                     f"torch.cuda.is_available() = {torch.cuda.is_available()})")
     if args.repeats is not None and args.repeats < 1:
         parser.error(f"--repeats: expected >= 1, got {args.repeats}")
     if args.warmup is not None and args.warmup < 0:

@@ -93,23 +93,12 @@ def _build_parser(prog: str) -> argparse.ArgumentParser:
 
 
 def _resolve_device(name: str):
-    import torch
+    from pulsar_py.tools.args import command_device
 
     try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise CommandError(f"--device: expected cpu or cuda, got {name!r}") from None
-    if device.type not in ("cpu", "cuda"):
-        raise CommandError(f"--device: expected cpu or cuda, got {name!r}")
-    if device.type == "cuda":
-        import pulsar_py
-
-        if "cuda" not in pulsar_py.build_info()["backends"]:
-            raise CommandError("--device cuda: this build of pulsar_py has no CUDA backend "
-                               "(rebuild on a machine with nvcc; see README.md, 'GPU build')")
-        if not torch.cuda.is_available():
-            raise CommandError("--device cuda: PyTorch sees no CUDA device")
-    return device
+        return command_device(name)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
 
 
 def _cmd_sample(args: argparse.Namespace) -> int:

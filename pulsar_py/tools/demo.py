@@ -53,7 +53,7 @@ import torch
 from ..io._deps import require
 from ..io.images import write_animation, write_image
 from ..io.ply import write_ply
-from .args import command_prog, positive_int
+from .args import command_device, command_prog, positive_int
 from .demo_setup import DemoParameters, DemoScene, DemoSettings, build_scene, perturb, pose_errors
 
 __all__ = ["DemoSettings", "run_demo", "summary_line", "main"]
@@ -393,18 +393,6 @@ def _build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _device_problem(device: torch.device) -> Optional[str]:
-    """Why ``device`` cannot run the demo here, or None."""
-    from .. import build_info
-
-    if device.type == "cuda":
-        if "cuda" not in build_info()["backends"]:
-            return "this build of pulsar_py has no CUDA backend (README.md, 'GPU build')"
-        if not torch.cuda.is_available():
-            return f"torch sees no CUDA device (torch {torch.__version__}, CUDA {torch.version.cuda})"
-    return None
-
-
 def _live_view(args: argparse.Namespace, settings: DemoSettings) -> Tuple[object, StepCallback]:
     """(LiveViewer, run_demo's on_step that updates it) for ``--view``."""
     from .viewer import LiveViewer
@@ -424,10 +412,10 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
     """``pulsar-py demo [--device cpu|cuda] [--out DIR] [--steps N] [--view]``; returns the
     exit status. ``prog``: the program name for help and usage (default "pulsar-py demo")."""
     args = _build_parser(prog).parse_args(argv)
-    device = torch.device(args.device or _default_device())
-    problem = _device_problem(device)
-    if problem is not None:
-        print(f"demo: --device {device.type}: {problem}", file=sys.stderr)
+    try:
+        device = command_device(args.device or _default_device())
+    except ValueError as exc:
+        print(f"demo: {exc}", file=sys.stderr)
         return 1
     settings = DemoSettings(width=args.width, height=args.height, n_spheres=args.spheres, steps=args.steps,
                             seed=args.seed)

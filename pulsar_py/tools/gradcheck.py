@@ -11,10 +11,10 @@ from typing import List, Optional, Sequence
 
 import torch
 
-from .. import build_info
 from ..cameras.params import axis_angle_to_matrix, camera_from_params
 from ..gradcheck import gradcheck
 from ..renderer import Renderer
+from .args import command_device
 
 
 @dataclass
@@ -136,9 +136,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """
     args = _parse_args(argv)
 
-    if args.device == "cuda" and not (torch.cuda.is_available() and "cuda" in build_info()["backends"]):
-        print("gradcheck: --device cuda: no CUDA device or no CUDA backend in this build "
-              f"(backends: {', '.join(build_info()['backends'])})", file=sys.stderr)
+    try:
+        command_device(args.device)
+    except ValueError as exc:
+        print(f"gradcheck: {exc}", file=sys.stderr)
         return 1
     dtype = torch.float64 if args.dtype == "float64" else torch.float32
     scenes = builtin_scenes(args.seed)

@@ -35,7 +35,7 @@ import torch
 from ..cameras.look_at import look_at_params, side_of_view
 from ..io.images import write_image
 from ..io.ply import IgnoredElementsWarning, PointCloud, read_ply
-from .args import command_prog
+from .args import command_device, command_prog
 
 DEFAULT_COLOUR = (0.62, 0.64, 0.68)
 #: The vertical field of view (degrees) when none is given.
@@ -161,7 +161,7 @@ def fit_camera(frame: CloudFrame, width: int, height: int, fov_y_deg: Optional[f
     return cam, near, far
 
 
-def render_point_cloud(cloud: PointCloud, width: int = 640, height: int = 480, device: str = "cpu",
+def render_point_cloud(cloud: PointCloud, width: int = 640, height: int = 480, device: "str | torch.device" = "cpu",
                        cam_params: Optional[Sequence[float]] = None, eye: Optional[Sequence[float]] = None,
                        target: Optional[Sequence[float]] = None, up: Sequence[float] = (0.0, 1.0, 0.0),
                        fov_y_deg: Optional[float] = None, azimuth_deg: float = 0.0, elevation_deg: float = 0.0,
@@ -198,20 +198,13 @@ def render_point_cloud(cloud: PointCloud, width: int = 640, height: int = 480, d
             raise ValueError(f"--radius: expected > 0, got {radius}")
         radii = torch.full((n,), float(radius), dtype=torch.float64)
     elif cloud.radii is not None:
-        radii = cloud.radii.double()
-        if not bool((radii > 0).all()):
-            raise ValueError(f"ply: radius values must be > 0, got a minimum of {float(radii.min())}")
+        radii = cloud.radii.double()  # PointCloud checked > 0
     else:
         radii = torch.full((n,), estimate_radius(positions), dtype=torch.float64)
     if not radius_scale > 0:
         raise ValueError(f"--radius-scale: expected > 0, got {radius_scale}")
     radii = radii * radius_scale
-    opacity = None
-    if cloud.opacity is not None:
-        opacity = cloud.opacity.double()
-        if not bool(((opacity >= 0) & (opacity <= 1)).all()):
-            raise ValueError(f"ply: opacity values must lie in [0, 1], got [{float(opacity.min())}, "
-                             f"{float(opacity.max())}]")
+    opacity = cloud.opacity.double() if cloud.opacity is not None else None  # PointCloud checked [0, 1]
     frame = bounding_sphere(positions, radii)
     if cam_params is not None:
         cam = torch.tensor(list(cam_params), dtype=torch.float64)
@@ -324,8 +317,10 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
     if args.cam_params is not None and args.eye is not None:
         print("render: --cam-params and --eye: give one camera, not both", file=sys.stderr)
         return 2
-    if args.device not in ("cpu", "cuda") and not args.device.startswith("cuda:"):
-        print(f"render: --device: expected cpu or cuda, got {args.device!r}", file=sys.stderr)
+    try:
+        device = command_device(args.device)
+    except ValueError as exc:
+        print(f"render: {exc}", file=sys.stderr)
         return 2
     if not os.path.splitext(args.out)[1]:
         print(f"render: --out: expected a file name whose extension names the format (.png, .jpg, ...), "
@@ -346,7 +341,7 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
         return 1
     try:
         image = render_point_cloud(
-            cloud, args.width, args.height, args.device, cam_params=args.cam_params, eye=args.eye,
+            cloud, args.width, args.height, device, cam_params=args.cam_params, eye=args.eye,
             target=args.target, up=args.up, fov_y_deg=args.fov_y, fov_x_deg=args.fov_x, azimuth_deg=args.azimuth,
             elevation_deg=args.elevation, radius=args.radius, radius_scale=args.radius_scale, gamma=args.gamma,
             background=args.background, right_handed=not args.left_handed, min_depth=args.min_depth,
@@ -362,6 +357,6 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
     except ValueError as exc:
         print(f"render: --out: {exc}", file=sys.stderr)
         return 1
-    print(f"wrote {args.out} ({args.width}x{args.height}, {len(cloud)} points, {args.device}) "
+    print(f"wrote {args.out} ({args.width}x{args.height}, {len(cloud)} points, {device}) "
           f"in {time.perf_counter() - start:.2f} s")
     return 0

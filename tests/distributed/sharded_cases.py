@@ -33,10 +33,9 @@ def _render(renderer, tensors: dict, scene, mode: int = 0, info: bool = True):
     return renderer(**tensors, **scene.settings(), mode=mode, return_forward_info=info)
 
 
-def run_case(renderer, scene, case: dict, dtype: torch.dtype, device: str, rank: Optional[int] = None) -> Dict:
-    """Renders ``scene`` (rank None: all of it; else rank's share of ``case["shares"]``) in
-    ``dtype`` with every input requiring grad, back-propagates a fixed image gradient and
-    returns the image, forward info, hit counts and gradients (CPU tensors)."""
+def _leaf_inputs(scene, case: dict, dtype: torch.dtype, device: str, rank: Optional[int]) -> Dict:
+    """``scene``'s inputs as leaves requiring grad: every sphere (rank None) or rank's
+    share of ``case["shares"]``."""
     tensors = scene.tensors(dtype, device)
     if rank is not None:
         lo, hi = share_bounds(case["shares"])[rank:rank + 2]
@@ -45,6 +44,14 @@ def run_case(renderer, scene, case: dict, dtype: torch.dtype, device: str, rank:
                 else tensors[name][..., lo:hi, :].contiguous()
     for t in tensors.values():
         t.requires_grad_(True)
+    return tensors
+
+
+def run_case(renderer, scene, case: dict, dtype: torch.dtype, device: str, rank: Optional[int] = None) -> Dict:
+    """Renders ``scene`` (rank None: all of it; else rank's share of ``case["shares"]``) in
+    ``dtype`` with every input requiring grad, back-propagates a fixed image gradient and
+    returns the image, forward info, hit counts and gradients (CPU tensors)."""
+    tensors = _leaf_inputs(scene, case, dtype, device, rank)
     image, info = _render(renderer, tensors, scene)
     (image * grad_output_like(image)).sum().backward()
     with torch.no_grad():
@@ -62,14 +69,7 @@ def run_render_case(renderer, scene, case: dict, dtype: torch.dtype, device: str
                     rank: Optional[int] = None) -> Dict:
     """As run_case for ``render()``: its outputs (RENDER_OUTPUTS) and the gradients of a
     loss of every one of them."""
-    tensors = scene.tensors(dtype, device)
-    if rank is not None:
-        lo, hi = share_bounds(case["shares"])[rank:rank + 2]
-        for name in SPHERE_NAMES:
-            tensors[name] = tensors[name][..., lo:hi].contiguous() if name in ("vert_rad", "opacity") \
-                else tensors[name][..., lo:hi, :].contiguous()
-    for t in tensors.values():
-        t.requires_grad_(True)
+    tensors = _leaf_inputs(scene, case, dtype, device, rank)
     kwargs = dict(scene.settings(), camera=tensors.pop("cam_params"))
     cam = kwargs["camera"]
     result = renderer.render(**tensors, **kwargs, z_depth=True)
@@ -81,8 +81,9 @@ def run_render_case(renderer, scene, case: dict, dtype: torch.dtype, device: str
     return {k: v.cpu() for k, v in out.items()}
 
 
-def sharded_render_rank(rank: int, world_size: int, cases: List[dict], device: str = "cpu") -> List[Dict]:
-    """Every case's sharded ``render()`` result on this rank (run_ranks' function)."""
+def _sharded_results(run: Callable, rank: int, cases: List[dict], device: str) -> List[Dict]:
+    """``run(renderer, scene, case, ...)`` for every case with this rank's ShardedRenderer
+    ("cuda" means this rank's GPU)."""
     if device == "cuda":
         device = f"cuda:{rank}"
     results = []
@@ -90,8 +91,13 @@ def sharded_render_rank(rank: int, world_size: int, cases: List[dict], device: s
         scene = case_scene(case)
         renderer = ShardedRenderer(scene.width, scene.height, n_track=scene.n_track, n_channels=scene.n_channels,
                                    background_normalized_depth=scene.beta).to(device)
-        results.append(run_render_case(renderer, scene, case, case["dtype"], device, rank))
+        results.append(run(renderer, scene, case, case["dtype"], device, rank))
     return results
+
+
+def sharded_render_rank(rank: int, world_size: int, cases: List[dict], device: str = "cpu") -> List[Dict]:
+    """Every case's sharded ``render()`` result on this rank (run_ranks' function)."""
+    return _sharded_results(run_render_case, rank, cases, device)
 
 
 def single_render_result(case: dict, device: str = "cpu") -> Dict:
@@ -103,16 +109,8 @@ def single_render_result(case: dict, device: str = "cpu") -> Dict:
 
 
 def sharded_rank(rank: int, world_size: int, cases: List[dict], device: str = "cpu") -> List[Dict]:
-    """Every case's sharded result on this rank (run_ranks' function)."""
-    if device == "cuda":
-        device = f"cuda:{rank}"
-    results = []
-    for case in cases:
-        scene = case_scene(case)
-        renderer = ShardedRenderer(scene.width, scene.height, n_track=scene.n_track, n_channels=scene.n_channels,
-                                   background_normalized_depth=scene.beta).to(device)
-        results.append(run_case(renderer, scene, case, case["dtype"], device, rank))
-    return results
+    """Every case's sharded forward result on this rank (run_ranks' function)."""
+    return _sharded_results(run_case, rank, cases, device)
 
 
 def sharded_forward_and_render_rank(rank: int, world_size: int, cases: List[dict], render_cases: List[dict],

@@ -131,6 +131,11 @@ def test_windows_line_endings_in_the_header():
     (b"ply\nformat binary_little_endian 1.0\nelement face 1\nproperty list uchar int vertex_indices\n"
      b"end_header\n\x03" + b"\x00" * 8, "bad data: .*face.*end-of-file"),
     (b"ply\nformat ascii 1.0\nelement vertex 1\nproperty quad x\nend_header\n", "bad header: .*'quad'"),
+    (b"ply\nformat ascii 1.0\nelement vertex 2\nproperty float x\nproperty float y\nproperty float z\n"
+     b"property float radius\nend_header\n0 0 0 1\n1 1 1 -0.5\n", "radii: expected values > 0, got a minimum of -0.5"),
+    (b"ply\nformat ascii 1.0\nelement vertex 2\nproperty float x\nproperty float y\nproperty float z\n"
+     b"property float alpha\nend_header\n0 0 0 1\n1 1 1 1.5\n",
+     "opacity: expected values in \\[0, 1\\], got \\[1.0, 1.5\\]"),
 ])
 def test_bad_files_are_clear_errors(data, message):
     with pytest.raises(ValueError, match=message):

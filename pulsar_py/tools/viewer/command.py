@@ -14,9 +14,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Optional, Sequence
 
-import torch
-
-from ..args import command_prog
+from ..args import command_device, command_prog
 from .camera import UP_AXES
 from .deps import INSTALL
 
@@ -49,24 +47,6 @@ def _build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _device(name: str) -> torch.device:
-    """The render device, or ValueError naming --device."""
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ValueError(f"--device: expected cpu or cuda, got {name!r}") from None
-    if device.type not in ("cpu", "cuda"):
-        raise ValueError(f"--device: expected cpu or cuda, got {name!r}")
-    if device.type == "cuda":
-        from ... import build_info
-
-        if "cuda" not in build_info()["backends"]:
-            raise ValueError("--device cuda: this build of pulsar_py has no CUDA backend (README.md, 'GPU build')")
-        if not torch.cuda.is_available():
-            raise ValueError("--device cuda: PyTorch sees no CUDA device")
-    return device
-
-
 def wait_for_interrupt(stop: Optional[threading.Event] = None) -> None:
     """Block until Ctrl-C (KeyboardInterrupt, caught) or until ``stop`` is set."""
     stop = stop or threading.Event()
@@ -89,7 +69,7 @@ def serve(args: argparse.Namespace) -> "SceneViewer":
     MissingDependency (an ImportError) without viser, each with a one-line message."""
     if not 1e-5 <= args.gamma <= 1:
         raise ValueError(f"--gamma: expected a value in [1e-5, 1], got {args.gamma}")
-    device = _device(args.device)
+    device = command_device(args.device)
     from .deps import require_viser
 
     require_viser()

@@ -109,8 +109,8 @@ class LiveViewer:
     # What a training loop calls
 
     def update(self, positions: torch.Tensor, colours: torch.Tensor, radii: torch.Tensor,
-               opacity: Optional[torch.Tensor] = None, losses: Optional[Mapping[str, Union[float, torch.Tensor]]] = None,
-               step: Optional[int] = None) -> None:
+               opacity: Optional[torch.Tensor] = None,
+               losses: Optional[Mapping[str, Union[float, torch.Tensor]]] = None, step: Optional[int] = None) -> None:
         """Show these spheres from now on and add ``losses`` to the plot.
 
         Args:

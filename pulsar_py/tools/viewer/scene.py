@@ -153,18 +153,11 @@ def load_scene(path: PathLike, device: Union[str, torch.device] = "cpu") -> View
     _check_finite("ply positions", positions)
     if cloud.radii is not None:
         radii = cloud.radii.float()
-        _check_finite("ply radii", radii)
-        if not bool((radii > 0).all()):
-            raise ValueError(f"ply radii: expected values > 0, got a minimum of {float(radii.min())}")
+        _check_finite("ply radii", radii)  # PointCloud checked > 0
     else:
         radii = torch.full((n,), estimate_radius(positions), dtype=torch.float32)
     colours = cloud.colours.float() if cloud.colours is not None else _grey_shading(positions)
-    opacity = None
-    if cloud.opacity is not None:
-        opacity = cloud.opacity.float()
-        if not bool(((opacity >= 0) & (opacity <= 1)).all()):
-            raise ValueError(f"ply opacity: expected values in [0, 1], got [{float(opacity.min())}, "
-                             f"{float(opacity.max())}]")
+    opacity = cloud.opacity.float() if cloud.opacity is not None else None  # PointCloud checked [0, 1]
     sh = cloud.sh_coefficients.float() if cloud.sh_coefficients is not None and cloud.sh_degree >= 1 else None
     if sh is not None:
         _check_finite("ply SH coefficients", sh)
