@@ -13,10 +13,11 @@ Pulsar camera vector (``--cam-params``), a look-at camera (``--eye``, ``--target
 of view is vertical, ``--fov-y`` (degrees, default 40), as ``Camera.look_at(fov_y=)``;
 ``--fov-x`` gives the horizontal one instead (``--fov``, its former name, still works and
 warns). A camera straight above or below its target takes the fallback up direction of
-``pulsar_py.cameras.look_at.up_for_view`` (world -z at the top looking down, for up +y). The renderer runs in a
-right-handed system (OpenGL-style: the camera looks along -z of its frame), so a scan
-stored in the usual right-handed coordinates is not mirrored; pass ``--left-handed`` for
-Pulsar's default convention (used with ``--cam-params`` taken from Pulsar code).
+``pulsar_py.cameras.look_at.up_for_view`` (world -z at the top looking down, for up +y).
+The renderer runs in a right-handed system (OpenGL-style: the camera looks along -z of
+its frame), so a scan stored in the usual right-handed coordinates is not mirrored; pass
+``--left-handed`` for Pulsar's default convention (used with ``--cam-params`` taken from
+Pulsar code).
 """
 
 from __future__ import annotations
