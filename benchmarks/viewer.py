@@ -35,7 +35,7 @@ from pulsar_py.tools.viewer.camera import camera_for_eye, default_max_depth, fit
 from pulsar_py.tools.viewer.deps import quiet_stdout, require_viser
 from pulsar_py.tools.viewer.frame import FrameRenderer, RenderSettings
 from pulsar_py.tools.viewer.scene import scene_frame, scene_from_tensors
-from pulsar_py.tools.viewer.session import ViewOptions
+from pulsar_py.tools.viewer.tab import ViewOptions
 
 
 def main() -> int:

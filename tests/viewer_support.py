@@ -135,15 +135,24 @@ class Browser:
         return np.asarray(iio.imread(io.BytesIO(self.driver.get_screenshot_as_png()), extension=".png"))[..., :3]
 
     def element_image(self, window: str, css: str) -> Optional[np.ndarray]:
-        """[h, w, 3] uint8 of the first element matching ``css`` in the window, or None."""
+        """[h, w, 3] uint8 of the first element matching ``css`` in the window, or None.
+
+        None also when the page replaced the element between finding it and taking its
+        picture (a plot redraws its canvas as points arrive): the caller polls again.
+        """
         import imageio.v3 as iio
+        from selenium.common.exceptions import StaleElementReferenceException
         from selenium.webdriver.common.by import By
 
         self.driver.switch_to.window(window)
         found = self.driver.find_elements(By.CSS_SELECTOR, css)
         if not found:
             return None
-        return np.asarray(iio.imread(io.BytesIO(found[0].screenshot_as_png), extension=".png"))[..., :3]
+        try:
+            png = found[0].screenshot_as_png
+        except StaleElementReferenceException:
+            return None
+        return np.asarray(iio.imread(io.BytesIO(png), extension=".png"))[..., :3]
 
     def click_button(self, window: str, label: str) -> None:
         """Click the page's button labelled ``label`` (waiting for it to show)."""

@@ -35,9 +35,9 @@ def browser():
     # A small window keeps software rendering and screenshots quick; the docs' screenshot
     # is taken in a larger one.
     size = (960, 640) if os.environ.get("PULSAR_PY_VIEWER_SCREENSHOT") else (640, 480)
-    session = Browser(*found, size=size)
-    yield session
-    session.quit()
+    driver = Browser(*found, size=size)
+    yield driver
+    driver.quit()
 
 
 def _shows_a_scene(image: np.ndarray) -> bool:
@@ -46,10 +46,10 @@ def _shows_a_scene(image: np.ndarray) -> bool:
     return float(middle.std(axis=(0, 1)).max()) > 10.0
 
 
-def _still_frame(session, after: int):
+def _still_frame(tab, after: int):
     """Wait for a full-resolution frame (the view at rest) newer than frame ``after``."""
-    return wait_until(lambda: session.frames_sent > after and session.last_frame is not None
-                      and not session.last_frame.preview and session.frames_sent,
+    return wait_until(lambda: tab.frames_sent > after and tab.last_frame is not None
+                      and not tab.last_frame.preview and tab.frames_sent,
                       TIMEOUT, "a full-resolution frame")
 
 
@@ -68,10 +68,10 @@ def test_view_page_renders_the_scene_and_each_tab_has_its_own_camera(browser, tm
     viewer = view_command.serve(view_command.parse_args([str(ply), "--port", str(free_port())]))
     try:
         first = browser.open(viewer.url)
-        session = wait_until(lambda: next(iter(viewer.sessions().values()), None), TIMEOUT, "the page to connect")
-        sent = _still_frame(session, 0)
+        tab = wait_until(lambda: next(iter(viewer.tabs().values()), None), TIMEOUT, "the page to connect")
+        sent = _still_frame(tab, 0)
         shot = _screenshot_showing(browser, first, _shows_a_scene, "the scene in the page's centre")
-        assert session.last_frame.width > 100 and session.last_frame.height > 100
+        assert tab.last_frame.width > 100 and tab.last_frame.height > 100
         target = os.environ.get("PULSAR_PY_VIEWER_SCREENSHOT")
         if target:
             import imageio.v3 as iio
@@ -82,37 +82,37 @@ def test_view_page_renders_the_scene_and_each_tab_has_its_own_camera(browser, tm
         # A camera set through the tab's viser handle changes the frame.
         frame = viewer.source.frame
         eye, look_at = fit_view(frame)
-        camera = session.client.camera
+        camera = tab.client.camera
         # From above, at the ring's +x side (the torus's ring has radius 1: the centre of
         # the frame is then the tube, not the hole).
         ring = (look_at[0] + 1.0, look_at[1], look_at[2])
         camera.position = (ring[0] + 0.2, ring[1] + 2.2 * frame.radius, ring[2] + 0.3)
         camera.look_at = ring
-        sent = _still_frame(session, sent)
+        sent = _still_frame(tab, sent)
         moved = _screenshot_showing(browser, first, lambda s: np.abs(centre(s).astype(float) - centre(shot)).mean() > 8,
                                     "the frame of the new camera")
         assert _shows_a_scene(moved)
 
         # A second tab gets a camera of its own, at the first view, not the first tab's.
         second = browser.open(viewer.url)
-        other = wait_until(lambda: next((s for i, s in viewer.sessions().items() if i != session.client_id), None),
+        other = wait_until(lambda: next((s for i, s in viewer.tabs().items() if i != tab.client_id), None),
                            TIMEOUT, "the second page to connect")
         _still_frame(other, 0)
         # (The page may report its pose before the first view is applied: wait for it.)
         wait_until(lambda: np.allclose(other.client.camera.position, eye, atol=1e-3), TIMEOUT,
                    "the second page's camera at the first view")
-        assert not np.allclose(session.client.camera.position, eye, atol=1e-3)
+        assert not np.allclose(tab.client.camera.position, eye, atol=1e-3)
 
-        # Closing the second tab ends its session (render thread, renderers); the first
+        # Closing the second tab ends its view (render thread, renderers); the first
         # tab is still served.
         assert other.renderers_held > 0
         browser.close_window(second)
-        wait_until(lambda: list(viewer.sessions()) == [session.client_id], TIMEOUT, "the closed tab to disconnect")
+        wait_until(lambda: list(viewer.tabs()) == [tab.client_id], TIMEOUT, "the closed tab to disconnect")
         wait_until(lambda: other.closed, TIMEOUT, "the closed tab's render thread to end")
         assert other.renderers_held == 0
         camera.position = tuple(eye)
         camera.look_at = tuple(look_at)
-        _still_frame(session, sent)
+        _still_frame(tab, sent)
         _screenshot_showing(browser, first, lambda s: np.abs(centre(s).astype(float) - centre(moved)).mean() > 8,
                             "the first tab's frame after the second closed")
     finally:

@@ -9,7 +9,7 @@ imports without it.
 
 Modules: ``deps`` (the optional dependency), ``scene`` (what is shown and how it is
 loaded), ``camera`` (the browser's camera as a ``pulsar_py.Camera``), ``frame`` (one
-frame: render, colour map, uint8 pixels on the host), ``session`` (one browser tab:
+frame: render, colour map, uint8 pixels on the host), ``tab`` (one browser tab:
 controls and its render thread), ``server`` (the viser server), ``live`` (``LiveViewer``),
 ``command`` (``pulsar-py view``).
 """

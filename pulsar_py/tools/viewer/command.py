@@ -75,7 +75,7 @@ def serve(args: argparse.Namespace) -> "SceneViewer":
     require_viser()
     from .scene import SceneSource, load_scene, resolve_scene_path
     from .server import SceneViewer, check_address
-    from .session import ViewOptions
+    from .tab import ViewOptions
 
     path = resolve_scene_path(args.path)
     check_address(args.host, args.port)  # before a long load

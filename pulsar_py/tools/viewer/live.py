@@ -28,7 +28,7 @@ import torch
 
 from .scene import SceneSource, scene_from_tensors
 from .server import DEFAULT_HOST, DEFAULT_PORT, SceneViewer
-from .session import ViewOptions
+from .tab import ViewOptions
 
 #: Most points per loss curve sent to the page; longer runs are thinned evenly.
 MAX_PLOT_POINTS = 2000
@@ -191,7 +191,7 @@ class LiveViewer:
 
     @property
     def viewer(self) -> SceneViewer:
-        """The underlying server (its tabs: ``viewer.sessions()``)."""
+        """The underlying server (its tabs: ``viewer.tabs()``)."""
         return self._viewer
 
     def losses(self) -> Dict[str, List[float]]:

@@ -20,7 +20,7 @@ from typing import Any, Dict, Optional
 from .camera import DEFAULT_FOV_Y_DEG, fit_view, up_vector
 from .deps import quiet_stdout, require_viser
 from .scene import SceneSource
-from .session import ClientSession, ViewOptions
+from .tab import TabView, ViewOptions
 
 #: The address the viewer listens on unless told otherwise: this machine only.
 DEFAULT_HOST = "127.0.0.1"
@@ -68,7 +68,7 @@ def _refuse_share_url(*_args: Any, **_kwargs: Any) -> None:
 
 class SceneViewer:
     """A running viewer: a viser server whose tabs each render ``source`` from their
-    own camera (``ClientSession``).
+    own camera (``TabView``).
 
     Args:
         source: the scene (set now, or later by a live viewer).
@@ -89,7 +89,7 @@ class SceneViewer:
         viser = require_viser()
         check_address(host, port)
         self.source = source
-        self._sessions: Dict[int, ClientSession] = {}
+        self._tabs: Dict[int, TabView] = {}
         self._lock = threading.Lock()
         self._fitted = False
         with quiet_stdout():
@@ -129,10 +129,10 @@ class SceneViewer:
         """True when only this machine can reach the page."""
         return is_loopback(self.host)
 
-    def sessions(self) -> Dict[int, ClientSession]:
+    def tabs(self) -> Dict[int, TabView]:
         """The open tabs, by viser client id."""
         with self._lock:
-            return dict(self._sessions)
+            return dict(self._tabs)
 
     def _fit(self) -> None:
         """Point the first camera (and that of tabs opened before the scene came) at
@@ -142,8 +142,8 @@ class SceneViewer:
         self._fitted = True
         self.source.unsubscribe(self._fit)
         self._point_at_scene(self.server.initial_camera)
-        for session in self.sessions().values():
-            self._point_at_scene(session.client.camera)
+        for tab in self.tabs().values():
+            self._point_at_scene(tab.client.camera)
 
     def _point_at_scene(self, camera: Any) -> None:
         """Set a viser camera (a tab's, or the initial one) to the fitted view."""
@@ -161,10 +161,10 @@ class SceneViewer:
             # Each tab starts at the fitted view: viser's initial camera says the same,
             # but a tab whose first report came before it applied would keep its pose.
             self._point_at_scene(client.camera)
-        session = ClientSession(client, self.source, self.options)
+        tab = TabView(client, self.source, self.options)
         with self._lock:
-            stale = self._sessions.pop(client.client_id, None)
-            self._sessions[client.client_id] = session
+            stale = self._tabs.pop(client.client_id, None)
+            self._tabs[client.client_id] = tab
         if stale is not None:
             stale.close()
 
@@ -172,9 +172,9 @@ class SceneViewer:
         """A closed tab: its render thread ends and its renderers are freed; the other
         tabs go on."""
         with self._lock:
-            session = self._sessions.pop(client.client_id, None)
-        if session is not None:
-            session.close()
+            tab = self._tabs.pop(client.client_id, None)
+        if tab is not None:
+            tab.close()
 
     @staticmethod
     def _stop_server(server: Any, wait: float = 1.0) -> None:
@@ -196,11 +196,11 @@ class SceneViewer:
         port no longer accepts connections on return."""
         self.source.unsubscribe(self._fit)
         with self._lock:
-            sessions = list(self._sessions.values())
-            self._sessions.clear()
-        for session in sessions:
-            session.request_stop()
+            tabs = list(self._tabs.values())
+            self._tabs.clear()
+        for tab in tabs:
+            tab.request_stop()
         deadline = time.monotonic() + wait
         self._stop_server(self.server, wait)
-        for session in sessions:
-            session.close(max(0.0, deadline - time.monotonic()))
+        for tab in tabs:
+            tab.close(max(0.0, deadline - time.monotonic()))

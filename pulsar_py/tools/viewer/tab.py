@@ -101,7 +101,7 @@ class FrameStats:
     scene_version: int
 
 
-class ClientSession:
+class TabView:
     """A tab's controls and render thread (see the module docstring).
 
     Args:
