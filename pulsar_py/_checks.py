@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import TYPE_CHECKING, Callable, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Callable, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 import torch
 
 if TYPE_CHECKING:
-    from .ops import RenderSettings
+    from .render_settings import RenderSettings
 
 FLOAT_DTYPES = (torch.float32, torch.float64)
 # Lengths of a Pulsar camera vector: position 3, rotation 3 or 6, focal, sensor, [offsets 2].

@@ -3,49 +3,27 @@
 With debugging on (``Renderer(..., debug=True)``, ``renderer.debug = True``, or the
 environment variable ``PULSAR_PY_DEBUG=1``), a native failure (RuntimeError from the
 C++ core: out of memory, a CUDA error) saves the call's inputs to a file whose path the
-error message names; ``pulsar_py.replay(path)`` repeats the call for a bug report.
+error message names (pulsar_py._snapshot writes it); ``pulsar_py.replay(path)`` repeats the
+call for a bug report.
 
 A snapshot is a ``torch.save`` file holding plain data only (it loads with
 ``torch.load(weights_only=True)``): ``version`` (of pulsar_py), ``stage`` ("forward" or
 "backward"), ``device`` (where the call ran), ``settings`` (the render operator's
-settings, pulsar_py.ops.RenderSettings, as a dict) and ``tensors`` (the operator's
-inputs on the CPU; for backward also dL/dimage and dL/d(depth moments)).
+settings, pulsar_py.render_settings.RenderSettings, as a dict) and ``tensors`` (the
+operator's inputs on the CPU; for backward also dL/dimage and dL/d(depth moments)).
 """
 
 from __future__ import annotations
 
 import math
-import os
-import tempfile
-import uuid
 from typing import Dict, Optional
 
 import torch
 
+from ._snapshot import TENSOR_NAMES
+from .ops import render
 from .outputs import DEPTH_STATS
-
-ENV_FLAG = "PULSAR_PY_DEBUG"
-_TENSOR_NAMES = ("vert_pos", "vert_col", "vert_rad", "opacity", "bg_col", "cameras")
-
-
-def debug_enabled(flag: bool) -> bool:
-    return flag or os.environ.get(ENV_FLAG, "") not in ("", "0")
-
-
-def save_snapshot(stage: str, settings: dict, device: torch.device, tensors: dict) -> str:
-    """Writes a snapshot and returns its path (in $PULSAR_PY_DEBUG_DIR or the temp dir);
-    every failure gets a file of its own."""
-    from . import __version__
-
-    folder = os.environ.get("PULSAR_PY_DEBUG_DIR", tempfile.gettempdir())
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, f"pulsar_py_{stage}_{os.getpid()}_{uuid.uuid4().hex[:12]}.pt")
-    snapshot = dict(
-        version=__version__, stage=stage, device=str(device), settings=dict(settings),
-        tensors={k: (None if v is None else v.detach().cpu()) for k, v in tensors.items()},
-    )
-    torch.save(snapshot, path)
-    return path
+from .render_settings import RenderSettings
 
 
 def _fail(path: str, message: str) -> None:
@@ -54,8 +32,6 @@ def _fail(path: str, message: str) -> None:
 
 def _check_snapshot(path: str, snap: object) -> None:
     """Every tensor against the recorded call, before any native code sees them."""
-    from .ops import RenderSettings
-
     if not isinstance(snap, dict) or not {"stage", "settings", "tensors", "device"} <= set(snap):
         _fail(path, "not a pulsar_py debug snapshot (expected a dict with stage, settings, tensors, device)")
     if snap["stage"] not in ("forward", "backward"):
@@ -66,8 +42,8 @@ def _check_snapshot(path: str, snap: object) -> None:
     if not all(isinstance(v, (int, float, bool)) and math.isfinite(float(v)) for v in settings.values()):
         _fail(path, "settings: expected finite numbers")
     s = RenderSettings(**settings)
-    if not isinstance(tensors, dict) or any(n not in tensors for n in _TENSOR_NAMES):
-        _fail(path, f"tensors: expected {', '.join(_TENSOR_NAMES)}")
+    if not isinstance(tensors, dict) or any(n not in tensors for n in TENSOR_NAMES):
+        _fail(path, f"tensors: expected {', '.join(TENSOR_NAMES)}")
     pos = tensors["vert_pos"]
     if not isinstance(pos, torch.Tensor) or pos.dtype not in (torch.float32, torch.float64) or pos.dim() not in (
             2, 3) or pos.shape[-1] != 3:
@@ -82,7 +58,7 @@ def _check_snapshot(path: str, snap: object) -> None:
     batch = cams.shape[0]
     if pos.dim() == 3 and pos.shape[0] != batch:
         _fail(path, f"vert_pos: expected a batch of {batch} like the cameras, got {tuple(pos.shape)}")
-    col, bg = tensors["vert_col"], tensors["bg_col"]
+    col = tensors["vert_col"]
     if not isinstance(col, torch.Tensor) or col.dim() != pos.dim() or tuple(col.shape[:-1]) != lead:
         _fail(path, f"vert_col: expected [{', '.join(map(str, lead))}, C]")
     channels = col.shape[-1]
@@ -120,15 +96,13 @@ def replay(path: str, device: Optional[str] = None) -> Dict[str, Optional[torch.
         last two None when the call did not ask for them); for a backward snapshot also
         the gradients ``grad_<input>`` of the inputs it had.
     """
-    from .ops import RenderSettings, render
-
     snap = torch.load(path, weights_only=True)
     _check_snapshot(path, snap)
     dev = torch.device(device or snap["device"])
     # A renderer of its own (id 0 is never a module's), debugging off: its failure raises.
     s = RenderSettings(**{**snap["settings"], "renderer_id": 0, "debug": False, "check_values": True})
     t = {k: (None if v is None else v.to(dev)) for k, v in snap["tensors"].items()}
-    inputs = [t[n] for n in _TENSOR_NAMES]
+    inputs = [t[n] for n in TENSOR_NAMES]
     backward = snap["stage"] == "backward"
     if backward:
         inputs = [None if x is None else x.clone().requires_grad_() for x in inputs]
@@ -141,7 +115,7 @@ def replay(path: str, device: Optional[str] = None) -> Dict[str, Optional[torch.
         if s.want_depth_moments and t.get("grad_depth_moments") is not None:
             outputs.append(moments)
             grads_out.append(t["grad_depth_moments"])
-        wanted = [(n, x) for n, x in zip(_TENSOR_NAMES, inputs) if x is not None]
+        wanted = [(n, x) for n, x in zip(TENSOR_NAMES, inputs) if x is not None]
         grads = torch.autograd.grad(outputs, [x for _, x in wanted], grads_out, allow_unused=True)
         result.update({f"grad_{n}": g for (n, _), g in zip(wanted, grads)})
     return result
