@@ -33,7 +33,7 @@ import torch
 from pulsar_py.tools.demo_setup import DemoSettings, build_scene
 from pulsar_py.tools.viewer.camera import camera_for_eye, default_max_depth, fit_view
 from pulsar_py.tools.viewer.deps import quiet_stdout, require_viser
-from pulsar_py.tools.viewer.frame import FrameRenderer, RenderSettings
+from pulsar_py.tools.viewer.frame import FrameRenderer, FrameSettings
 from pulsar_py.tools.viewer.scene import scene_frame, scene_from_tensors
 from pulsar_py.tools.viewer.tab import ViewOptions
 
@@ -54,7 +54,7 @@ def main() -> int:
     scene = scene_from_tensors(truth.positions, truth.colours, truth.radii, right_handed=False,
                                background=truth.bg_col.tolist())
     frame = scene_frame(scene)
-    settings = RenderSettings(gamma=ViewOptions().gamma, max_depth=default_max_depth(frame))
+    settings = FrameSettings(gamma=ViewOptions().gamma, max_depth=default_max_depth(frame))
     eye, target = fit_view(frame)
     offset = eye - target
     renderer = FrameRenderer()

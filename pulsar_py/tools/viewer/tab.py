@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Union
 
 from .camera import ViewCamera, default_max_depth, render_size
-from .frame import OUTPUTS, FrameRenderer, RenderSettings
+from .frame import OUTPUTS, FrameRenderer, FrameSettings
 from .scene import SceneFrame, SceneSource, ViewerScene
 
 
@@ -210,11 +210,11 @@ class TabView:
             if handle is not None:
                 handle.on_update(lambda _event: self.changed())
 
-    def settings(self) -> RenderSettings:
+    def settings(self) -> FrameSettings:
         """The render settings the tab's controls show now."""
         assert self._controls is not None
         c = self._controls
-        return RenderSettings(gamma=float(10.0 ** float(c["gamma"].value)), max_depth=float(c["max_depth"].value),
+        return FrameSettings(gamma=float(10.0 ** float(c["gamma"].value)), max_depth=float(c["max_depth"].value),
                               output=str(c["output"].value),
                               sh_degree=None if c["sh_degree"] is None else int(c["sh_degree"].value))
 
