@@ -85,7 +85,6 @@ class SceneViewer:
                  options: Optional[ViewOptions] = None, title: str = "pulsar_py") -> None:
         self.options = options or ViewOptions()
         self.options.check()
-        up_vector(self.options.up)
         viser = require_viser()
         check_address(host, port)
         self.source = source
