@@ -247,10 +247,10 @@ class LiveViewer:
             if version != pushed:
                 try:
                     self._push_plot()
-                    pushed = version
                 except Exception as exc:  # the plot is a view; the optimisation goes on
                     print(f"pulsar_py viewer: loss plot failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-                    pushed = version
+                # A failed push is not retried until the losses change again.
+                pushed = version
 
     # -----------------------------------------------------------------------------------
     # Closing
