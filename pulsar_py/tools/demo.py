@@ -1,7 +1,7 @@
 """``pulsar-py demo``: joint optimisation of a camera and thousands of spheres.
 
 The problem (``pulsar_py.demo_setup``): a rainbow trefoil knot of spheres over a
-checkered floor of spheres (about 4700 in all), three cameras around it. The demo
+checkered floor of spheres (about 5000 in all), three cameras around it. The demo
 renders the target images (all views in one batched call), then perturbs view 0's
 rotation (8 degrees), position (0.6 units) and focal length (6 %) and every sphere's
 position, colour and radius, and optimises all of them jointly against the targets with
