@@ -366,6 +366,9 @@ def _default_device() -> str:
 
 
 def _build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
+    from .viewer.deps import INSTALL
+    from .viewer.server import DEFAULT_HOST, DEFAULT_PORT
+
     defaults = DemoSettings()
     parser = argparse.ArgumentParser(
         prog=command_prog("demo", prog),
@@ -383,13 +386,14 @@ def _build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     parser.add_argument("--spheres", type=positive_int, default=defaults.n_spheres,
                         help=f"spheres on the knot (default {defaults.n_spheres}; the floor adds about 2000)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    view = parser.add_argument_group("browser view (needs viser: pip install \"pulsar_py[viewer]\")")
+    view = parser.add_argument_group(f"browser view (needs viser: {INSTALL})")
     view.add_argument("--view", action="store_true",
                       help="show the spheres in the browser while they train, with the losses and a pause button; "
                            "keeps serving after the run until Ctrl-C (docs/viewer.md)")
-    view.add_argument("--port", type=int, default=8080, help="--view: port to serve on (default 8080)")
-    view.add_argument("--host", default="127.0.0.1",
-                      help="--view: address to listen on (default 127.0.0.1: this machine only)")
+    view.add_argument("--port", type=int, default=DEFAULT_PORT,
+                      help=f"--view: port to serve on (default {DEFAULT_PORT})")
+    view.add_argument("--host", default=DEFAULT_HOST,
+                      help=f"--view: address to listen on (default {DEFAULT_HOST}: this machine only)")
     return parser
 
 
