@@ -374,7 +374,7 @@ def _build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
         prog=command_prog("demo", prog),
         description="Joint optimisation of a camera (rotation, position, focal length) and thousands of "
                     "spheres (positions, colours, radii) from three views. Writes target.png, initial.png, "
-                    "final.png, optimisation.gif, loss.png and summary.json to --out.")
+                    "final.png, optimisation.gif, loss.png, scene.ply and summary.json to --out.")
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
                         help="backend (default: cuda when this build has it and a GPU is present, else cpu)")
     parser.add_argument("--out", default="pulsar_demo", help="output folder (default: ./pulsar_demo)")
