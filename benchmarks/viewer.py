@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The viewer's server-side frame loop without a browser: ``python benchmarks/viewer.py --device cuda``.
 
-For the demo's scene (its true spheres, about 4700, as ``pulsar-py view`` shows a demo's
+For the demo's scene (its true spheres, 4969, as ``pulsar-py view`` shows a demo's
 scene.ply) seen by the viewer's first camera, orbiting one degree per frame, it times
 ``--frames`` frames of what a tab's render thread does for each: ``FrameRenderer.render``
 (camera conversion, ``Renderer.render``, colour mapping and uint8 conversion on the
@@ -31,9 +31,9 @@ except ImportError:  # not installed: the checkout's own (needs an in-place buil
 import torch
 
 from pulsar_py.tools.demo_setup import DemoSettings, build_scene
-from pulsar_py.tools.viewer.camera import camera_for_eye, default_max_depth, fit_view
+from pulsar_py.tools.viewer.camera import DEFAULT_FOV_Y_DEG, camera_for_eye, default_max_depth, fit_view
 from pulsar_py.tools.viewer.deps import quiet_stdout, require_viser
-from pulsar_py.tools.viewer.frame import FrameRenderer, RenderSettings
+from pulsar_py.tools.viewer.frame import FrameRenderer, FrameSettings
 from pulsar_py.tools.viewer.scene import scene_frame, scene_from_tensors
 from pulsar_py.tools.viewer.tab import ViewOptions
 
@@ -54,7 +54,7 @@ def main() -> int:
     scene = scene_from_tensors(truth.positions, truth.colours, truth.radii, right_handed=False,
                                background=truth.bg_col.tolist())
     frame = scene_frame(scene)
-    settings = RenderSettings(gamma=ViewOptions().gamma, max_depth=default_max_depth(frame))
+    settings = FrameSettings(gamma=ViewOptions().gamma, max_depth=default_max_depth(frame))
     eye, target = fit_view(frame)
     offset = eye - target
     renderer = FrameRenderer()
@@ -66,7 +66,7 @@ def main() -> int:
             turn = math.radians(k)  # orbit about +y, one degree per frame
             rotated = (offset[0] * math.cos(turn) + offset[2] * math.sin(turn), offset[1],
                        -offset[0] * math.sin(turn) + offset[2] * math.cos(turn))
-            view = camera_for_eye(target + rotated, target, "+y", math.radians(50), 1.0)
+            view = camera_for_eye(target + rotated, target, "+y", math.radians(DEFAULT_FOV_Y_DEG), 1.0)
             start = time.perf_counter()
             rendered = renderer.render(scene, frame, view, args.size, args.size, settings)
             encode_start = time.perf_counter()

@@ -1,4 +1,5 @@
-"""Helpers of the viewer's tests: scenes, ports, addresses, waiting, a headless browser."""
+"""Helpers of the viewer's tests: scenes, ports, addresses, waiting, a headless browser;
+and the writer of 3D Gaussian Splatting PLY files that the PLY tests use too."""
 
 from __future__ import annotations
 
@@ -14,13 +15,36 @@ from typing import Callable, List, Optional
 import numpy as np
 import plyfile
 
-SH_C0 = 0.28209479177387814
+from pulsar_py.sh import SH_C0
 
 #: Chromium's switches for a headless run on a machine without a display, GPU or network.
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--disable-background-timer-throttling", "--disable-renderer-backgrounding",
                   "--disable-backgrounding-occluded-windows", "--disable-dev-shm-usage")
+
+
+def write_gaussians(path, positions, f_dc, log_scales, opacity_logit, f_rest=None, extra=()):
+    """A PLY file in the layout 3D Gaussian Splatting writes (plyfile, binary).
+
+    f_rest: [N, K, 3] coefficients of degree >= 1 (K = 3, 8 or 15), stored channel by
+    channel as 3DGS does: f_rest_{c K + k} = f_rest[:, k, c].
+    """
+    n = positions.shape[0]
+    columns = [("x", positions[:, 0]), ("y", positions[:, 1]), ("z", positions[:, 2])]
+    columns += [(f"n{a}", np.zeros(n)) for a in "xyz"]
+    columns += [(f"f_dc_{c}", f_dc[:, c]) for c in range(3)]
+    if f_rest is not None:
+        k_count = f_rest.shape[1]
+        columns += [(f"f_rest_{c * k_count + k}", f_rest[:, k, c]) for c in range(3) for k in range(k_count)]
+    columns += [("opacity", opacity_logit)]
+    columns += [(f"scale_{a}", log_scales[:, a]) for a in range(3)]
+    columns += [(f"rot_{a}", np.full(n, 1.0 if a == 0 else 0.0)) for a in range(4)]
+    columns += list(extra)
+    table = np.empty(n, [(name, "f4") for name, _ in columns])
+    for name, values in columns:
+        table[name] = values
+    plyfile.PlyData([plyfile.PlyElement.describe(table, "vertex")]).write(str(path))
 
 
 def write_gaussian_ply(path, n: int = 1500, seed: int = 0) -> np.ndarray:
@@ -31,18 +55,8 @@ def write_gaussian_ply(path, n: int = 1500, seed: int = 0) -> np.ndarray:
     u, v = gen.uniform(0, 2 * np.pi, n), gen.uniform(0, 2 * np.pi, n)
     positions = np.stack([(1 + 0.4 * np.cos(v)) * np.cos(u), 0.4 * np.sin(v), (1 + 0.4 * np.cos(v)) * np.sin(u)], -1)
     rgb = np.stack([0.5 + 0.5 * np.cos(u), 0.5 + 0.5 * np.sin(u), 0.5 + 0.5 * np.cos(v)], -1)
-    f_dc = (rgb - 0.5) / SH_C0
     f_rest = gen.normal(scale=0.05, size=(n, 3, 3))  # [n, K, channel]
-    columns = [("x", positions[:, 0]), ("y", positions[:, 1]), ("z", positions[:, 2])]
-    columns += [(f"f_dc_{c}", f_dc[:, c]) for c in range(3)]
-    columns += [(f"f_rest_{c * 3 + k}", f_rest[:, k, c]) for c in range(3) for k in range(3)]
-    columns += [("opacity", np.full(n, 4.0))]
-    columns += [(f"scale_{a}", np.full(n, np.log(0.05))) for a in range(3)]
-    columns += [(f"rot_{a}", np.full(n, 1.0 if a == 0 else 0.0)) for a in range(4)]
-    table = np.empty(n, [(name, "f4") for name, _ in columns])
-    for name, values in columns:
-        table[name] = values
-    plyfile.PlyData([plyfile.PlyElement.describe(table, "vertex")]).write(str(path))
+    write_gaussians(path, positions, (rgb - 0.5) / SH_C0, np.full((n, 3), np.log(0.05)), np.full(n, 4.0), f_rest)
     return positions
 
 

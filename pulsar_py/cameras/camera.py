@@ -50,6 +50,12 @@ ImageSize = Tuple[int, int]
 Points3 = Union[torch.Tensor, Sequence[float], Sequence[Sequence[float]]]
 
 
+def _tan_half_fov(name: str, degrees: float) -> float:
+    """tan(degrees / 2) of a field of view in (0, 180) degrees; ValueError naming ``name``
+    otherwise. Half the image's side over it is the focal length in pixels."""
+    return math.tan(math.radians(_checks.check_float(name, degrees, 0.0, 180.0, low_open=True, high_open=True)) / 2)
+
+
 def _check_image_size(image_size: object) -> ImageSize:
     if (not isinstance(image_size, (tuple, list)) or len(image_size) != 2
             or any(isinstance(s, bool) or not isinstance(s, numbers.Integral) for s in image_size)):
@@ -337,17 +343,17 @@ class Camera:
         y_axis = cross3(z_axis, x_axis)
         matrix = torch.stack([x_axis, y_axis, z_axis], dim=-2)  # rows: camera axes in world
         translation = -matvec3(matrix, eye_t.expand_as(z_axis))
-        fovs = {name: value for name, value in (("fov_y", fov_y), ("fov_x", fov_x)) if value is not None}
         if fx is None and fy is None:
             if orthographic:
                 raise ValueError("fx: expected pixels per world unit for an orthographic look_at camera, got None")
-            for name, value in (fovs or {"fov_y": DEFAULT_FOV_Y}).items():
-                half = math.radians(_checks.check_float(name, value, 0.0, 180.0, low_open=True, high_open=True)) / 2
-                if name == "fov_y":
-                    fy = (height / 2) / math.tan(half)
-                else:
-                    fx = (width / 2) / math.tan(half)
-        elif fovs:
+            if fov_y is None and fov_x is None:
+                fov_y = DEFAULT_FOV_Y
+            if fov_y is not None:
+                fy = (height / 2) / _tan_half_fov("fov_y", fov_y)
+            if fov_x is not None:
+                fx = (width / 2) / _tan_half_fov("fov_x", fov_x)
+        elif fov_y is not None or fov_x is not None:
+            fovs = {name: value for name, value in (("fov_y", fov_y), ("fov_x", fov_x)) if value is not None}
             given = ", ".join(f"{name}={value}" for name, value in fovs.items())
             raise ValueError(f"{', '.join(fovs)}: give either a field of view or fx/fy, got {given} and fx={fx}, "
                              f"fy={fy}")

@@ -1,7 +1,7 @@
 """``pulsar-py demo``: joint optimisation of a camera and thousands of spheres.
 
 The problem (``pulsar_py.demo_setup``): a rainbow trefoil knot of spheres over a
-checkered floor of spheres (about 4700 in all), three cameras around it. The demo
+checkered floor of spheres (about 5000 in all), three cameras around it. The demo
 renders the target images (all views in one batched call), then perturbs view 0's
 rotation (8 degrees), position (0.6 units) and focal length (6 %) and every sphere's
 position, colour and radius, and optimises all of them jointly against the targets with
@@ -366,12 +366,15 @@ def _default_device() -> str:
 
 
 def _build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
+    from .viewer.deps import INSTALL
+    from .viewer.server import DEFAULT_HOST, DEFAULT_PORT
+
     defaults = DemoSettings()
     parser = argparse.ArgumentParser(
         prog=command_prog("demo", prog),
         description="Joint optimisation of a camera (rotation, position, focal length) and thousands of "
                     "spheres (positions, colours, radii) from three views. Writes target.png, initial.png, "
-                    "final.png, optimisation.gif, loss.png and summary.json to --out.")
+                    "final.png, optimisation.gif, loss.png, scene.ply and summary.json to --out.")
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
                         help="backend (default: cuda when this build has it and a GPU is present, else cpu)")
     parser.add_argument("--out", default="pulsar_demo", help="output folder (default: ./pulsar_demo)")
@@ -383,13 +386,14 @@ def _build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     parser.add_argument("--spheres", type=positive_int, default=defaults.n_spheres,
                         help=f"spheres on the knot (default {defaults.n_spheres}; the floor adds about 2000)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    view = parser.add_argument_group("browser view (needs viser: pip install \"pulsar_py[viewer]\")")
+    view = parser.add_argument_group(f"browser view (needs viser: {INSTALL})")
     view.add_argument("--view", action="store_true",
                       help="show the spheres in the browser while they train, with the losses and a pause button; "
                            "keeps serving after the run until Ctrl-C (docs/viewer.md)")
-    view.add_argument("--port", type=int, default=8080, help="--view: port to serve on (default 8080)")
-    view.add_argument("--host", default="127.0.0.1",
-                      help="--view: address to listen on (default 127.0.0.1: this machine only)")
+    view.add_argument("--port", type=int, default=DEFAULT_PORT,
+                      help=f"--view: port to serve on (default {DEFAULT_PORT})")
+    view.add_argument("--host", default=DEFAULT_HOST,
+                      help=f"--view: address to listen on (default {DEFAULT_HOST}: this machine only)")
     return parser
 
 

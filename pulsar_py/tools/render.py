@@ -130,6 +130,13 @@ def _focal_length(distance: float, frame: CloudFrame) -> float:
     return min(1.0, 0.5 * gap) if gap > 0 else min(1.0, 1e-3 * frame.radius)
 
 
+def _depth_range(distance: float, focal: float, frame: CloudFrame) -> Tuple[float, float]:
+    """(near, far) depth of a look-at camera ``distance`` from the cloud's centre with
+    focal length ``focal``: the bounding sphere's depths with 1 % to spare, near kept
+    beyond the image plane."""
+    return max(distance - frame.radius * 1.01, focal * 1.001 + 1e-6), distance + frame.radius * 1.01
+
+
 def fit_camera(frame: CloudFrame, width: int, height: int, fov_y_deg: Optional[float], azimuth_deg: float,
                elevation_deg: float, up: Sequence[float], right_handed: bool,
                fov_x_deg: Optional[float] = None) -> Tuple[torch.Tensor, float, float]:
@@ -157,8 +164,7 @@ def fit_camera(frame: CloudFrame, width: int, height: int, fov_y_deg: Optional[f
     focal = _focal_length(distance, frame)
     sensor = 2 * focal * math.tan(half_h)
     cam = look_at_params(eye, frame.centre, image_up, focal, sensor, right_handed=right_handed)
-    near = max(distance - frame.radius * 1.01, focal * 1.001 + 1e-6)
-    far = distance + frame.radius * 1.01
+    near, far = _depth_range(distance, focal, frame)
     return cam, near, far
 
 
@@ -214,11 +220,10 @@ def render_point_cloud(cloud: PointCloud, width: int = 640, height: int = 480, d
     elif eye is not None:
         eye_t = torch.tensor(list(eye), dtype=torch.float64)
         target_t = frame.centre if target is None else torch.tensor(list(target), dtype=torch.float64)
-        focal = _focal_length(float((frame.centre - eye_t).norm()), frame)
-        cam = look_at_params(eye_t, target_t, up, focal, 2 * focal * math.tan(half_h), right_handed=right_handed)
         distance = float((frame.centre - eye_t).norm())
-        near = max(distance - frame.radius * 1.01, focal * 1.001 + 1e-6)
-        far = distance + frame.radius * 1.01
+        focal = _focal_length(distance, frame)
+        cam = look_at_params(eye_t, target_t, up, focal, 2 * focal * math.tan(half_h), right_handed=right_handed)
+        near, far = _depth_range(distance, focal, frame)
     else:
         cam, near, far = fit_camera(frame, width, height, fov_y_deg, azimuth_deg, elevation_deg, up, right_handed,
                                     fov_x_deg=fov_x_deg)

@@ -24,6 +24,8 @@ from pulsar_py.sh import SH_C0, sh_to_color  # noqa: E402
 from pulsar_py.tools.cli import main as cli_main  # noqa: E402
 from pulsar_py.tools.render import render_point_cloud  # noqa: E402
 
+from viewer_support import write_gaussians  # noqa: E402
+
 
 def _cloud(n=50, seed=0):
     gen = torch.Generator().manual_seed(seed)
@@ -303,29 +305,6 @@ def test_python_m_pulsar_py_render(tmp_path):
 # 3D Gaussian Splatting scenes
 
 
-def _write_gaussians(path, positions, f_dc, log_scales, opacity_logit, f_rest=None, extra=()):
-    """A PLY file in the layout 3D Gaussian Splatting writes (plyfile, binary).
-
-    f_rest: [N, K, 3] coefficients of degree >= 1 (K = 3, 8 or 15), stored channel by
-    channel as 3DGS does: f_rest_{c K + k} = f_rest[:, k, c].
-    """
-    n = positions.shape[0]
-    columns = [("x", positions[:, 0]), ("y", positions[:, 1]), ("z", positions[:, 2])]
-    columns += [(f"n{a}", np.zeros(n)) for a in "xyz"]
-    columns += [(f"f_dc_{c}", f_dc[:, c]) for c in range(3)]
-    if f_rest is not None:
-        k_count = f_rest.shape[1]
-        columns += [(f"f_rest_{c * k_count + k}", f_rest[:, k, c]) for c in range(3) for k in range(k_count)]
-    columns += [("opacity", opacity_logit)]
-    columns += [(f"scale_{a}", log_scales[:, a]) for a in range(3)]
-    columns += [(f"rot_{a}", np.full(n, 1.0 if a == 0 else 0.0)) for a in range(4)]
-    columns += list(extra)
-    table = np.empty(n, [(name, "f4") for name, _ in columns])
-    for name, values in columns:
-        table[name] = values
-    plyfile.PlyData([plyfile.PlyElement.describe(table, "vertex")]).write(str(path))
-
-
 def test_gaussian_scene_is_read_with_its_conventions(tmp_path):
     gen = np.random.default_rng(0)
     n = 5
@@ -334,7 +313,7 @@ def test_gaussian_scene_is_read_with_its_conventions(tmp_path):
     f_rest = gen.normal(size=(n, 15, 3))  # degree 3
     log_scales = gen.normal(-2, 0.5, size=(n, 3))
     logit = gen.normal(size=n)
-    _write_gaussians(tmp_path / "g.ply", positions, f_dc, log_scales, logit, f_rest)
+    write_gaussians(tmp_path / "g.ply", positions, f_dc, log_scales, logit, f_rest)
     cloud = read_ply(tmp_path / "g.ply")
     assert len(cloud) == n and cloud.sh_degree == 3 and cloud.sh_coefficients.shape == (n, 16, 3)
     assert torch.allclose(cloud.positions, torch.tensor(positions, dtype=torch.float32))
@@ -344,9 +323,9 @@ def test_gaussian_scene_is_read_with_its_conventions(tmp_path):
     assert torch.allclose(cloud.colours, torch.tensor(np.maximum(SH_C0 * f_dc + 0.5, 0), dtype=torch.float32))
     assert torch.allclose(cloud.radii, gaussian_radius(torch.tensor(log_scales)).float())
     # Degree 1 and 0.
-    _write_gaussians(tmp_path / "g1.ply", positions, f_dc, log_scales, logit, f_rest[:, :3])
+    write_gaussians(tmp_path / "g1.ply", positions, f_dc, log_scales, logit, f_rest[:, :3])
     assert read_ply(tmp_path / "g1.ply").sh_degree == 1
-    _write_gaussians(tmp_path / "g0.ply", positions, f_dc, log_scales, logit)
+    write_gaussians(tmp_path / "g0.ply", positions, f_dc, log_scales, logit)
     assert read_ply(tmp_path / "g0.ply").sh_degree == 0
 
 
@@ -380,7 +359,7 @@ def test_pulsar_py_render_draws_a_gaussian_scene_with_view_dependent_colour(tmp_
     f_rest[:, 2, 0] = -3.0
     log_scales = np.log(np.full((2, 3), 0.5))
     ply = tmp_path / "scene.ply"
-    _write_gaussians(ply, positions, f_dc, log_scales, np.full(2, 8.0), f_rest)
+    write_gaussians(ply, positions, f_dc, log_scales, np.full(2, 8.0), f_rest)
     out = tmp_path / "scene.png"
     assert cli_main(["render", "--ply", str(ply), "--out", str(out), "--width", "96", "--height", "64",
                      "--eye", "0,0,10", "--target", "0,0,0", "--fov", "50", "--background", "0,0,0"]) == 0
@@ -405,7 +384,7 @@ def test_pulsar_py_render_draws_a_gaussian_scene_with_view_dependent_colour(tmp_
 def test_gaussian_scene_without_higher_degrees_renders_its_dc_colour(tmp_path):
     positions = np.zeros((1, 3))
     f_dc = np.array([[1.0, -1.0, 0.2]])
-    _write_gaussians(tmp_path / "g.ply", positions, f_dc, np.log(np.full((1, 3), 0.3)), np.array([9.0]))
+    write_gaussians(tmp_path / "g.ply", positions, f_dc, np.log(np.full((1, 3), 0.3)), np.array([9.0]))
     cloud = read_ply(tmp_path / "g.ply")
     image = render_point_cloud(cloud, 32, 24, background=(0.0, 0.0, 0.0))
     expected = torch.tensor(np.maximum(SH_C0 * f_dc[0] + 0.5, 0.0), dtype=torch.float32)
@@ -429,7 +408,7 @@ def test_unknown_layout_names_what_was_found_and_what_is_expected(tmp_path, caps
 def test_partial_layouts_are_errors(tmp_path):
     positions, f_dc = np.zeros((2, 3)), np.zeros((2, 3))
     log_scales, logit = np.zeros((2, 3)), np.zeros(2)
-    _write_gaussians(tmp_path / "r.ply", positions, f_dc, log_scales, logit,
+    write_gaussians(tmp_path / "r.ply", positions, f_dc, log_scales, logit,
                      extra=[(f"f_rest_{k}", np.zeros(2)) for k in range(5)])
     with pytest.raises(ValueError, match=r"R = 9, 24 or 45 .* got 5 f_rest properties.*f_rest_4"):
         read_ply(tmp_path / "r.ply")

@@ -23,7 +23,7 @@ from viewer_support import free_port, non_loopback_ipv4, write_gaussian_ply
 from pulsar_py.tools.viewer import LiveViewer
 from pulsar_py.tools.viewer import command as view_command
 from pulsar_py.tools.viewer.camera import ViewCamera, camera_for_eye, render_size, to_camera
-from pulsar_py.tools.viewer.frame import FrameRenderer, RenderSettings
+from pulsar_py.tools.viewer.frame import FrameRenderer, FrameSettings
 from pulsar_py.tools.viewer.scene import ViewerScene, load_scene, scene_from_tensors, scene_frame
 from pulsar_py.tools.viewer.server import check_address, is_loopback
 
@@ -104,7 +104,7 @@ def test_frame_shows_each_sphere_where_the_browser_camera_sees_it():
     scene = _two_spheres()
     frame = scene_frame(scene)
     view = camera_for_eye((0.0, 0.0, 5.0), (0.0, 0.0, 0.0), "+y", math.radians(50), 2.0)
-    settings = RenderSettings(gamma=1e-3, max_depth=20.0)
+    settings = FrameSettings(gamma=1e-3, max_depth=20.0)
     pixels = FrameRenderer().render(scene, frame, view, 120, 60, settings).pixels
     assert pixels.shape == (60, 120, 3) and pixels.dtype == np.uint8
     red = (pixels[..., 0] > 200) & (pixels[..., 1] < 60)
@@ -123,9 +123,9 @@ def test_depth_and_coverage_outputs():
     # From the side of the +x sphere: the green one is nearer than the red one.
     view = camera_for_eye((4.0, 0.0, 3.0), (0.5, 0.0, 0.0), "+y", math.radians(50), 1.0)
     renderer = FrameRenderer()
-    image = renderer.render(scene, frame, view, 80, 80, RenderSettings(max_depth=20.0)).pixels
-    coverage = renderer.render(scene, frame, view, 80, 80, RenderSettings(max_depth=20.0, output="coverage")).pixels
-    depth = renderer.render(scene, frame, view, 80, 80, RenderSettings(max_depth=20.0, output="depth")).pixels
+    image = renderer.render(scene, frame, view, 80, 80, FrameSettings(max_depth=20.0)).pixels
+    coverage = renderer.render(scene, frame, view, 80, 80, FrameSettings(max_depth=20.0, output="coverage")).pixels
+    depth = renderer.render(scene, frame, view, 80, 80, FrameSettings(max_depth=20.0, output="depth")).pixels
     red = (image[..., 0] > 200) & (image[..., 1] < 60)
     green = (image[..., 1] > 200) & (image[..., 0] < 60)
     assert red.sum() > 20 and green.sum() > 20

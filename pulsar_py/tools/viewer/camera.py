@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from ... import Camera
+from ...cameras.look_at import side_of_view
 from ...cameras.rotations import matrix_to_quaternion, quaternion_to_matrix
 from .scene import SceneFrame
 
@@ -132,13 +133,10 @@ def fit_view(frame: SceneFrame, up: Union[str, Sequence[float]] = "+y", fov_y_de
              elevation_deg: float = DEFAULT_ELEVATION_DEG) -> Tuple[np.ndarray, np.ndarray]:
     """(eye, target) of a first camera that shows the whole bounding sphere ``frame`` in
     a vertical field of view of ``fov_y_deg``: from the +z side for +y up (for another up,
-    the side perpendicular to it nearest +z, or -y), ``elevation_deg`` above the level."""
+    the side perpendicular to it nearest +z, or -y: ``look_at.side_of_view``, as
+    ``pulsar-py render`` fits its camera), ``elevation_deg`` above the level."""
     up_v = np.asarray(up_vector(up))
-    base = np.array([0.0, 0.0, 1.0])
-    if abs(float(up_v @ base)) > 0.9:
-        base = np.array([0.0, -1.0, 0.0])
-    level = base - (base @ up_v) * up_v
-    level /= np.linalg.norm(level)
+    level = side_of_view(torch.from_numpy(up_v)).numpy()
     elevation = math.radians(elevation_deg)
     direction = math.cos(elevation) * level + math.sin(elevation) * up_v
     distance = 1.1 * frame.radius / math.sin(math.radians(fov_y_deg) / 2)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import threading
 import time
 from typing import TYPE_CHECKING, Optional, Sequence
 
@@ -45,16 +44,6 @@ def _build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     parser.add_argument("--gamma", type=float, default=1e-3, help="first blending softness in [1e-5, 1] "
                                                                   "(default 1e-3; a control on the page)")
     return parser
-
-
-def wait_for_interrupt(stop: Optional[threading.Event] = None) -> None:
-    """Block until Ctrl-C (KeyboardInterrupt, caught) or until ``stop`` is set."""
-    stop = stop or threading.Event()
-    try:
-        while not stop.wait(0.5):
-            pass
-    except KeyboardInterrupt:
-        pass
 
 
 def parse_args(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> argparse.Namespace:
@@ -93,6 +82,8 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
     """``pulsar-py view PATH [--port N] [--host ADDR] [--device cpu|cuda]``; returns the
     exit status: 0 after Ctrl-C, 1 with a one-line message where the scene cannot be
     read, the address cannot be listened on or viser is missing, 2 for bad arguments."""
+    from .server import wait_for_interrupt
+
     args = parse_args(argv, prog)
     try:
         viewer = serve(args)

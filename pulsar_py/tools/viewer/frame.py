@@ -24,8 +24,9 @@ OUTPUTS = ("image", "depth", "coverage")
 
 
 @dataclass
-class RenderSettings:
-    """The settings of one frame.
+class FrameSettings:
+    """The settings of one frame, as a tab's controls set them (not the renderer's own
+    ``pulsar_py.render_settings.RenderSettings``).
 
     Attributes:
         gamma: blending softness in [1e-5, 1] (``Renderer.forward``).
@@ -72,7 +73,7 @@ class Frame:
 
 
 def colour_output(result: RenderResult, output: str) -> torch.Tensor:
-    """[H, W, 3] colours in [0, 1] of ``output`` (see ``RenderSettings``), on the render
+    """[H, W, 3] colours in [0, 1] of ``output`` (see ``FrameSettings``), on the render
     device, without a device synchronisation."""
     if output == "image":
         return result.image
@@ -127,7 +128,7 @@ class FrameRenderer:
 
     @torch.no_grad()
     def render(self, scene: ViewerScene, frame: SceneFrame, view: ViewCamera, width: int, height: int,
-               settings: RenderSettings) -> Frame:
+               settings: FrameSettings) -> Frame:
         """Render ``scene`` seen by ``view`` as a ``width`` x ``height`` frame."""
         settings.check()
         start = time.perf_counter()

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from .scene import SceneSource, scene_from_tensors
-from .server import DEFAULT_HOST, DEFAULT_PORT, SceneViewer
+from .server import DEFAULT_HOST, DEFAULT_PORT, SceneViewer, wait_for_interrupt
 from .tab import ViewOptions
 
 #: Most points per loss curve sent to the page; longer runs are thinned evenly.
@@ -247,10 +247,10 @@ class LiveViewer:
             if version != pushed:
                 try:
                     self._push_plot()
-                    pushed = version
                 except Exception as exc:  # the plot is a view; the optimisation goes on
                     print(f"pulsar_py viewer: loss plot failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-                    pushed = version
+                # A failed push is not retried until the losses change again.
+                pushed = version
 
     # -----------------------------------------------------------------------------------
     # Closing
@@ -266,8 +266,6 @@ class LiveViewer:
     def wait(self) -> None:
         """Keep serving until Ctrl-C or ``close()`` (from another thread), e.g. to look
         at the result after the loop."""
-        from .command import wait_for_interrupt
-
         wait_for_interrupt(self._closed)
 
     def __enter__(self) -> "LiveViewer":

@@ -60,6 +60,16 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def wait_for_interrupt(stop: Optional[threading.Event] = None) -> None:
+    """Block until Ctrl-C (KeyboardInterrupt, caught) or until ``stop`` is set."""
+    stop = stop or threading.Event()
+    try:
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+
+
 def _refuse_share_url(*_args: Any, **_kwargs: Any) -> None:
     """Stands in for viser's share-link request: the viewer is never tunnelled to a
     public address, whatever the page asks."""
@@ -85,7 +95,6 @@ class SceneViewer:
                  options: Optional[ViewOptions] = None, title: str = "pulsar_py") -> None:
         self.options = options or ViewOptions()
         self.options.check()
-        up_vector(self.options.up)
         viser = require_viser()
         check_address(host, port)
         self.source = source

@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Union
 
-from .camera import ViewCamera, default_max_depth, render_size
-from .frame import OUTPUTS, FrameRenderer, RenderSettings
+from .camera import ViewCamera, default_max_depth, render_size, up_vector
+from .frame import OUTPUTS, FrameRenderer, FrameSettings
 from .scene import SceneFrame, SceneSource, ViewerScene
 
 
@@ -55,7 +55,8 @@ class ViewOptions:
     up: Union[str, Sequence[float]] = "+y"
 
     def check(self) -> None:
-        """ValueError naming the first option out of range."""
+        """ValueError naming the first option out of range, or an ``up`` that is neither an
+        axis name nor three finite numbers, not all 0 (``camera.up_vector``)."""
         if not 1e-5 <= self.gamma <= 1:
             raise ValueError(f"gamma: expected a value in [1e-5, 1], got {self.gamma}")
         if self.max_depth is not None and not self.max_depth > 0:
@@ -71,6 +72,7 @@ class ViewOptions:
             raise ValueError(f"max_fps: expected > 0, got {self.max_fps}")
         if not (isinstance(self.jpeg_quality, int) and 1 <= self.jpeg_quality <= 100):
             raise ValueError(f"jpeg_quality: expected an integer in 1..100, got {self.jpeg_quality!r}")
+        up_vector(self.up)
 
     def first_max_depth(self, frame: SceneFrame) -> float:
         return self.max_depth if self.max_depth is not None else _round_to_digits(default_max_depth(frame), 2)
@@ -210,11 +212,11 @@ class TabView:
             if handle is not None:
                 handle.on_update(lambda _event: self.changed())
 
-    def settings(self) -> RenderSettings:
+    def settings(self) -> FrameSettings:
         """The render settings the tab's controls show now."""
         assert self._controls is not None
         c = self._controls
-        return RenderSettings(gamma=float(10.0 ** float(c["gamma"].value)), max_depth=float(c["max_depth"].value),
+        return FrameSettings(gamma=float(10.0 ** float(c["gamma"].value)), max_depth=float(c["max_depth"].value),
                               output=str(c["output"].value),
                               sh_degree=None if c["sh_degree"] is None else int(c["sh_degree"].value))
 
