@@ -94,6 +94,28 @@ PULSAR_HD Vec3<T> cross_rn(Vec3<T> a, Vec3<T> b) {
 template <typename T>
 PULSAR_HD T norm_rn(Vec3<T> a) { return sqrt_rn(dot_rn(a, a)); }
 
+// fmax(a, b) and fmin(a, b) for a b that is not NaN: b when a is NaN, as the C functions
+// give. On the device each is one instruction. On the host GCC keeps them calls into the
+// C library (the NaN rule is not that of the SSE min and max instructions), a call per
+// pair in the CPU's pixel loops; a comparison and a select give the same values.
+template <typename T>
+PULSAR_HD T max_or(T a, T b) {
+#ifdef __CUDA_ARCH__
+  return std::fmax(a, b);
+#else
+  return a > b ? a : b;
+#endif
+}
+
+template <typename T>
+PULSAR_HD T min_or(T a, T b) {
+#ifdef __CUDA_ARCH__
+  return std::fmin(a, b);
+#else
+  return a < b ? a : b;
+#endif
+}
+
 // The square root of a chord's square a >= 0: in float sqrt(max(a, 2^-100)), correctly
 // rounded, the same bits on every backend. The floor (a chord of 2^-50, about 9e-16
 // world units: under a float ulp of any closeness 1 - chord / r with r above 1e-8, and of
@@ -115,7 +137,7 @@ PULSAR_HD T chord_sqrt(T a) {
     const float root = __fmul_rn(x, y);
     return __fmaf_rn(__fmaf_rn(-root, root, x), __fmul_rn(y, 0.5f), root);
 #else
-    return std::sqrt(std::fmax(a, 0x1p-100f));
+    return std::sqrt(max_or(a, 0x1p-100f));
 #endif
   } else {
     return sqrt_rn(a);

@@ -67,7 +67,7 @@ struct PairHit {
 template <typename T>
 PULSAR_HD void finish_hit(PairHit<T>& h, T r, T inv_r) {
   h.kappa = h.tiny ? T(1) : fma_rn(-h.delta, inv_r, T(1));
-  h.kappa = std::fmin(std::fmax(h.kappa, T(0)), T(1));  // min and max instructions, no branch
+  h.kappa = min_or(max_or(h.kappa, T(0)), T(1));  // min and max instructions, no branch
   const T rest_sq = r * r - h.perp_sq;
   h.half_chord = (h.inside && rest_sq > T(0)) ? std::sqrt(rest_sq) : T(0);
   h.depth = h.o1 - h.half_chord;
