@@ -17,6 +17,8 @@ positions and the camera centre (zero where the clamp at 0 is active).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 SH_C0 = 0.28209479177387814
@@ -31,6 +33,11 @@ MAX_SH_DEGREE = 3
 def sh_n_coefficients(degree: int) -> int:
     """Coefficients per channel of degree ``degree``: (degree + 1)^2."""
     return (degree + 1) ** 2
+
+
+def sh_degree_of(n_coefficients: int) -> int:
+    """The degree whose coefficients per channel number ``n_coefficients`` (1, 4, 9, 16)."""
+    return int(round(math.sqrt(n_coefficients))) - 1
 
 
 def check_sh_degree(degree: object) -> int:
@@ -86,6 +93,12 @@ def sh_to_color(coefficients: torch.Tensor, directions: torch.Tensor, degree: in
     for k in range(1, n_coeffs):
         colour = colour + basis[..., k, None] * coefficients[..., k, :]
     return (colour + 0.5).clamp_min(0.0)
+
+
+def sh_dc_to_rgb(dc: torch.Tensor) -> torch.Tensor:
+    """The colour [..., C] that the degree-0 coefficients ``dc`` [..., C] render from every
+    direction (negative values clamped to 0, as ``sh_to_color`` does)."""
+    return (SH_C0 * dc + 0.5).clamp_min(0.0)
 
 
 def rgb_to_sh_dc(colour: torch.Tensor) -> torch.Tensor:

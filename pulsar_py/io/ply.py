@@ -39,12 +39,12 @@ import os
 import re
 import warnings
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 
-from ..sh import SH_C0
+from ..sh import sh_dc_to_rgb, sh_degree_of
 from ._deps import require
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -106,7 +106,7 @@ class PointCloud:
         """Degree (0..3) of ``sh_coefficients``, or None without them."""
         if self.sh_coefficients is None:
             return None
-        return int(round(math.sqrt(self.sh_coefficients.shape[1]))) - 1
+        return sh_degree_of(self.sh_coefficients.shape[1])
 
 
 def _plyfile() -> Any:
@@ -201,7 +201,7 @@ def _gaussian_scene(vertices: _Vertices, positions: np.ndarray) -> PointCloud:
     dc = vertices.group(_SH_DC, "SH coefficients")
     rest = _sh_rest(vertices)
     coefficients = dc[:, None, :] if rest is None else np.concatenate([dc[:, None, :], rest], axis=1)
-    colours = np.maximum(SH_C0 * dc + 0.5, 0.0)
+    colours = sh_dc_to_rgb(torch.from_numpy(dc)).numpy()
     opacity = None
     if "opacity" in vertices:
         opacity = 1.0 / (1.0 + np.exp(-vertices.column("opacity").astype(np.float64)))

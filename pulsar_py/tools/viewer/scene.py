@@ -15,7 +15,6 @@ is shown with its z negated, which shows what such a camera sees, not its mirror
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 
 from ...io.ply import read_ply
-from ...sh import SH_C0
+from ...sh import sh_dc_to_rgb, sh_degree_of
 from ..render import DEFAULT_COLOUR, bounding_sphere, estimate_radius
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -76,7 +75,7 @@ class ViewerScene:
         """Degree (1..3) of ``sh_coefficients``, or None without them."""
         if self.sh_coefficients is None:
             return None
-        return int(round(math.sqrt(self.sh_coefficients.shape[1]))) - 1
+        return sh_degree_of(self.sh_coefficients.shape[1])
 
     def features(self, sh_degree: Optional[int]) -> Tuple[torch.Tensor, Optional[int]]:
         """(vert_col, sh_degree) for ``Renderer.render``: the RGB colours for None or 0,
@@ -209,7 +208,7 @@ def scene_from_tensors(positions: torch.Tensor, colours: torch.Tensor, radii: to
             and colours.shape[1] in (4, 9, 16):
         sh = colours
         dc = colours[:, 0].detach().float()
-        colours = (SH_C0 * dc + 0.5).clamp_min(0.0)  # the degree-0 term's colour
+        colours = sh_dc_to_rgb(dc)  # the degree-0 term's colour
     elif not isinstance(colours, torch.Tensor) or tuple(colours.shape) != (n, 3):
         raise _shape_error("colours", f"[N, 3] = [{n}, 3] or SH coefficients [{n}, 4 | 9 | 16, 3]", colours)
     background_t = torch.tensor([float(v) for v in background], dtype=torch.float32)
