@@ -16,7 +16,7 @@ from pulsar_py import Camera, Renderer
 
 from helpers import DEVICES
 from scenes import random_scene
-from test_camera import place_spheres, random_camera
+from camera_scenes import place_spheres, random_camera
 
 F64 = torch.float64
 MARGIN_PX = 5  # widening of the image for the converse: just above the largest projected radius
