@@ -10,8 +10,8 @@ the order of the spheres, so the states merge exactly, as an online softmax does
 
 the background counted once. The depth statistics of the shares' hits merge like partial
 variances (merge_depth_statistics). The backward needs only the merged (m, D), C and
-depth statistics. Every function here is a collective: every rank of ``group`` calls it, with tensors of equal
-shapes.
+depth statistics. Every function here is a collective: every rank of ``group`` calls it,
+with tensors of equal shapes.
 """
 
 from __future__ import annotations
