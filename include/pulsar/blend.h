@@ -6,8 +6,8 @@
 #include <limits>
 #include <type_traits>
 
+#include "pulsar/depth_stats.h"
 #include "pulsar/hd.h"
-#include "pulsar/renderer.h"
 
 namespace pulsar {
 

@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "pulsar/depth_stats.h"
+
 namespace pulsar {
 
 enum class DType : int { Float32 = 0, Float64 = 1 };
@@ -94,9 +96,6 @@ class Interrupted : public std::runtime_error {
   Interrupted() : std::runtime_error("pulsar: the call was interrupted") {}
 };
 
-// Slots of the depth statistics (ForwardOutputs::depth_moments).
-constexpr int kDepthStats = 4;
-enum DepthStatSlot : int { kCoverage = 0, kDepthMean = 1, kDepthVariance = 2, kDepthMeanLow = 3 };
 
 // Caller-owned outputs of forward, [B, H, W, ...] row-major. A partial render
 // (RenderOptions::partial) writes, in `image`, the feature sum A of its spheres relative to
