@@ -190,7 +190,10 @@ def _one_line_error(capsys) -> str:
     return err[0]
 
 
-def test_view_with_a_bad_path_says_so_in_one_line(tmp_path, capsys):
+@pytest.mark.parametrize("viser_installed", [True, False])
+def test_view_with_a_bad_path_says_so_in_one_line(tmp_path, capsys, monkeypatch, viser_installed):
+    if not viser_installed:
+        monkeypatch.setitem(sys.modules, "viser", None)  # import viser raises ModuleNotFoundError
     assert view_command.main([str(tmp_path / "missing.ply"), "--port", "0"]) == 1
     assert "PATH: no such file" in _one_line_error(capsys)
 

@@ -60,13 +60,13 @@ def serve(args: argparse.Namespace) -> "SceneViewer":
         raise ValueError(f"--gamma: expected a value in [1e-5, 1], got {args.gamma}")
     device = command_device(args.device)
     from .deps import require_viser
-
-    require_viser()
     from .scene import SceneSource, load_scene, resolve_scene_path
+
+    path = resolve_scene_path(args.path)  # a wrong PATH is told first, viser installed or not
+    require_viser()
     from .server import SceneViewer, check_address
     from .tab import ViewOptions
 
-    path = resolve_scene_path(args.path)
     check_address(args.host, args.port)  # before a long load
     start = time.perf_counter()
     print(f"{NAME}: reading {path} ...", file=sys.stderr, flush=True)
