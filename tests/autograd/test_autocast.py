@@ -82,16 +82,26 @@ def test_low_precision_outside_autocast_is_a_type_error_naming_the_argument(devi
         renderer(pos, col.to(torch.bfloat16), rad, cam, 0.1, 30.0)
 
 
-def test_autocast_under_torch_compile_matches_eager():
-    renderer = Renderer(24, 16)
-    pos, col, rad, opa, cam, net = _setup("cpu")
+@pytest.mark.parametrize("device,dtype", [c for d in DEVICES for c in _cases(d)])
+def test_autocast_under_torch_compile_matches_eager(device, dtype):
+    renderer = Renderer(24, 16).to(device)
+    pos, col, rad, opa, cam, net = _setup(device)
 
-    def step(colours_in):
-        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
-            return renderer(pos, net(colours_in), rad, cam, 0.1, 30.0, opacity=opa)
+    def step(colours_in, positions):
+        with torch.autocast(device_type=device, dtype=dtype):
+            return renderer(positions, net(colours_in), rad, cam, 0.1, 30.0, opacity=opa)
+
+    def image_and_gradients(fn):
+        positions = pos.clone().requires_grad_()
+        net.zero_grad()
+        image = fn(col, positions)
+        _loss(image).backward()
+        return image.detach(), positions.grad, net.weight.grad.clone()
 
     torch._dynamo.reset()
     compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
-    got, want = compiled(col), step(col)
-    assert got.dtype == torch.float32
-    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    got, want = image_and_gradients(compiled), image_and_gradients(step)
+    assert got[0].dtype == torch.float32
+    assert want[1].abs().max() > 0 and want[2].abs().max() > 0
+    for g, w in zip(got, want):  # the image, dL/dpositions, dL/d(the producer's weights)
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
