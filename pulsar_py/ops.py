@@ -406,9 +406,8 @@ def _conversion_args(vectors: Tensor, s: PackSettings) -> "_native.CameraParamsA
         args.device_index = vectors.device.index
         args.stream = stream_handle(vectors.device)
     args.batch_size, args.length = vectors.shape
-    args.width, args.height = s.width, s.height
-    args.orthographic, args.right_handed, args.first_R_then_T = s.orthographic, s.right_handed, s.first_R_then_T
-    args.min_depth, args.max_depth = s.min_depth, s.max_depth
+    for name, value in zip(PackSettings._fields, s):  # the struct's fields, by their names
+        setattr(args, name, value)
     args.params = vectors.data_ptr()
     return args
 

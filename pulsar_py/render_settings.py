@@ -53,7 +53,9 @@ class RenderSettings(NamedTuple):
 
 
 class PackSettings(NamedTuple):
-    """The conversion of Pulsar camera vectors to packed cameras (pack_cameras)."""
+    """The conversion of Pulsar camera vectors to packed cameras (pack_cameras): the fields
+    of the native CameraParamsArgs that are not the tensor's own (its dtype, device, shape
+    and pointer), under the same names; ops sets them by name."""
 
     width: int
     height: int
