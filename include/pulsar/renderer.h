@@ -96,7 +96,6 @@ class Interrupted : public std::runtime_error {
   Interrupted() : std::runtime_error("pulsar: the call was interrupted") {}
 };
 
-
 // Caller-owned outputs of forward, [B, H, W, ...] row-major. A partial render
 // (RenderOptions::partial) writes, in `image`, the feature sum A of its spheres relative to
 // exp(m), and in blend_state (m, D_share): D_share = D - exp(s_bg - m), the normaliser

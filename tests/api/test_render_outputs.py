@@ -19,7 +19,7 @@ from pulsar_py import Camera, Renderer, RenderResult
 from helpers import DEVICES
 from scenes import Scene, random_scene
 from camera_scenes import (assert_nonzero, fixed_weights, gradient_setup, place_spheres, random_camera,
-                         sphere_attributes, uniform)
+                           sphere_attributes, uniform)
 
 F64 = torch.float64
 OUTPUTS = ("image", "depth", "coverage", "distortion")

@@ -20,7 +20,7 @@ from pulsar_py.sh import SH_C0, sh_basis, sh_n_coefficients
 
 from helpers import DEVICES
 from camera_scenes import (assert_nonzero, fixed_weights, gradient_setup, place_spheres, random_camera,
-                         random_rotation, sphere_attributes, uniform)
+                           random_rotation, sphere_attributes, uniform)
 
 F64 = torch.float64
 
