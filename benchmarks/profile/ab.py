@@ -44,6 +44,11 @@ PROGRESS = "ab-progress: "  # marks the child's progress lines among its other o
 
 def run_child(spec: Dict[str, Any]) -> Dict[str, Any]:
     """Time every workload of ``spec`` with the pulsar_py of ``spec['build']``."""
+    if spec.get("cpus"):
+        # Every child on the same cores: the host's share of a call depends on which core
+        # (and how far from the GPU) the process lands on, a spread larger than the
+        # differences an A/B looks for.
+        os.sched_setaffinity(0, spec["cpus"])
     harness.use_build(spec["build"])
     device = torch.device(spec["device"])
     grads = harness.parse_grads(spec["grads"])
@@ -110,10 +115,15 @@ def summarise(runs: Dict[str, List[Dict[str, Any]]], labels: Sequence[str],
                     rounds = [r for r in rounds if r is not None]
                     per_build[label] = {"round_medians_ms": rounds, "median_ms": harness.median(rounds)}
                 first = per_build[labels[0]]["median_ms"]
+                first_rounds = per_build[labels[0]]["round_medians_ms"]
                 for label in labels[1:]:
                     value = per_build[label]["median_ms"]
                     per_build[label][f"ratio_to_{labels[0]}"] = (
                         None if value is None or not first else value / first)
+                    # Round by round (the builds ran one after the other in each): in how
+                    # many rounds this build was the faster of the pair.
+                    pairs = list(zip(first_rounds, per_build[label]["round_medians_ms"]))
+                    per_build[label][f"rounds_faster_than_{labels[0]}"] = [sum(b < a for a, b in pairs), len(pairs)]
                 row[mode] = per_build
             rows.append(row)
     return rows
@@ -150,7 +160,8 @@ def _align(header: List[str], lines: List[List[str]]) -> str:
 
 
 def format_table(rows: List[Dict[str, Any]], labels: Sequence[str]) -> str:
-    """Per mode: each build's median ms, then each later build's ratio to the first."""
+    """Per mode: each build's median ms, then each later build's ratio to the first and, in
+    brackets, the rounds in which it was the faster of the two (of the rounds both ran)."""
     header = ["workload"]
     for mode in MODES:
         header += [f"{label} {mode} ms" for label in labels]
@@ -162,7 +173,10 @@ def format_table(rows: List[Dict[str, Any]], labels: Sequence[str]) -> str:
         for mode in MODES:
             per_build = row[mode]
             line += [_fmt(per_build[label]["median_ms"], 3) for label in labels]
-            line += [_fmt(per_build[label][f"ratio_to_{labels[0]}"], 3) for label in labels[1:]]
+            for label in labels[1:]:
+                faster, paired = per_build[label][f"rounds_faster_than_{labels[0]}"]
+                line.append(_fmt(per_build[label][f"ratio_to_{labels[0]}"], 3) +
+                            (f" [{faster}/{paired}]" if paired else ""))
         lines.append(line)
     return _align(header, lines)
 
@@ -236,6 +250,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--same-native", action="store_true",
                         help="the builds share one native module (an A/B of the Python package alone); "
                              "without it, folders carrying the same module are refused")
+    parser.add_argument("--cpus", default="", metavar="LIST",
+                        help="run every child on these CPU cores, e.g. 2,3 (default: wherever the OS puts it)")
     parser.add_argument("--json", dest="json_path", default=None, help="write every figure here")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     return parser
@@ -269,7 +285,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cuda = torch.device(args.device).type == "cuda"
     if args.kernels and not cuda:
         parser.error("--kernels needs --device cuda")
-    spec = dict(device=args.device, workloads=workloads, compile=compiled, compile_backend=args.compile_backend,
+    try:
+        cpus = sorted({int(c) for c in args.cpus.split(",") if c.strip()})
+    except ValueError:
+        parser.error(f"--cpus: expected comma-separated core numbers, got {args.cpus!r}")
+    if cpus and not set(cpus) <= os.sched_getaffinity(0):
+        parser.error(f"--cpus: cores {sorted(set(cpus) - os.sched_getaffinity(0))} are not available here "
+                     f"(available: {sorted(os.sched_getaffinity(0))})")
+    spec = dict(device=args.device, cpus=cpus, workloads=workloads, compile=compiled, compile_backend=args.compile_backend,
                 repeats=args.repeats or (20 if cuda else 5),
                 warmup_fwd=args.warmup_fwd if args.warmup_fwd is not None else (3 if cuda else 1),
                 warmup_fwd_bwd=args.warmup_fwd_bwd if args.warmup_fwd_bwd is not None else (10 if cuda else 1),

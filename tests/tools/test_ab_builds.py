@@ -4,6 +4,7 @@ timings, its copy of the workload generator, and one real run over two package c
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -92,6 +93,8 @@ def test_summary_takes_medians_of_round_medians_and_ratios():
     assert eager["fwd"]["B"]["median_ms"] == 1.5
     assert eager["fwd"]["B"]["ratio_to_A"] == pytest.approx(0.5)
     assert eager["fwd+bwd"]["B"]["ratio_to_A"] == pytest.approx(2.5 / 6.0)
+    # Paired by round (B ran two): B's 1 and 2 against A's 2 and 3; a tie is no win.
+    assert eager["fwd"]["B"]["rounds_faster_than_A"] == [2, 2]
     # A variant only B ran has no figure for A and no ratio.
     assert compiled["fwd"]["A"]["median_ms"] is None
     assert compiled["fwd"]["B"]["ratio_to_A"] is None
@@ -99,8 +102,16 @@ def test_summary_takes_medians_of_round_medians_and_ratios():
     lines = table.splitlines()
     assert lines[0].split()[:4] == ["workload", "A", "fwd", "ms"]
     assert "B/A fwd+bwd" in lines[0]
-    assert lines[2].split() == ["W3", "3.000", "1.500", "0.500", "6.000", "2.500", "0.417"]
+    assert lines[2].split() == ["W3", "3.000", "1.500", "0.500", "[2/2]", "6.000", "2.500", "0.417", "[2/2]"]
     assert lines[3].split() == ["W3", "compiled", "-", "0.500", "-", "-", "1.000", "-"]
+
+
+def test_round_wins_count_only_rounds_where_the_later_build_is_faster():
+    runs = {"A": [_child_result({"W3": {"eager": ([2.0], [5.0])}}) for _ in range(3)],
+            "B": [_child_result({"W3": {"eager": ([t], [5.0])}}) for t in (1.0, 2.0, 3.0)]}
+    eager = ab.summarise(runs, ["A", "B"], ["W3"])[0]
+    assert eager["fwd"]["B"]["rounds_faster_than_A"] == [1, 3]
+    assert eager["fwd+bwd"]["B"]["rounds_faster_than_A"] == [0, 3]
 
 
 def test_kernel_summary_counts_missing_kernels_as_zero():
@@ -152,11 +163,14 @@ def test_ab_runs_two_package_copies(tmp_path):
         shutil.copytree(source, tmp_path / name / "pulsar_py", ignore=shutil.ignore_patterns("__pycache__"))
         builds.append(str(tmp_path / name))
     out = tmp_path / "ab.json"
+    core = min(os.sched_getaffinity(0))  # every child pinned to one core the test may use
     done = subprocess.run([sys.executable, str(PROFILE / "ab.py"), "--builds", *builds, "--same-native",
                            "--device", "cpu", "--workloads", "tiny", "--rounds", "1", "--repeats", "2",
-                           "--json", str(out)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+                           "--cpus", str(core), "--json", str(out)],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
+    assert report["settings"]["cpus"] == [core]
     assert [b["description"]["file"] for b in report["builds"]] == [str(Path(b, "pulsar_py")) for b in builds]
     row = report["rows"][0]
     assert row["workload"] == "tiny" and len(row["fwd"]["A"]["round_medians_ms"]) == 1
