@@ -11,8 +11,7 @@
 
 #include "pulsar/exact_arith.h"
 
-__global__ void compare(unsigned first, unsigned long long count, unsigned long long* mismatches,
-                        unsigned* examples) {
+__global__ void compare(unsigned first, unsigned long long count, unsigned long long* mismatches, unsigned* examples) {
   const unsigned long long stride = std::size_t(gridDim.x) * blockDim.x;
   for (unsigned long long i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < count; i += stride) {
     const unsigned bits = first + unsigned(i);
@@ -40,8 +39,8 @@ int main() {
     std::printf("CUDA error: %s\n", cudaGetErrorString(cudaGetLastError()));
     return 2;
   }
-  std::printf("chord_sqrt vs __fsqrt_rn over [2^-100, FLT_MAX] (%llu floats): %llu mismatches\n",
-              1ull + last - first, *mismatches);
+  std::printf("chord_sqrt vs __fsqrt_rn over [2^-100, FLT_MAX] (%llu floats): %llu mismatches\n", 1ull + last - first,
+              *mismatches);
   for (unsigned long long k = 0; k < *mismatches && k < 8; ++k) {
     float x;
     std::memcpy(&x, &examples[k], sizeof(x));

@@ -82,6 +82,7 @@ def _sync(device: torch.device) -> None:
 def _times_ms(run, warmup: int, repeats: int, device: torch.device) -> List[float]:
     """The benchmark driver's timing (CUDA events on the current stream; the CPU, a check of
     the script: perf_counter), every call started together on every rank."""
+
     def together() -> None:
         dist.barrier()
         _sync(device)
@@ -140,24 +141,32 @@ def run_rank(rank: int, world_size: int, device: torch.device, args: argparse.Na
         fwd_bwd_ms = _times_ms(fwd_bwd, 3, args.repeats, device)
         # The merge's collectives alone, on the shapes of the call (C + 1 values and m per pixel).
         partial = torch.rand(size, size, 3, device=device)
-        state = torch.stack((torch.full((size, size), 1e-5 / GAMMA, device=device),
-                             torch.rand(size, size, device=device)), -1)
+        state = torch.stack(
+            (torch.full((size, size), 1e-5 / GAMMA, device=device), torch.rand(size, size, device=device)), -1
+        )
         ones = torch.ones(3, device=device)
-        comm_ms = _times_ms(lambda: merge_partial_states(partial, state, ones, 1e-5 / GAMMA, None), 3,
-                            args.repeats, device)
+        comm_ms = _times_ms(
+            lambda: merge_partial_states(partial, state, ones, 1e-5 / GAMMA, None), 3, args.repeats, device
+        )
         result["S16"] = {
-            "n_spheres": args.s16_spheres, "spheres_on_rank": int(pos.shape[0]), "image": f"{size}x{size}",
+            "n_spheres": args.s16_spheres,
+            "spheres_on_rank": int(pos.shape[0]),
+            "image": f"{size}x{size}",
             "fwd_ms": _slowest(statistics.median(fwd_ms), device),
             "fwd_bwd_ms": _slowest(statistics.median(fwd_bwd_ms), device),
-            "merge_ms": _slowest(statistics.median(comm_ms), device), "fwd_bwd_runs_rank0": fwd_bwd_ms,
+            "merge_ms": _slowest(statistics.median(comm_ms), device),
+            "fwd_bwd_runs_rank0": fwd_bwd_ms,
         }
         if world_size == 1:  # one GPU without the merge: pulsar_py.Renderer itself
             plain = pulsar_py.Renderer(size, size).to(device)
             plain.check_values = False
             result["S16"]["renderer_fwd_bwd_ms"] = statistics.median(
-                _times_ms(lambda: fwd_bwd(plain), 3, args.repeats, device))
-        log(f"  fwd {result['S16']['fwd_ms']:.2f} ms, fwd+bwd {result['S16']['fwd_bwd_ms']:.2f} ms, "
-            f"merge collectives {result['S16']['merge_ms']:.3f} ms")
+                _times_ms(lambda: fwd_bwd(plain), 3, args.repeats, device)
+            )
+        log(
+            f"  fwd {result['S16']['fwd_ms']:.2f} ms, fwd+bwd {result['S16']['fwd_bwd_ms']:.2f} ms, "
+            f"merge collectives {result['S16']['merge_ms']:.3f} ms"
+        )
         del pos, col, rad, opa, leaves, grad
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -176,8 +185,9 @@ def run_rank(rank: int, world_size: int, device: torch.device, args: argparse.Na
             _sync(device)
             start = time.perf_counter()
             optimiser.zero_grad(set_to_none=True)
-            image = renderer(params[0], params[1], params[2].clamp(min=1e-4), cam, GAMMA, MAX_DEPTH,
-                             opacity=params[3].clamp(0, 1))
+            image = renderer(
+                params[0], params[1], params[2].clamp(min=1e-4), cam, GAMMA, MAX_DEPTH, opacity=params[3].clamp(0, 1)
+            )
             loss = (image - target).square().mean()
             loss.backward()
             optimiser.step()
@@ -190,8 +200,13 @@ def run_rank(rank: int, world_size: int, device: torch.device, args: argparse.Na
         peak = torch.cuda.max_memory_allocated(device) / MIB if cuda else 0.0
         total = torch.cuda.mem_get_info(device)[1] if cuda else 0
         result["large"] = {
-            "n_spheres": args.large, "spheres_on_rank": int(params[0].shape[0]), "image": f"{size}x{size}",
-            "losses": losses, "step_ms": step_ms, "allocator_peak_mib": peak, "scratch_mib": scratch,
+            "n_spheres": args.large,
+            "spheres_on_rank": int(params[0].shape[0]),
+            "image": f"{size}x{size}",
+            "losses": losses,
+            "step_ms": step_ms,
+            "allocator_peak_mib": peak,
+            "scratch_mib": scratch,
             "card_mib": total / MIB,
         }
     return result
@@ -223,8 +238,12 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--skip-s16", action="store_true", help="only the large scene")
     parser.add_argument("--large", type=int, default=0, help="spheres of the large scene (0: none)")
     parser.add_argument("--large-gpus", type=int, nargs="+", default=[2], help="GPU counts for it (default 2)")
-    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
-                        help="cuda (NCCL, one GPU per rank) or cpu (gloo: a check of the script itself)")
+    parser.add_argument(
+        "--device",
+        choices=("cuda", "cpu"),
+        default="cuda",
+        help="cuda (NCCL, one GPU per rank) or cpu (gloo: a check of the script itself)",
+    )
     parser.add_argument("--s16-spheres", type=int, default=S16_SPHERES, help=argparse.SUPPRESS)
     parser.add_argument("--timeout", type=float, default=540.0, help="seconds to wait for the ranks")
     parser.add_argument("--json", type=Path, help="write every figure here")
@@ -235,9 +254,15 @@ def main(argv: List[str]) -> int:
     runs = {}
     for n in args.gpus:
         runs[n] = run_config(n, args)
-    report = {"device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu", "torch": torch.__version__,
-              "build": pulsar_py.build_info(), "gamma": GAMMA, "max_depth": MAX_DEPTH,
-              "percent_allowed_difference": 0.01, "runs": {str(n): r for n, r in runs.items()}}
+    report = {
+        "device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "build": pulsar_py.build_info(),
+        "gamma": GAMMA,
+        "max_depth": MAX_DEPTH,
+        "percent_allowed_difference": 0.01,
+        "runs": {str(n): r for n, r in runs.items()},
+    }
     base = runs[args.gpus[0]][0].get("S16")
     if base and "renderer_fwd_bwd_ms" in base:
         print(f"one GPU, pulsar_py.Renderer: fwd+bwd {base['renderer_fwd_bwd_ms']:.2f} ms")
@@ -247,15 +272,19 @@ def main(argv: List[str]) -> int:
         if s16:
             s16["throughput_vs_first"] = base["fwd_bwd_ms"] / s16["fwd_bwd_ms"]
             s16["throughput_vs_renderer"] = base.get("renderer_fwd_bwd_ms", float("nan")) / s16["fwd_bwd_ms"]
-            print(f"{n:>4}  {s16['fwd_ms']:>8.2f}  {s16['fwd_bwd_ms']:>10.2f}  {s16['merge_ms']:>8.3f}  "
-                  f"{s16['throughput_vs_first']:>8.2f}  {s16['throughput_vs_renderer']:>10.2f}")
+            print(
+                f"{n:>4}  {s16['fwd_ms']:>8.2f}  {s16['fwd_bwd_ms']:>10.2f}  {s16['merge_ms']:>8.3f}  "
+                f"{s16['throughput_vs_first']:>8.2f}  {s16['throughput_vs_renderer']:>10.2f}"
+            )
         large = ranks[0].get("large")
         if large:
             need = sum(r["large"]["allocator_peak_mib"] + r["large"]["scratch_mib"] for r in ranks)
-            print(f"large scene, {n} GPUs: {large['n_spheres']} spheres, losses {large['losses']}, step ms "
-                  f"{[round(t) for t in large['step_ms']]}, memory per rank (allocator peak + scratch) "
-                  f"{[round(r['large']['allocator_peak_mib'] + r['large']['scratch_mib']) for r in ranks]} MiB, "
-                  f"{need:.0f} MiB in all against {large['card_mib']:.0f} MiB per card")
+            print(
+                f"large scene, {n} GPUs: {large['n_spheres']} spheres, losses {large['losses']}, step ms "
+                f"{[round(t) for t in large['step_ms']]}, memory per rank (allocator peak + scratch) "
+                f"{[round(r['large']['allocator_peak_mib'] + r['large']['scratch_mib']) for r in ranks]} MiB, "
+                f"{need:.0f} MiB in all against {large['card_mib']:.0f} MiB per card"
+            )
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
     return 0

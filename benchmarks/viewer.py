@@ -44,15 +44,20 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=1024, help="frame width and height in pixels (default 1024)")
     parser.add_argument("--frames", type=int, default=60, help="timed frames (default 60)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed frames first (default 5)")
-    parser.add_argument("--jpeg-quality", type=int, default=ViewOptions().jpeg_quality,
-                        help=f"JPEG quality (default {ViewOptions().jpeg_quality}, the viewer's)")
+    parser.add_argument(
+        "--jpeg-quality",
+        type=int,
+        default=ViewOptions().jpeg_quality,
+        help=f"JPEG quality (default {ViewOptions().jpeg_quality}, the viewer's)",
+    )
     args = parser.parse_args()
     device = torch.device(args.device)
     viser = require_viser()
     truth = build_scene(DemoSettings(), device)
     # The demo renders Pulsar's left-handed convention; the viewer shows it right-handed.
-    scene = scene_from_tensors(truth.positions, truth.colours, truth.radii, right_handed=False,
-                               background=truth.bg_col.tolist())
+    scene = scene_from_tensors(
+        truth.positions, truth.colours, truth.radii, right_handed=False, background=truth.bg_col.tolist()
+    )
     frame = scene_frame(scene)
     settings = FrameSettings(gamma=ViewOptions().gamma, max_depth=default_max_depth(frame))
     eye, target = fit_view(frame)
@@ -64,8 +69,11 @@ def main() -> int:
     try:
         for k in range(args.warmup + args.frames):
             turn = math.radians(k)  # orbit about +y, one degree per frame
-            rotated = (offset[0] * math.cos(turn) + offset[2] * math.sin(turn), offset[1],
-                       -offset[0] * math.sin(turn) + offset[2] * math.cos(turn))
+            rotated = (
+                offset[0] * math.cos(turn) + offset[2] * math.sin(turn),
+                offset[1],
+                -offset[0] * math.sin(turn) + offset[2] * math.cos(turn),
+            )
             view = camera_for_eye(target + rotated, target, "+y", math.radians(DEFAULT_FOV_Y_DEG), 1.0)
             start = time.perf_counter()
             rendered = renderer.render(scene, frame, view, args.size, args.size, settings)
@@ -81,15 +89,28 @@ def main() -> int:
             server.stop()
     try:
         import cv2  # noqa: F401
+
         encoder = "opencv"
     except ImportError:
         encoder = "imageio"
     median = statistics.median(total_s)
-    print(json.dumps({"device": device.type, "width": args.size, "height": args.size, "spheres": len(scene),
-                      "frames": args.frames, "fps": round(1.0 / median, 1), "median_ms": round(1e3 * median, 2),
-                      "render_ms": round(1e3 * statistics.median(render_s), 2),
-                      "encode_ms": round(1e3 * statistics.median(encode_s), 2), "jpeg_quality": args.jpeg_quality,
-                      "encoder": encoder}))
+    print(
+        json.dumps(
+            {
+                "device": device.type,
+                "width": args.size,
+                "height": args.size,
+                "spheres": len(scene),
+                "frames": args.frames,
+                "fps": round(1.0 / median, 1),
+                "median_ms": round(1e3 * median, 2),
+                "render_ms": round(1e3 * statistics.median(render_s), 2),
+                "encode_ms": round(1e3 * statistics.median(encode_s), 2),
+                "jpeg_quality": args.jpeg_quality,
+                "encoder": encoder,
+            }
+        )
+    )
     return 0
 
 

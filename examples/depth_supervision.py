@@ -44,8 +44,12 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, float]:
     parser.add_argument("--height", type=int, default=96)
     parser.add_argument("--spheres", type=int, default=2400)
     parser.add_argument("--steps", type=int, default=150)
-    parser.add_argument("--depth-weight", type=float, default=0.1,
-                        help="weight of the depth term (Huber loss, world units); 0: image only")
+    parser.add_argument(
+        "--depth-weight",
+        type=float,
+        default=0.1,
+        help="weight of the depth term (Huber loss, world units); 0: image only",
+    )
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
@@ -55,8 +59,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, float]:
     renderer = Renderer(args.width, args.height).to(device)
 
     def render(positions: torch.Tensor, radii: torch.Tensor):
-        return renderer.render(positions, scene.colours, radii, scene.cam_params, bg_col=scene.bg_col, z_depth=True,
-                               **RENDER)
+        return renderer.render(
+            positions, scene.colours, radii, scene.cam_params, bg_col=scene.bg_col, z_depth=True, **RENDER
+        )
 
     with torch.no_grad():
         # image [H, W, 3], z_depth and coverage [H, W]
@@ -91,31 +96,41 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, float]:
         initial = errors(render(*spheres()))
     optimiser = torch.optim.Adam([log_distance], lr=5e-3)  # relative distance change per step
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimiser, lambda step: 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(step / args.steps, 1.0))))
+        optimiser, lambda step: 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(step / args.steps, 1.0)))
+    )
     for step in range(args.steps):
         optimiser.zero_grad()
         result = render(*spheres())
         image_term = ((result.image - target.image) ** 2).mean()
         # Huber (quadratic below 0.1 units, linear above): silhouette pixels, whose
         # depth jumps between surfaces, must not dominate.
-        depth_term = (torch.nn.functional.huber_loss(result.z_depth, target.z_depth, reduction="none", delta=0.1)
-                      * covered).mean()
+        depth_term = (
+            torch.nn.functional.huber_loss(result.z_depth, target.z_depth, reduction="none", delta=0.1) * covered
+        ).mean()
         loss = image_term + args.depth_weight * depth_term
         loss.backward()
         optimiser.step()
         schedule.step()
         if step % max(1, args.steps // 5) == 0:
-            print(f"step {step:4d}: image mse {float(image_term.detach()):.2e}, "
-                  f"depth mse {float(depth_term.detach()):.3f}",
-                  file=sys.stderr)
+            print(
+                f"step {step:4d}: image mse {float(image_term.detach()):.2e}, "
+                f"depth mse {float(depth_term.detach()):.3f}",
+                file=sys.stderr,
+            )
     with torch.no_grad():
         final = errors(render(*spheres()))
-    result = {"initial_depth_error": initial["depth_error"], "final_depth_error": final["depth_error"],
-              "initial_psnr_db": initial["psnr_db"], "final_psnr_db": final["psnr_db"],
-              "seconds": time.perf_counter() - start}
-    print(f"median depth error {result['initial_depth_error']:.3f} -> {result['final_depth_error']:.3f} world units, "
-          f"image PSNR {result['initial_psnr_db']:.1f} -> {result['final_psnr_db']:.1f} dB "
-          f"({args.steps} steps, {result['seconds']:.1f} s)")
+    result = {
+        "initial_depth_error": initial["depth_error"],
+        "final_depth_error": final["depth_error"],
+        "initial_psnr_db": initial["psnr_db"],
+        "final_psnr_db": final["psnr_db"],
+        "seconds": time.perf_counter() - start,
+    }
+    print(
+        f"median depth error {result['initial_depth_error']:.3f} -> {result['final_depth_error']:.3f} world units, "
+        f"image PSNR {result['initial_psnr_db']:.1f} -> {result['final_psnr_db']:.1f} dB "
+        f"({args.steps} steps, {result['seconds']:.1f} s)"
+    )
     return result
 
 

@@ -41,8 +41,10 @@ def cameras_around(views: int, distance: float = 12.0) -> torch.Tensor:
     rows = []
     for k in range(views):
         azimuth = 2 * math.pi * k / views
-        eye = distance * torch.tensor([math.cos(elevation) * math.sin(azimuth), math.sin(elevation),
-                                       -math.cos(elevation) * math.cos(azimuth)], dtype=torch.float64)
+        eye = distance * torch.tensor(
+            [math.cos(elevation) * math.sin(azimuth), math.sin(elevation), -math.cos(elevation) * math.cos(azimuth)],
+            dtype=torch.float64,
+        )
         rows.append(look_at_params(eye, [0.0, 0.0, 0.0], sensor_width=sensor_width_for_fov(45.0)))
     return torch.stack(rows)
 
@@ -72,8 +74,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, float]:
     bg = torch.tensor(BACKGROUND, **f32)
     renderer = Renderer(args.width, args.height).to(device)
     with torch.no_grad():
-        targets = renderer(knot_pos.to(**f32), knot.colours.to(**f32), knot.radii.to(**f32), cams, bg_col=bg,
-                           **RENDER)  # [V, H, W, 3]
+        targets = renderer(
+            knot_pos.to(**f32), knot.colours.to(**f32), knot.radii.to(**f32), cams, bg_col=bg, **RENDER
+        )  # [V, H, W, 3]
 
     # The start: a random blob of grey, half-transparent spheres where the object is.
     gen = torch.Generator().manual_seed(0)
@@ -84,20 +87,24 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, float]:
     opacity_logits = torch.zeros(n, **f32).requires_grad_()  # sigmoid(0) = 0.5
 
     def render() -> torch.Tensor:
-        return renderer(positions, colours, log_radii.exp(), cams, bg_col=bg,
-                        opacity=torch.sigmoid(opacity_logits), **RENDER)
+        return renderer(
+            positions, colours, log_radii.exp(), cams, bg_col=bg, opacity=torch.sigmoid(opacity_logits), **RENDER
+        )
 
     with torch.no_grad():
         initial_psnr = psnr(render(), targets)
     # Learning rates: about the step size per iteration in each group's units (Adam).
-    optimiser = torch.optim.Adam([
-        {"params": [positions], "lr": 2e-2},        # world units
-        {"params": [colours], "lr": 2e-2},          # RGB
-        {"params": [log_radii], "lr": 2e-2},        # log radius
-        {"params": [opacity_logits], "lr": 5e-2},   # logit of the opacity
-    ])
+    optimiser = torch.optim.Adam(
+        [
+            {"params": [positions], "lr": 2e-2},  # world units
+            {"params": [colours], "lr": 2e-2},  # RGB
+            {"params": [log_radii], "lr": 2e-2},  # log radius
+            {"params": [opacity_logits], "lr": 5e-2},  # logit of the opacity
+        ]
+    )
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimiser, lambda step: 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(step / args.steps, 1.0))))
+        optimiser, lambda step: 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(step / args.steps, 1.0)))
+    )
     for step in range(args.steps):
         optimiser.zero_grad()
         loss = ((render() - targets) ** 2).mean()
@@ -111,14 +118,19 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, float]:
 
     with torch.no_grad():
         fit = render()
-    result = {"initial_psnr_db": initial_psnr, "final_psnr_db": psnr(fit, targets),
-              "seconds": time.perf_counter() - start}
+    result = {
+        "initial_psnr_db": initial_psnr,
+        "final_psnr_db": psnr(fit, targets),
+        "seconds": time.perf_counter() - start,
+    }
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         write_image(os.path.join(args.out, "targets.png"), torch.cat(list(targets.cpu()), dim=1))
         write_image(os.path.join(args.out, "fit.png"), torch.cat(list(fit.cpu()), dim=1))
-    print(f"PSNR over {args.views} views: {result['initial_psnr_db']:.2f} -> {result['final_psnr_db']:.2f} dB "
-          f"({n} spheres, {args.steps} steps, {result['seconds']:.1f} s)")
+    print(
+        f"PSNR over {args.views} views: {result['initial_psnr_db']:.2f} -> {result['final_psnr_db']:.2f} dB "
+        f"({n} spheres, {args.steps} steps, {result['seconds']:.1f} s)"
+    )
     return result
 
 

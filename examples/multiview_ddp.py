@@ -45,17 +45,27 @@ BACKGROUND = (0.07, 0.08, 0.11)
 CAMERA_DISTANCE = 12.0
 
 
-def ring_cameras(views: int, size: int, dtype: torch.dtype = torch.float32,
-                 device: torch.device = torch.device("cpu")) -> Camera:
+def ring_cameras(
+    views: int, size: int, dtype: torch.dtype = torch.float32, device: torch.device = torch.device("cpu")
+) -> Camera:
     """A batch of ``views`` look-at cameras (size x size pixels, 45 degrees field of view)
     on a ring around the origin, 20 degrees above it, all looking at it."""
     azimuth = torch.arange(views, dtype=torch.float64) * (2 * math.pi / views)
     elevation = math.radians(20.0)
-    eye = CAMERA_DISTANCE * torch.stack([math.cos(elevation) * torch.sin(azimuth),
-                                         torch.full_like(azimuth, math.sin(elevation)),
-                                         -math.cos(elevation) * torch.cos(azimuth)], dim=-1)
-    return Camera.look_at(eye.to(dtype=dtype, device=device), torch.zeros(3, dtype=dtype, device=device),
-                          image_size=(size, size), fov_y=45.0)
+    eye = CAMERA_DISTANCE * torch.stack(
+        [
+            math.cos(elevation) * torch.sin(azimuth),
+            torch.full_like(azimuth, math.sin(elevation)),
+            -math.cos(elevation) * torch.cos(azimuth),
+        ],
+        dim=-1,
+    )
+    return Camera.look_at(
+        eye.to(dtype=dtype, device=device),
+        torch.zeros(3, dtype=dtype, device=device),
+        image_size=(size, size),
+        fov_y=45.0,
+    )
 
 
 def rank_cameras(cameras: Camera, rank: int, world_size: int) -> Camera:
@@ -73,8 +83,14 @@ def render_targets(renderer: Renderer, cameras: Camera) -> torch.Tensor:
     knot = make_sample_scene(n_spheres=3600, dtype=torch.float64)
     positions = knot.positions - torch.tensor([0.0, 0.5, KNOT_DEPTH], dtype=torch.float64)
     with torch.no_grad():
-        return renderer(positions.to(like), knot.colours.to(like), knot.radii.to(like), cameras,
-                        bg_col=background(like.dtype, like.device), **RENDER)
+        return renderer(
+            positions.to(like),
+            knot.colours.to(like),
+            knot.radii.to(like),
+            cameras,
+            bg_col=background(like.dtype, like.device),
+            **RENDER,
+        )
 
 
 class SphereCloud(torch.nn.Module):
@@ -88,32 +104,46 @@ class SphereCloud(torch.nn.Module):
     the module has no buffers for DDP to synchronise.
     """
 
-    def __init__(self, n_spheres: int, seed: int = 0, dtype: torch.dtype = torch.float32,
-                 device: torch.device = torch.device("cpu")) -> None:
+    def __init__(
+        self,
+        n_spheres: int,
+        seed: int = 0,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device = torch.device("cpu"),
+    ) -> None:
         super().__init__()
         gen = torch.Generator().manual_seed(seed)
         like = dict(dtype=dtype, device=device)
-        self.positions = torch.nn.Parameter(((torch.rand(n_spheres, 3, generator=gen, dtype=torch.float64) - 0.5)
-                                             * 7.0).to(**like))
+        self.positions = torch.nn.Parameter(
+            ((torch.rand(n_spheres, 3, generator=gen, dtype=torch.float64) - 0.5) * 7.0).to(**like)
+        )
         self.colours = torch.nn.Parameter(torch.full((n_spheres, 3), 0.5, **like))
         self.log_radii = torch.nn.Parameter(torch.full((n_spheres,), math.log(0.3), **like))
         self.opacity_logits = torch.nn.Parameter(torch.zeros(n_spheres, **like))  # sigmoid(0) = 0.5
 
     def forward(self, renderer: Renderer, cameras: Camera) -> torch.Tensor:
-        return renderer(self.positions, self.colours, self.log_radii.exp(), cameras,
-                        bg_col=background(self.positions.dtype, self.positions.device),
-                        opacity=torch.sigmoid(self.opacity_logits), **RENDER)
+        return renderer(
+            self.positions,
+            self.colours,
+            self.log_radii.exp(),
+            cameras,
+            bg_col=background(self.positions.dtype, self.positions.device),
+            opacity=torch.sigmoid(self.opacity_logits),
+            **RENDER,
+        )
 
 
 def make_optimiser(model: SphereCloud) -> torch.optim.Adam:
     """Adam with a learning rate per parameter group, about the step per iteration in
     each group's units."""
-    return torch.optim.Adam([
-        {"params": [model.positions], "lr": 2e-2},        # world units
-        {"params": [model.colours], "lr": 2e-2},          # RGB
-        {"params": [model.log_radii], "lr": 2e-2},        # log radius
-        {"params": [model.opacity_logits], "lr": 5e-2},   # logit of the opacity
-    ])
+    return torch.optim.Adam(
+        [
+            {"params": [model.positions], "lr": 2e-2},  # world units
+            {"params": [model.colours], "lr": 2e-2},  # RGB
+            {"params": [model.log_radii], "lr": 2e-2},  # log radius
+            {"params": [model.opacity_logits], "lr": 5e-2},  # logit of the opacity
+        ]
+    )
 
 
 def view_errors(images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -133,8 +163,15 @@ def local_loss(images: torch.Tensor, targets: torch.Tensor, total_views: int, wo
     return view_errors(images, targets).sum() * (world_size / total_views)
 
 
-def train_step(model: torch.nn.Module, optimiser: torch.optim.Optimizer, renderer: Renderer, cameras: Camera,
-               targets: torch.Tensor, total_views: int, world_size: int) -> torch.Tensor:
+def train_step(
+    model: torch.nn.Module,
+    optimiser: torch.optim.Optimizer,
+    renderer: Renderer,
+    cameras: Camera,
+    targets: torch.Tensor,
+    total_views: int,
+    world_size: int,
+) -> torch.Tensor:
     """One optimisation step of the DDP-wrapped ``model`` on this rank's views; returns its
     local loss (detached). Backward all-reduces the gradients; then every rank holds the
     same gradients, takes the same step and keeps the colours in [0, 1]."""
@@ -156,16 +193,26 @@ def global_loss(local: torch.Tensor, world_size: int) -> float:
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                     epilog="Under torchrun the ranks come from its environment (RANK, "
-                                            "WORLD_SIZE); --ranks, if given, must match.")
-    parser.add_argument("--ranks", type=int, default=None,
-                        help="processes to start when not run by torchrun (default 2)")
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
-                        help="cpu: gloo backend; cuda: NCCL backend, local rank r on GPU r (default cpu)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0],
+        epilog="Under torchrun the ranks come from its environment (RANK, WORLD_SIZE); --ranks, if given, must match.",
+    )
+    parser.add_argument(
+        "--ranks", type=int, default=None, help="processes to start when not run by torchrun (default 2)"
+    )
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="cpu: gloo backend; cuda: NCCL backend, local rank r on GPU r (default cpu)",
+    )
     parser.add_argument("--steps", type=int, default=200, help="optimisation steps (default 200)")
-    parser.add_argument("--views", type=int, default=8,
-                        help="views on the ring of cameras, split over the ranks (default 8; at least one per rank)")
+    parser.add_argument(
+        "--views",
+        type=int,
+        default=8,
+        help="views on the ring of cameras, split over the ranks (default 8; at least one per rank)",
+    )
     parser.add_argument("--spheres", type=int, default=3000, help="spheres to fit (default 3000)")
     parser.add_argument("--size", type=int, default=64, help="image width and height in pixels (default 64)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the starting blob (default 0)")
@@ -184,8 +231,9 @@ def _cpu_threads(local_ranks: int) -> int:
     return max(1, cores // local_ranks)
 
 
-def run_rank(args: argparse.Namespace, rank: int, world_size: int, local_rank: int,
-             local_ranks: int) -> Optional[Dict[str, float]]:
+def run_rank(
+    args: argparse.Namespace, rank: int, world_size: int, local_rank: int, local_ranks: int
+) -> Optional[Dict[str, float]]:
     """The optimisation on one rank of an initialised process group; rank 0 returns the
     result (initial and final loss over all views, seconds), the others None."""
     start = time.perf_counter()
@@ -205,7 +253,8 @@ def run_rank(args: argparse.Namespace, rank: int, world_size: int, local_rank: i
     model = DistributedDataParallel(spheres, device_ids=[local_rank] if device.type == "cuda" else None)
     optimiser = make_optimiser(spheres)
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimiser, lambda step: 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(step / args.steps, 1.0))))
+        optimiser, lambda step: 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(step / args.steps, 1.0)))
+    )
 
     ranks = f"{world_size} rank" + ("s" if world_size != 1 else "")
     steps = range(args.steps)
@@ -213,6 +262,7 @@ def run_rank(args: argparse.Namespace, rank: int, world_size: int, local_rank: i
     if rank == 0:
         try:
             from tqdm import tqdm
+
             progress = tqdm(steps, desc=ranks, file=sys.stderr, dynamic_ncols=True)
             steps = progress
         except ImportError:
@@ -239,8 +289,11 @@ def run_rank(args: argparse.Namespace, rank: int, world_size: int, local_rank: i
     if rank != 0:
         return None
     result = {"initial_loss": initial, "final_loss": final, "seconds": time.perf_counter() - start}
-    print(f"loss over {args.views} views: {initial:.6e} -> {final:.6e} ({ranks}, {args.spheres} spheres, "
-          f"{args.steps} steps, {result['seconds']:.1f} s)", flush=True)
+    print(
+        f"loss over {args.views} views: {initial:.6e} -> {final:.6e} ({ranks}, {args.spheres} spheres, "
+        f"{args.steps} steps, {result['seconds']:.1f} s)",
+        flush=True,
+    )
     return result
 
 

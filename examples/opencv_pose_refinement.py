@@ -50,9 +50,17 @@ def make_scene(dtype=torch.float64, device="cpu"):
     K_guess[1, 2] -= 1.2
     rvec_guess = rvec_true + torch.tensor([0.03, -0.03, 0.02], **like)
     t_guess = t_true + torch.tensor([0.08, 0.05, -0.1], **like)
-    return dict(K_true=K_true, R_true=axis_angle_to_matrix(rvec_true[None])[0], t_true=t_true,
-                K_guess=K_guess, R_guess=axis_angle_to_matrix(rvec_guess[None])[0], t_guess=t_guess,
-                pos=pos, rad=rad, col=col)
+    return dict(
+        K_true=K_true,
+        R_true=axis_angle_to_matrix(rvec_true[None])[0],
+        t_true=t_true,
+        K_guess=K_guess,
+        R_guess=axis_angle_to_matrix(rvec_guess[None])[0],
+        t_guess=t_guess,
+        pos=pos,
+        rad=rad,
+        col=col,
+    )
 
 
 def rotation_error_deg(R_a: torch.Tensor, R_b: torch.Tensor) -> float:
@@ -64,10 +72,12 @@ def rotation_error_deg(R_a: torch.Tensor, R_b: torch.Tensor) -> float:
 def errors(camera: Camera, scene: dict) -> dict:
     K, R, t = camera.to_opencv()
     K_true = scene["K_true"]
-    return dict(rotation_error_deg=rotation_error_deg(R.detach(), scene["R_true"]),
-                translation_error=float((t.detach() - scene["t_true"]).norm()),
-                focal_error_px=float((K.detach()[[0, 1], [0, 1]] - K_true[[0, 1], [0, 1]]).abs().max()),
-                principal_point_error_px=float((K.detach()[[0, 1], [2, 2]] - K_true[[0, 1], [2, 2]]).abs().max()))
+    return dict(
+        rotation_error_deg=rotation_error_deg(R.detach(), scene["R_true"]),
+        translation_error=float((t.detach() - scene["t_true"]).norm()),
+        focal_error_px=float((K.detach()[[0, 1], [0, 1]] - K_true[[0, 1], [0, 1]]).abs().max()),
+        principal_point_error_px=float((K.detach()[[0, 1], [2, 2]] - K_true[[0, 1], [2, 2]]).abs().max()),
+    )
 
 
 def main(steps: int = 8, device: str = "cpu", verbose: bool = True) -> dict:
@@ -95,10 +105,22 @@ def main(steps: int = 8, device: str = "cpu", verbose: bool = True) -> dict:
     # The calibration to refine, straight from OpenCV's K, R, t. The rotation is optimised
     # as an axis-angle vector (OpenCV's rvec); detach().requires_grad_() makes every
     # camera tensor (rotation, translation, fx, fy, cx, cy) a leaf an optimiser can own.
-    camera = Camera.from_opencv(scene["K_guess"], scene["R_guess"], scene["t_guess"], image_size=(HEIGHT, WIDTH),
-                                rotation_repr="axis_angle").detach().requires_grad_()
-    optimiser = torch.optim.LBFGS(camera.parameters(), lr=1.0, max_iter=20, history_size=50,
-                                  line_search_fn="strong_wolfe", tolerance_grad=0.0, tolerance_change=0.0)
+    camera = (
+        Camera.from_opencv(
+            scene["K_guess"], scene["R_guess"], scene["t_guess"], image_size=(HEIGHT, WIDTH), rotation_repr="axis_angle"
+        )
+        .detach()
+        .requires_grad_()
+    )
+    optimiser = torch.optim.LBFGS(
+        camera.parameters(),
+        lr=1.0,
+        max_iter=20,
+        history_size=50,
+        line_search_fn="strong_wolfe",
+        tolerance_grad=0.0,
+        tolerance_change=0.0,
+    )
 
     def closure() -> torch.Tensor:
         optimiser.zero_grad()
@@ -116,9 +138,11 @@ def main(steps: int = 8, device: str = "cpu", verbose: bool = True) -> dict:
         optimiser.step(closure)
         if verbose:
             e = errors(camera, scene)
-            print(f"step {step:2d}  loss {loss_now():.3e}  rotation {e['rotation_error_deg']:.2e} deg  "
-                  f"translation {e['translation_error']:.2e}  focal {e['focal_error_px']:.2e} px  "
-                  f"principal point {e['principal_point_error_px']:.2e} px")
+            print(
+                f"step {step:2d}  loss {loss_now():.3e}  rotation {e['rotation_error_deg']:.2e} deg  "
+                f"translation {e['translation_error']:.2e}  focal {e['focal_error_px']:.2e} px  "
+                f"principal point {e['principal_point_error_px']:.2e} px"
+            )
     report["final_loss"] = loss_now()
     report.update({f"final_{k}": v for k, v in errors(camera, scene).items()})
     if verbose:

@@ -27,18 +27,19 @@ from typing import Dict, Optional, Sequence
 import torch
 
 from pulsar_py import Renderer
+from pulsar_py.cameras.look_at import look_at_params, matrix_to_axis_angle, rotation_angle_deg, rotation_from_params
 from pulsar_py.cameras.params import axis_angle_to_matrix
 from pulsar_py.tools.demo import gaussian_blur
 from pulsar_py.tools.demo_setup import DemoSettings, build_scene
-from pulsar_py.cameras.look_at import look_at_params, matrix_to_axis_angle, rotation_angle_deg, rotation_from_params
 
 RENDER = dict(gamma=0.1, max_depth=24.0, min_depth=5.0)
 
 
 def pose_error(cam: torch.Tensor, true_cam: torch.Tensor) -> Dict[str, float]:
     """Rotation (degrees) and position (world units) error of an 8-value camera vector."""
-    rotation = rotation_angle_deg(rotation_from_params(cam[None].double())[0],
-                                  rotation_from_params(true_cam[None].double())[0])
+    rotation = rotation_angle_deg(
+        rotation_from_params(cam[None].double())[0], rotation_from_params(true_cam[None].double())[0]
+    )
     return {"rotation_deg": float(rotation), "position": float((cam[:3] - true_cam[:3]).double().norm())}
 
 
@@ -55,8 +56,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, float]:
     start = time.perf_counter()
 
     # The scene: spheres (known) and the true camera: 13 units from the knot, 25 degrees up.
-    scene = build_scene(DemoSettings(width=args.width, height=args.height, n_spheres=args.spheres, views=2),
-                        device)
+    scene = build_scene(DemoSettings(width=args.width, height=args.height, n_spheres=args.spheres, views=2), device)
     elevation = math.radians(25.0)
     eye = 13.0 * torch.tensor([0.0, math.sin(elevation), -math.cos(elevation)], dtype=torch.float64)
     true_cam = look_at_params(eye, [0.0, 0.0, 0.0], focal_length=1.0, sensor_width=0.93)  # [8]
@@ -81,12 +81,17 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, float]:
     rotation = guess[3:6].float().to(device).requires_grad_()
     focal = guess[6:7].float().to(device).requires_grad_()
     sensor = guess[7:8].float().to(device)
-    optimiser = torch.optim.Adam([{"params": [position], "lr": 2e-2},     # world units per step
-                                  {"params": [rotation], "lr": 3e-3},     # radians per step
-                                  {"params": [focal], "lr": 2e-3}])       # focal length units
+    optimiser = torch.optim.Adam(
+        [
+            {"params": [position], "lr": 2e-2},  # world units per step
+            {"params": [rotation], "lr": 3e-3},  # radians per step
+            {"params": [focal], "lr": 2e-3},
+        ]
+    )  # focal length units
     # Large steps first, small ones at the end (cosine decay to 5 %).
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimiser, lambda step: 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(step / args.steps, 1.0))))
+        optimiser, lambda step: 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(step / args.steps, 1.0)))
+    )
     for step in range(args.steps):
         optimiser.zero_grad()
         render_now = render(torch.cat([position, rotation, focal, sensor]))
@@ -98,12 +103,18 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, float]:
         schedule.step()
     cam = torch.cat([position, rotation, focal, sensor]).detach().cpu().double()
     final = pose_error(cam, true_cam)
-    result = {"initial_rotation_deg": initial["rotation_deg"], "final_rotation_deg": final["rotation_deg"],
-              "initial_position_error": initial["position"], "final_position_error": final["position"],
-              "seconds": time.perf_counter() - start}
-    print(f"rotation error {result['initial_rotation_deg']:.2f} -> {result['final_rotation_deg']:.3f} deg, "
-          f"position error {result['initial_position_error']:.3f} -> {result['final_position_error']:.3f} "
-          f"({args.steps} steps, {result['seconds']:.1f} s)")
+    result = {
+        "initial_rotation_deg": initial["rotation_deg"],
+        "final_rotation_deg": final["rotation_deg"],
+        "initial_position_error": initial["position"],
+        "final_position_error": final["position"],
+        "seconds": time.perf_counter() - start,
+    }
+    print(
+        f"rotation error {result['initial_rotation_deg']:.2f} -> {result['final_rotation_deg']:.3f} deg, "
+        f"position error {result['initial_position_error']:.3f} -> {result['final_position_error']:.3f} "
+        f"({args.steps} steps, {result['seconds']:.1f} s)"
+    )
     return result
 
 

@@ -22,8 +22,8 @@ import sys
 import time
 from typing import Dict, Optional, Sequence
 
-from pulsar_py.io.ply import read_ply, write_ply
 from pulsar_py.io.images import write_image
+from pulsar_py.io.ply import read_ply, write_ply
 from pulsar_py.tools.render import render_point_cloud
 from pulsar_py.tools.sample_scene import make_sample_scene
 
@@ -48,8 +48,15 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
         ply_path = os.path.join(os.path.dirname(os.path.abspath(args.out)), "sample_cloud.ply")
         write_ply(ply_path, knot.positions, knot.colours)
     cloud = read_ply(ply_path)
-    image = render_point_cloud(cloud, args.width, args.height, args.device, azimuth_deg=args.azimuth,
-                               elevation_deg=args.elevation, background=(1.0, 1.0, 1.0))
+    image = render_point_cloud(
+        cloud,
+        args.width,
+        args.height,
+        args.device,
+        azimuth_deg=args.azimuth,
+        elevation_deg=args.elevation,
+        background=(1.0, 1.0, 1.0),
+    )
     write_image(args.out, image)
     seconds = time.perf_counter() - start
     print(f"rendered {len(cloud)} points from {ply_path} to {args.out} ({args.width}x{args.height}, {seconds:.2f} s)")

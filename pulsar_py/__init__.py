@@ -20,9 +20,11 @@ def _missing_native_message() -> str:
     cause: Python started in the repository root, whose source folder ``pulsar_py/``
     (never built there) shadows the installed package."""
     folder = os.path.dirname(os.path.abspath(__file__))
-    return (f"pulsar_py: the compiled module pulsar_py._native is missing from {folder} (a source tree, which "
-            f"shadows an installed pulsar_py when Python starts in the folder above it): run from another "
-            f"folder with pulsar_py installed (pip install .), or build it in place (pip install -e .)")
+    return (
+        f"pulsar_py: the compiled module pulsar_py._native is missing from {folder} (a source tree, which "
+        f"shadows an installed pulsar_py when Python starts in the folder above it): run from another "
+        f"folder with pulsar_py installed (pip install .), or build it in place (pip install -e .)"
+    )
 
 
 if importlib.util.find_spec(f"{__name__}._native") is None:
@@ -54,5 +56,15 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["Renderer", "Camera", "RenderResult", "NativeCamera", "camera_from_params", "sh_to_color",
-           "rgb_to_sh_dc", "build_info", "replay", "__version__"]
+__all__ = [
+    "Renderer",
+    "Camera",
+    "RenderResult",
+    "NativeCamera",
+    "camera_from_params",
+    "sh_to_color",
+    "rgb_to_sh_dc",
+    "build_info",
+    "replay",
+    "__version__",
+]

@@ -64,8 +64,11 @@ def check_int(name: str, value: object, low: int, high: Optional[int] = None) ->
     """An integer (Python, NumPy or a one-element integer tensor) in [low, high]."""
     if type(value) is int and value >= low and (high is None or value <= high):
         return value  # the common case, without the ABC checks below
-    if isinstance(value, torch.Tensor) and check_readable(name, value).numel() == 1 and not (
-            value.is_floating_point() or value.is_complex() or value.dtype == torch.bool):
+    if (
+        isinstance(value, torch.Tensor)
+        and check_readable(name, value).numel() == 1
+        and not (value.is_floating_point() or value.is_complex() or value.dtype == torch.bool)
+    ):
         value = int(value.item())
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name}: expected an int, got {type(value).__name__} {_short(value)}")
@@ -80,8 +83,9 @@ def _in_interval(value: float, low: float, high: float, low_open: bool, high_ope
     return (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
 
 
-def check_float(name: str, value: object, low: float, high: float, *, low_open: bool = False,
-                high_open: bool = False) -> float:
+def check_float(
+    name: str, value: object, low: float, high: float, *, low_open: bool = False, high_open: bool = False
+) -> float:
     """A finite real number in the given interval, as a Python float.
 
     A one-element floating tensor is read (a synchronisation on CUDA) at every call, so a
@@ -92,8 +96,9 @@ def check_float(name: str, value: object, low: float, high: float, *, low_open: 
         return value  # the common case (NaN fails the comparisons), without the checks below
     if isinstance(value, torch.Tensor):
         if check_readable(name, value).numel() != 1:
-            raise ValueError(f"{name}: expected a number or a one-element tensor, got a tensor of shape "
-                             f"{tuple(value.shape)}")
+            raise ValueError(
+                f"{name}: expected a number or a one-element tensor, got a tensor of shape {tuple(value.shape)}"
+            )
         if not value.is_floating_point():
             raise TypeError(f"{name}: expected a float, got a tensor of dtype {value.dtype}")
         value = float(value.detach().reshape(()).item())
@@ -163,7 +168,8 @@ def check_depth(name: str, value: object) -> Union[float, torch.Tensor]:
         if check_readable(name, value).numel() != 1 or value.dim() > 1 or not value.is_floating_point():
             raise (ValueError if value.is_floating_point() else TypeError)(
                 f"{name}: expected a float or a one-element floating tensor (shape [] or [1]), got a tensor of "
-                f"shape {tuple(value.shape)} and dtype {value.dtype}")
+                f"shape {tuple(value.shape)} and dtype {value.dtype}"
+            )
         if value.requires_grad:
             return value.reshape(())
         value = float(value.detach().reshape(()).item())
@@ -216,33 +222,43 @@ def check_batch(batch: int, width: int, height: int, name: str = "batch size") -
         raise ValueError(f"{name}: expected at least 1 camera/scene in the batch, got {batch}")
     tiles = -(-width // TILE_SIZE) * -(-height // TILE_SIZE)
     if batch * tiles > MAX_TILES_PER_CALL:
-        raise ValueError(f"{name}: expected at most {MAX_TILES_PER_CALL // tiles} images of {width}x{height} "
-                         f"pixels per call ({tiles} tiles of {TILE_SIZE}x{TILE_SIZE} each, at most 2^31 - 1 "
-                         f"tiles per call), got {batch}; split the batch")
+        raise ValueError(
+            f"{name}: expected at most {MAX_TILES_PER_CALL // tiles} images of {width}x{height} "
+            f"pixels per call ({tiles} tiles of {TILE_SIZE}x{TILE_SIZE} each, at most 2^31 - 1 "
+            f"tiles per call), got {batch}; split the batch"
+        )
 
 
 # ---------------------------------------------------------------------------- tensors
-def check_tensor(name: str, t: object, *, dims: Sequence[int], last: Optional[int] = None,
-                 dtype: Optional[torch.dtype] = None, device: Optional[torch.device] = None) -> torch.Tensor:
+def check_tensor(
+    name: str,
+    t: object,
+    *,
+    dims: Sequence[int],
+    last: Optional[int] = None,
+    dtype: Optional[torch.dtype] = None,
+    device: Optional[torch.device] = None,
+) -> torch.Tensor:
     """Type, layout, dtype, device and rank of one tensor argument."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
     check_readable(name, t)
     if t.layout != torch.strided:
-        raise TypeError(f"{name}: expected a dense (strided) tensor, got layout {t.layout}; "
-                        f"convert it with .to_dense()")
+        raise TypeError(
+            f"{name}: expected a dense (strided) tensor, got layout {t.layout}; convert it with .to_dense()"
+        )
     if t.dtype not in FLOAT_DTYPES:
         raise TypeError(f"{name}: expected dtype float32 or float64, got {t.dtype}")
     if dtype is not None and t.dtype != dtype:
-        raise TypeError(
-            f"{name}: expected dtype {dtype} like vert_pos (mixed dtypes are not cast), got {t.dtype}")
+        raise TypeError(f"{name}: expected dtype {dtype} like vert_pos (mixed dtypes are not cast), got {t.dtype}")
     if device is not None and t.device != device:
-        raise ValueError(f"{name}: expected a tensor on {device} (the renderer's device; move the renderer "
-                         f"with .to(device)), got {t.device}")
+        raise ValueError(
+            f"{name}: expected a tensor on {device} (the renderer's device; move the renderer "
+            f"with .to(device)), got {t.device}"
+        )
     if t.dim() not in dims:
         want = " or ".join(str(d) for d in dims)
-        raise ValueError(f"{name}: expected {want} dimension{'' if dims == (1,) else 's'}, "
-                         f"got shape {tuple(t.shape)}")
+        raise ValueError(f"{name}: expected {want} dimension{'' if dims == (1,) else 's'}, got shape {tuple(t.shape)}")
     if last is not None and t.shape[-1] != last:
         raise ValueError(f"{name}: expected a last dimension of {last}, got shape {tuple(t.shape)}")
     return t
@@ -254,8 +270,10 @@ def check_readable(name: str, t: torch.Tensor) -> torch.Tensor:
     if t.is_nested:
         raise TypeError(f"{name}: expected a dense (strided) tensor, got a nested tensor")
     if t.is_meta:
-        raise ValueError(f"{name}: expected a tensor with values (on the CPU or a CUDA device), got a tensor on "
-                         f"the meta device, which holds none")
+        raise ValueError(
+            f"{name}: expected a tensor with values (on the CPU or a CUDA device), got a tensor on "
+            f"the meta device, which holds none"
+        )
     return t
 
 
@@ -273,8 +291,17 @@ class SceneTensors(NamedTuple):
         return self.positions.dim() == 3
 
 
-def check_scene(vert_pos: object, vert_col: object, vert_rad: object, opacity: object, bg_col: object, *,
-                n_channels: int, device: torch.device, max_num_balls: Optional[int]) -> SceneTensors:
+def check_scene(
+    vert_pos: object,
+    vert_col: object,
+    vert_rad: object,
+    opacity: object,
+    bg_col: object,
+    *,
+    n_channels: int,
+    device: torch.device,
+    max_num_balls: Optional[int],
+) -> SceneTensors:
     """Sphere tensors of one call: vert_pos [B?, N, 3], vert_col [B?, N, C], vert_rad
     [B?, N], opacity [B?, N] or None, bg_col [C] or None (ones)."""
     if _plain_scene(vert_pos, vert_col, vert_rad, opacity, bg_col, n_channels, device, max_num_balls):
@@ -288,16 +315,21 @@ def check_scene(vert_pos: object, vert_col: object, vert_rad: object, opacity: o
     if pos.dim() == 3 and pos.shape[0] == 0:
         raise ValueError(f"vert_pos: expected a batch of at least 1 sphere set, got shape {tuple(pos.shape)}")
     if col.shape[:-1] != pos.shape[:-1]:
-        raise ValueError(f"vert_col: expected shape {tuple(pos.shape[:-1]) + (n_channels,)} "
-                         f"to match vert_pos {tuple(pos.shape)}, got {tuple(col.shape)}")
+        raise ValueError(
+            f"vert_col: expected shape {tuple(pos.shape[:-1]) + (n_channels,)} "
+            f"to match vert_pos {tuple(pos.shape)}, got {tuple(col.shape)}"
+        )
     if rad.shape != pos.shape[:-1]:
-        raise ValueError(f"vert_rad: expected shape {tuple(pos.shape[:-1])} to match vert_pos "
-                         f"{tuple(pos.shape)}, got {tuple(rad.shape)}")
+        raise ValueError(
+            f"vert_rad: expected shape {tuple(pos.shape[:-1])} to match vert_pos "
+            f"{tuple(pos.shape)}, got {tuple(rad.shape)}"
+        )
     if opacity is not None:
         check_tensor("opacity", opacity, dims=(pos.dim() - 1,), dtype=dtype, device=device)
         if opacity.shape != pos.shape[:-1]:
-            raise ValueError(f"opacity: expected shape {tuple(pos.shape[:-1])} to match vert_pos, "
-                             f"got {tuple(opacity.shape)}")
+            raise ValueError(
+                f"opacity: expected shape {tuple(pos.shape[:-1])} to match vert_pos, got {tuple(opacity.shape)}"
+            )
     if bg_col is not None:
         check_tensor("bg_col", bg_col, dims=(1,), last=n_channels, dtype=dtype, device=device)
     if max_num_balls is not None and n > max_num_balls:
@@ -307,13 +339,22 @@ def check_scene(vert_pos: object, vert_col: object, vert_rad: object, opacity: o
     return SceneTensors(pos, col, rad, opacity, bg_col)
 
 
-def _plain_scene(pos: object, col: object, rad: object, opacity: object, bg_col: object, n_channels: int,
-                 device: torch.device, max_num_balls: Optional[int]) -> bool:
+def _plain_scene(
+    pos: object,
+    col: object,
+    rad: object,
+    opacity: object,
+    bg_col: object,
+    n_channels: int,
+    device: torch.device,
+    max_num_balls: Optional[int],
+) -> bool:
     """True when check_scene's checks certainly pass and bg_col is None: the common call
     (dense float tensors of matching shapes on the renderer's device), tested with no
     messages built; False takes the full checks, which say what is wrong."""
-    if bg_col is not None or not (isinstance(pos, torch.Tensor) and isinstance(col, torch.Tensor)
-                                  and isinstance(rad, torch.Tensor)):
+    if bg_col is not None or not (
+        isinstance(pos, torch.Tensor) and isinstance(col, torch.Tensor) and isinstance(rad, torch.Tensor)
+    ):
         return False
     dtype, shape = pos.dtype, pos.shape
     if (dtype is not torch.float32 and dtype is not torch.float64) or col.dtype is not dtype or rad.dtype is not dtype:
@@ -326,13 +367,22 @@ def _plain_scene(pos: object, col: object, rad: object, opacity: object, bg_col:
     lead = shape[:-1]
     if rad.shape != lead or col.dim() != rank or col.shape[-1] != n_channels or col.shape[:-1] != lead:
         return False
-    if opacity is not None and not (isinstance(opacity, torch.Tensor) and opacity.dtype is dtype
-                                    and opacity.shape == lead and opacity.device == device
-                                    and opacity.layout == torch.strided):
+    if opacity is not None and not (
+        isinstance(opacity, torch.Tensor)
+        and opacity.dtype is dtype
+        and opacity.shape == lead
+        and opacity.device == device
+        and opacity.layout == torch.strided
+    ):
         return False
     n = shape[-2]
-    return (pos.device == device and col.device == device and rad.device == device and n <= MAX_SPHERES
-            and (max_num_balls is None or n <= max_num_balls))
+    return (
+        pos.device == device
+        and col.device == device
+        and rad.device == device
+        and n <= MAX_SPHERES
+        and (max_num_balls is None or n <= max_num_balls)
+    )
 
 
 def plain_camera_vectors(cam_params: object, pos: torch.Tensor, device: torch.device) -> bool:
@@ -340,8 +390,11 @@ def plain_camera_vectors(cam_params: object, pos: torch.Tensor, device: torch.de
     vectors [L] or [B, L] (L in {8, 10, 11, 13}, B >= 1 and pos's batch when the spheres
     are batched) of pos's dtype on ``device``; False takes the full checks."""
     kind = type(cam_params)
-    if not (kind is torch.Tensor or kind is torch.nn.Parameter) or cam_params.dtype is not pos.dtype \
-            or cam_params.is_nested:
+    if (
+        not (kind is torch.Tensor or kind is torch.nn.Parameter)
+        or cam_params.dtype is not pos.dtype
+        or cam_params.is_nested
+    ):
         return False
     shape = cam_params.shape
     rank = len(shape)
@@ -350,12 +403,17 @@ def plain_camera_vectors(cam_params: object, pos: torch.Tensor, device: torch.de
             return False
     elif rank != 2 or shape[0] < 1 or (pos.dim() == 3 and shape[0] != pos.shape[0]):
         return False
-    return (shape[-1] in VALID_PARAM_LENGTHS and cam_params.layout is torch.strided
-            and cam_params.device == device and not cam_params.is_meta)
+    return (
+        shape[-1] in VALID_PARAM_LENGTHS
+        and cam_params.layout is torch.strided
+        and cam_params.device == device
+        and not cam_params.is_meta
+    )
 
 
-def check_cam_params(cam_params: object, pos: torch.Tensor, *, device: torch.device,
-                     name: str = "cam_params") -> torch.Tensor:
+def check_cam_params(
+    cam_params: object, pos: torch.Tensor, *, device: torch.device, name: str = "cam_params"
+) -> torch.Tensor:
     """Pulsar camera vectors [B?, L], L in {8, 10, 11, 13} -> [B, L], expanded to the
     sphere batch when spheres are batched and one camera is given.
 
@@ -366,15 +424,15 @@ def check_cam_params(cam_params: object, pos: torch.Tensor, *, device: torch.dev
     cams = check_tensor(name, cam_params, dims=(1, 2), dtype=pos.dtype, device=device)
     length = cams.shape[-1]
     if length not in VALID_PARAM_LENGTHS:
-        raise ValueError(f"{name}: expected a last dimension of 8, 10, 11 or 13 values, "
-                         f"got shape {tuple(cams.shape)}")
+        raise ValueError(f"{name}: expected a last dimension of 8, 10, 11 or 13 values, got shape {tuple(cams.shape)}")
     cams = cams if cams.dim() == 2 else cams[None]
     if cams.shape[0] == 0:
         raise ValueError(f"{name}: expected at least 1 camera, got shape {tuple(cam_params.shape)}")
     if pos.dim() == 3 and cams.shape[0] != pos.shape[0]:
         if cams.shape[0] != 1:
-            raise ValueError(f"{name}: expected 1 camera or a batch of {pos.shape[0]} cameras like vert_pos, "
-                             f"got {cams.shape[0]}")
+            raise ValueError(
+                f"{name}: expected 1 camera or a batch of {pos.shape[0]} cameras like vert_pos, got {cams.shape[0]}"
+            )
         cams = cams.expand(pos.shape[0], -1)
     return cams
 
@@ -384,15 +442,22 @@ def check_forward_info(name: str, result_info: object) -> torch.Tensor:
     info = check_tensor(name, result_info, dims=(3, 4))
     width = info.shape[-1]
     if width < 5 or (width - 3) % 2 != 0:
-        raise ValueError(f"{name}: expected a last dimension of 3 + 2K (K >= 1: forward info), "
-                         f"got shape {tuple(info.shape)}")
+        raise ValueError(
+            f"{name}: expected a last dimension of 3 + 2K (K >= 1: forward info), got shape {tuple(info.shape)}"
+        )
     return info
 
 
 # ----------------------------------------------------------------------- value checks
-def check_values(positions: torch.Tensor, features: torch.Tensor, radii: torch.Tensor,
-                 opacities: Optional[torch.Tensor], background: torch.Tensor, cameras: torch.Tensor,
-                 settings: "RenderSettings") -> None:
+def check_values(
+    positions: torch.Tensor,
+    features: torch.Tensor,
+    radii: torch.Tensor,
+    opacities: Optional[torch.Tensor],
+    background: torch.Tensor,
+    cameras: torch.Tensor,
+    settings: "RenderSettings",
+) -> None:
     """The value checks of a render call (one read-back), on the operator's inputs:
     sphere values, then the cameras: Pulsar camera vectors [B, L] (named cam_params) and
     their depth range, or packed cameras [B, 15] (named camera) with their resolved
@@ -416,13 +481,26 @@ def check_values(positions: torch.Tensor, features: torch.Tensor, radii: torch.T
         add_depth_checks(checks, near, far, focal, settings.orthographic, settings.min_depth, settings.max_depth)
     else:
         checks.finite(f"{name} (as packed cameras)", cameras)
-        add_depth_checks(checks, cameras[:, 13], cameras[:, 14], cameras[:, 12], settings.orthographic,
-                         "the camera's", "the camera's")
+        add_depth_checks(
+            checks,
+            cameras[:, 13],
+            cameras[:, 14],
+            cameras[:, 12],
+            settings.orthographic,
+            "the camera's",
+            "the camera's",
+        )
     checks.run()
 
 
-def check_visible_values(positions: torch.Tensor, radii: torch.Tensor, cam_params: Optional[torch.Tensor],
-                         packed: torch.Tensor, orthographic: bool, depths: DepthRange) -> None:
+def check_visible_values(
+    positions: torch.Tensor,
+    radii: torch.Tensor,
+    cam_params: Optional[torch.Tensor],
+    packed: torch.Tensor,
+    orthographic: bool,
+    depths: DepthRange,
+) -> None:
     """The value checks of ``Renderer.visible`` (one read-back), as a render call's: the
     spheres' positions and radii, the camera vectors ``cam_params`` [B, L] (None for a
     ``pulsar_py.Camera``, which checks its own values), and the depth range of the packed
@@ -446,45 +524,73 @@ def check_visible_values(positions: torch.Tensor, radii: torch.Tensor, cam_param
     checks.run()
 
 
-def add_camera_vector_checks(checks: "DeferredValueChecks", cams: torch.Tensor, orthographic: bool,
-                             name: str = "cam_params") -> torch.Tensor:
+def add_camera_vector_checks(
+    checks: "DeferredValueChecks", cams: torch.Tensor, orthographic: bool, name: str = "cam_params"
+) -> torch.Tensor:
     """Value checks of Pulsar camera vectors [B, L]; returns their focal lengths [B]."""
     length = cams.shape[-1]
     checks.bounded(name, cams, magnitude_limit(cams.dtype))
     n_rot = 6 if length in (11, 13) else 3
     focal, sensor = cams[:, 3 + n_rot], cams[:, 4 + n_rot]
-    checks.add((sensor <= 0).any(), lambda: fail(
-        f"{name}: expected sensor width (index {4 + n_rot}) > 0, got {sensor.min().item()}"))
+    checks.add(
+        (sensor <= 0).any(),
+        lambda: fail(f"{name}: expected sensor width (index {4 + n_rot}) > 0, got {sensor.min().item()}"),
+    )
     if orthographic:
-        checks.add((focal != 0).any(), lambda: fail(
-            f"{name}: expected focal length (index {3 + n_rot}) 0 for an orthographic renderer, "
-            f"got {focal.abs().max().item()}"))
+        checks.add(
+            (focal != 0).any(),
+            lambda: fail(
+                f"{name}: expected focal length (index {3 + n_rot}) 0 for an orthographic renderer, "
+                f"got {focal.abs().max().item()}"
+            ),
+        )
     else:
-        checks.add((focal <= 0).any(), lambda: fail(
-            f"{name}: expected focal length (index {3 + n_rot}) > 0, got {focal.min().item()}"))
+        checks.add(
+            (focal <= 0).any(),
+            lambda: fail(f"{name}: expected focal length (index {3 + n_rot}) > 0, got {focal.min().item()}"),
+        )
     if n_rot == 6:
         # Gram-Schmidt of the two rows needs them non-zero and not parallel.
         a1, a2 = cams[:, 3:6], cams[:, 6:9]
         sine = torch.linalg.cross(a1, a2).norm(dim=-1) / (a1.norm(dim=-1) * a2.norm(dim=-1))
-        checks.add(~(sine > 1e-6).all(), lambda: fail(
-            f"{name}: expected a 6D rotation (indices 3..8) of two non-zero, non-parallel rows, got "
-            f"rows {cams[:, 3:6][~(sine > 1e-6)][0].tolist()} and {cams[:, 6:9][~(sine > 1e-6)][0].tolist()}"))
+        checks.add(
+            ~(sine > 1e-6).all(),
+            lambda: fail(
+                f"{name}: expected a 6D rotation (indices 3..8) of two non-zero, non-parallel rows, got "
+                f"rows {cams[:, 3:6][~(sine > 1e-6)][0].tolist()} and {cams[:, 6:9][~(sine > 1e-6)][0].tolist()}"
+            ),
+        )
     return focal
 
 
-def add_depth_checks(checks: "DeferredValueChecks", near: torch.Tensor, far: torch.Tensor,
-                     focal: torch.Tensor, orthographic: bool, min_depth: object, max_depth: object) -> None:
+def add_depth_checks(
+    checks: "DeferredValueChecks",
+    near: torch.Tensor,
+    far: torch.Tensor,
+    focal: torch.Tensor,
+    orthographic: bool,
+    min_depth: object,
+    max_depth: object,
+) -> None:
     """Deferred checks of the resolved depth range [B] against the focal lengths [B]
     (``min_depth``, ``max_depth``: what the caller gave, for the messages)."""
-    checks.add(~(torch.isfinite(far).all() & torch.isfinite(near).all()), lambda: fail(
-        f"max_depth, min_depth: expected finite values, got {_short(max_depth)}, {_short(min_depth)}"))
+    checks.add(
+        ~(torch.isfinite(far).all() & torch.isfinite(near).all()),
+        lambda: fail(f"max_depth, min_depth: expected finite values, got {_short(max_depth)}, {_short(min_depth)}"),
+    )
     checks.add((near < 0).any(), lambda: fail(f"min_depth: expected >= 0, got {_short(min_depth)}"))
     if not orthographic:
-        checks.add((near <= focal).any(), lambda: fail(
-            f"min_depth: expected > the focal length {focal.max().item()} (or 0: focal length + 2e-6), "
-            f"got {_short(min_depth)} (resolved: {near.min().item()})"))
-    checks.add((far <= near).any(), lambda: fail(
-        f"max_depth: expected > min_depth ({near.max().item()}), got {_short(max_depth)}"))
+        checks.add(
+            (near <= focal).any(),
+            lambda: fail(
+                f"min_depth: expected > the focal length {focal.max().item()} (or 0: focal length + 2e-6), "
+                f"got {_short(min_depth)} (resolved: {near.min().item()})"
+            ),
+        )
+    checks.add(
+        (far <= near).any(),
+        lambda: fail(f"max_depth: expected > min_depth ({near.max().item()}), got {_short(max_depth)}"),
+    )
 
 
 def check_finite(name: str, t: torch.Tensor) -> None:
@@ -497,8 +603,10 @@ def check_bounded(name: str, t: torch.Tensor, limit: float) -> None:
     check_finite(name, t)
     if bool((t.abs() > limit).any()):
         bad = (t.abs() > limit).nonzero()[0].tolist()
-        raise ValueError(f"{name}: expected |values| <= {limit:.3g} for {t.dtype} (squared distances must "
-                         f"not overflow), got {t[tuple(bad)].item()} at index {bad}")
+        raise ValueError(
+            f"{name}: expected |values| <= {limit:.3g} for {t.dtype} (squared distances must "
+            f"not overflow), got {t[tuple(bad)].item()} at index {bad}"
+        )
 
 
 def check_range(name: str, t: torch.Tensor, low: float, high: float, *, low_open: bool = False) -> None:

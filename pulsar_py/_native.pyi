@@ -59,9 +59,24 @@ class SceneArgs:
     @overload
     def __init__(self) -> None: ...
     @overload
-    def __init__(self, dtype: DType, batch_size: int, n_spheres: int, shared_spheres: bool, positions: int,
-                 features: int, radii: int, opacities: int, background: int, cameras: int, right_handed: bool,
-                 camera_length: int, first_R_then_T: bool, min_depth: float, max_depth: float) -> None:
+    def __init__(
+        self,
+        dtype: DType,
+        batch_size: int,
+        n_spheres: int,
+        shared_spheres: bool,
+        positions: int,
+        features: int,
+        radii: int,
+        opacities: int,
+        background: int,
+        cameras: int,
+        right_handed: bool,
+        camera_length: int,
+        first_R_then_T: bool,
+        min_depth: float,
+        max_depth: float,
+    ) -> None:
         """camera_length 0: cameras are packed [B, 15]; else L of Pulsar camera vectors
         [B, L], converted by the renderer with first_R_then_T, min_depth, max_depth."""
 
@@ -75,8 +90,9 @@ class ForwardOutputs:
     @overload
     def __init__(self) -> None: ...
     @overload
-    def __init__(self, image: int, blend_state: int, hit_count: int, traversal_end: int, forward_info: int,
-                 depth_moments: int) -> None: ...
+    def __init__(
+        self, image: int, blend_state: int, hit_count: int, traversal_end: int, forward_info: int, depth_moments: int
+    ) -> None: ...
 
 class BackwardArgs:
     grad_image: int
@@ -88,8 +104,15 @@ class BackwardArgs:
     @overload
     def __init__(self) -> None: ...
     @overload
-    def __init__(self, grad_image: int, image: int, blend_state: int, traversal_end: int, depth_moments: int,
-                 grad_depth_moments: int) -> None: ...
+    def __init__(
+        self,
+        grad_image: int,
+        image: int,
+        blend_state: int,
+        traversal_end: int,
+        depth_moments: int,
+        grad_depth_moments: int,
+    ) -> None: ...
 
 class GradientOutputs:
     positions: int
@@ -101,11 +124,13 @@ class GradientOutputs:
     @overload
     def __init__(self) -> None: ...
     @overload
-    def __init__(self, positions: int, features: int, radii: int, opacities: int, background: int,
-                 cameras: int) -> None: ...
+    def __init__(
+        self, positions: int, features: int, radii: int, opacities: int, background: int, cameras: int
+    ) -> None: ...
 
 class CameraParamsArgs:
     """Pulsar camera vectors [B, L] -> packed cameras [B, 15] (include/pulsar/camera_params.h)."""
+
     dtype: DType
     device: DeviceKind
     device_index: int
@@ -133,13 +158,11 @@ class Renderer:
     A call made while another call of the same renderer runs raises RuntimeError."""
     def __init__(self, config: RendererConfig) -> None: ...
     @overload
-    def forward(self, scene: SceneArgs, options: RenderOptions,
-                make_outputs: Callable[[], ForwardOutputs]) -> None:
+    def forward(self, scene: SceneArgs, options: RenderOptions, make_outputs: Callable[[], ForwardOutputs]) -> None:
         """Renders; make_outputs is called once the binning's device work is enqueued."""
     @overload
     def forward(self, scene: SceneArgs, options: RenderOptions, outputs: ForwardOutputs) -> None: ...
-    def backward(self, scene: SceneArgs, options: RenderOptions, args: BackwardArgs,
-                 grads: GradientOutputs) -> None:
+    def backward(self, scene: SceneArgs, options: RenderOptions, args: BackwardArgs, grads: GradientOutputs) -> None:
         """Exact gradients; reuses the forward's binning when args are its last forward's."""
     @property
     def config(self) -> RendererConfig: ...

@@ -30,7 +30,10 @@ def save_snapshot(stage: str, settings: dict, device: torch.device, tensors: dic
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"pulsar_py_{stage}_{os.getpid()}_{uuid.uuid4().hex[:12]}.pt")
     snapshot = dict(
-        version=_native.build_info()["version"], stage=stage, device=str(device), settings=dict(settings),
+        version=_native.build_info()["version"],
+        stage=stage,
+        device=str(device),
+        settings=dict(settings),
         tensors={k: (None if v is None else v.detach().cpu()) for k, v in tensors.items()},
     )
     torch.save(snapshot, path)

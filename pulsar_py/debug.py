@@ -45,8 +45,12 @@ def _check_snapshot(path: str, snap: object) -> None:
     if not isinstance(tensors, dict) or any(n not in tensors for n in TENSOR_NAMES):
         _fail(path, f"tensors: expected {', '.join(TENSOR_NAMES)}")
     pos = tensors["vert_pos"]
-    if not isinstance(pos, torch.Tensor) or pos.dtype not in (torch.float32, torch.float64) or pos.dim() not in (
-            2, 3) or pos.shape[-1] != 3:
+    if (
+        not isinstance(pos, torch.Tensor)
+        or pos.dtype not in (torch.float32, torch.float64)
+        or pos.dim() not in (2, 3)
+        or pos.shape[-1] != 3
+    ):
         _fail(path, "vert_pos: expected a float32 or float64 tensor [B?, N, 3]")
     lead = tuple(pos.shape[:-1])
     cams = tensors["cameras"]
@@ -108,8 +112,12 @@ def replay(path: str, device: Optional[str] = None) -> Dict[str, Optional[torch.
         inputs = [None if x is None else x.clone().requires_grad_() for x in inputs]
     with torch.enable_grad():
         image, _, counts, info, moments = render(*inputs, s.encode())
-    result = dict(image=image.detach(), hit_count=counts[0], forward_info=info if s.want_forward_info else None,
-                  depth_moments=moments.detach() if s.want_depth_moments else None)
+    result = dict(
+        image=image.detach(),
+        hit_count=counts[0],
+        forward_info=info if s.want_forward_info else None,
+        depth_moments=moments.detach() if s.want_depth_moments else None,
+    )
     if backward:
         outputs, grads_out = [image], [t["grad_image"]]
         if s.want_depth_moments and t.get("grad_depth_moments") is not None:

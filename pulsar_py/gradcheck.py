@@ -134,19 +134,26 @@ class GradcheckReport:
     def table(self) -> str:
         """The report as a fixed-width text table (plus failing entries, if any)."""
         dtype = str(self.analytic_dtype).replace("torch.", "")
-        lines = [f"gradcheck on {self.device}: analytic {dtype} vs central differences in float64 "
-                 f"(eps {self.eps:g}, rtol {self.rtol:g}, atol {self.atol:g})"]
-        header = (f"{'group':<11} {'entries':>7} {'checked':>7} {'max |num|':>10} {'max abs err':>11} "
-                  f"{'max rel err':>11} {'cosine':>12} {'refined':>7} {'kinks':>5} {'failed':>6}  status")
+        lines = [
+            f"gradcheck on {self.device}: analytic {dtype} vs central differences in float64 "
+            f"(eps {self.eps:g}, rtol {self.rtol:g}, atol {self.atol:g})"
+        ]
+        header = (
+            f"{'group':<11} {'entries':>7} {'checked':>7} {'max |num|':>10} {'max abs err':>11} "
+            f"{'max rel err':>11} {'cosine':>12} {'refined':>7} {'kinks':>5} {'failed':>6}  status"
+        )
         lines += [header, "-" * len(header)]
         for g in self.groups.values():
-            lines.append(f"{g.name:<11} {g.n_entries:>7} {g.n_checked:>7} {g.numeric_scale:>10.3e} "
-                         f"{g.max_abs_error:>11.3e} {g.max_rel_error:>11.3e} {g.cosine_similarity:>12.9f} "
-                         f"{g.n_refined:>7} {g.n_kinks:>5} {len(g.failing):>6}  {g.status}")
+            lines.append(
+                f"{g.name:<11} {g.n_entries:>7} {g.n_checked:>7} {g.numeric_scale:>10.3e} "
+                f"{g.max_abs_error:>11.3e} {g.max_rel_error:>11.3e} {g.cosine_similarity:>12.9f} "
+                f"{g.n_refined:>7} {g.n_kinks:>5} {len(g.failing):>6}  {g.status}"
+            )
         for g in self.groups.values():
             for entry in g.failing[:_MAX_LISTED_FAILURES]:
-                lines.append(f"  {g.name}{list(entry.index)}: analytic {entry.analytic:.6e}, "
-                             f"numeric {entry.numeric:.6e}")
+                lines.append(
+                    f"  {g.name}{list(entry.index)}: analytic {entry.analytic:.6e}, numeric {entry.numeric:.6e}"
+                )
             if len(g.failing) > _MAX_LISTED_FAILURES:
                 lines.append(f"  {g.name}: ... {len(g.failing) - _MAX_LISTED_FAILURES} more failing entries")
         lines.append("result: " + ("PASSED" if self.passed else f"FAILED ({', '.join(self.failed_groups)})"))
@@ -230,20 +237,29 @@ def gradcheck(
         given.update({f"camera.{n}": t for n, t in camera.tensors().items() if f"camera.{n}" in CAMERA_GROUPS})
     for name, t in given.items():
         if t is not None and not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name}: expected a torch.Tensor{' or a pulsar_py.Camera' if name == 'cam_params' else ''}"
-                            f", got {type(t).__name__}")
+            raise TypeError(
+                f"{name}: expected a torch.Tensor{' or a pulsar_py.Camera' if name == 'cam_params' else ''}"
+                f", got {type(t).__name__}"
+            )
     if bg_col is None:
         given["bg_col"] = torch.ones(vert_col.shape[-1])  # the renderer's default, checked too
-    x64 = {name: None if t is None else t.detach().to(device=device, dtype=torch.float64).contiguous()
-           for name, t in given.items()}
-    settings = dict(gamma=gamma, max_depth=max_depth, min_depth=min_depth,
-                    percent_allowed_difference=percent_allowed_difference, max_n_hits=max_n_hits,
-                    first_R_then_T=first_R_then_T)
+    x64 = {
+        name: None if t is None else t.detach().to(device=device, dtype=torch.float64).contiguous()
+        for name, t in given.items()
+    }
+    settings = dict(
+        gamma=gamma,
+        max_depth=max_depth,
+        min_depth=min_depth,
+        percent_allowed_difference=percent_allowed_difference,
+        max_n_hits=max_n_hits,
+        first_R_then_T=first_R_then_T,
+    )
 
     def render(tensors: Dict[str, Optional[torch.Tensor]]) -> torch.Tensor:
         if camera is None:
             return renderer(**tensors, **settings)
-        fields = {n[len("camera."):]: t for n, t in tensors.items() if n.startswith("camera.")}
+        fields = {n[len("camera.") :]: t for n, t in tensors.items() if n.startswith("camera.")}
         scene = {n: t for n, t in tensors.items() if not n.startswith("camera.")}
         fields["film_distance"] = camera.film_distance.to(scene["vert_pos"].dtype)
         return renderer(**scene, cam_params=camera._replace(**fields), **settings)
@@ -255,8 +271,9 @@ def gradcheck(
         g_out = (torch.rand(tuple(image0.shape), generator=gen, dtype=torch.float64) * 2 - 1).to(device)
     else:
         if tuple(grad_output.shape) != tuple(image0.shape):
-            raise ValueError(f"grad_output: expected shape {tuple(image0.shape)} like the image, "
-                             f"got {tuple(grad_output.shape)}")
+            raise ValueError(
+                f"grad_output: expected shape {tuple(image0.shape)} like the image, got {tuple(grad_output.shape)}"
+            )
         g_out = grad_output.detach().to(device=device, dtype=torch.float64)
 
     def loss(tensors: Dict[str, Optional[torch.Tensor]]) -> float:
@@ -267,10 +284,24 @@ def gradcheck(
     loss0 = loss(x64)
     groups = {}
     for name, grad in analytic.items():
-        groups[name] = _check_group(name, grad, x64, loss, loss0, eps, rtol, atol, relative_floor,
-                                    max_entries, max_kink_fraction, refinements, gen)
-    return GradcheckReport(groups=groups, device=str(device), analytic_dtype=analytic_dtype, eps=eps,
-                           rtol=rtol, atol=atol)
+        groups[name] = _check_group(
+            name,
+            grad,
+            x64,
+            loss,
+            loss0,
+            eps,
+            rtol,
+            atol,
+            relative_floor,
+            max_entries,
+            max_kink_fraction,
+            refinements,
+            gen,
+        )
+    return GradcheckReport(
+        groups=groups, device=str(device), analytic_dtype=analytic_dtype, eps=eps, rtol=rtol, atol=atol
+    )
 
 
 def _analytic_gradients(render, x64, g_out, dtype) -> Dict[str, torch.Tensor]:
@@ -280,8 +311,10 @@ def _analytic_gradients(render, x64, g_out, dtype) -> Dict[str, torch.Tensor]:
     with torch.enable_grad():
         image = render(tensors)
         grads = torch.autograd.grad((image * g_out.to(dtype)).sum(), list(leaves.values()), allow_unused=True)
-    return {name: (torch.zeros_like(leaves[name]) if g is None else g).detach().double().cpu()
-            for name, g in zip(leaves, grads)}
+    return {
+        name: (torch.zeros_like(leaves[name]) if g is None else g).detach().double().cpu()
+        for name, g in zip(leaves, grads)
+    }
 
 
 def _select_entries(analytic: torch.Tensor, max_entries: Optional[int], gen: torch.Generator) -> List[int]:
@@ -297,8 +330,9 @@ def _select_entries(analytic: torch.Tensor, max_entries: Optional[int], gen: tor
     return sorted(top + [rest[i] for i in pick])
 
 
-def _check_group(name, analytic, x64, loss, loss0, eps, rtol, atol, relative_floor, max_entries,
-                 max_kink_fraction, refinements, gen) -> GroupReport:
+def _check_group(
+    name, analytic, x64, loss, loss0, eps, rtol, atol, relative_floor, max_entries, max_kink_fraction, refinements, gen
+) -> GroupReport:
     base = x64[name]
     flat_analytic = analytic.reshape(-1)
     steps = [eps / 10**k for k in range(refinements + 1)]
@@ -315,8 +349,9 @@ def _check_group(name, analytic, x64, loss, loss0, eps, rtol, atol, relative_flo
     checked_a, checked_n, errors_rel, failing = [], [], [], []
     n_refined = n_kinks = 0
     for flat_index, a, plus, minus in samples:
-        status, numeric = _check_entry(a, flat_index, plus, minus, steps, loss, loss0, x64, name, base,
-                                       entry_atol, rtol)
+        status, numeric = _check_entry(
+            a, flat_index, plus, minus, steps, loss, loss0, x64, name, base, entry_atol, rtol
+        )
         n_refined += status == "refined"
         n_kinks += status == "kink"
         if status == "fail":
@@ -328,12 +363,20 @@ def _check_group(name, analytic, x64, loss, loss0, eps, rtol, atol, relative_flo
     a_vec = torch.tensor(checked_a, dtype=torch.float64)
     n_vec = torch.tensor(checked_n, dtype=torch.float64)
     return GroupReport(
-        name=name, n_entries=base.numel(), n_checked=len(checked_a), numeric_scale=scale,
+        name=name,
+        n_entries=base.numel(),
+        n_checked=len(checked_a),
+        numeric_scale=scale,
         max_abs_error=float((a_vec - n_vec).abs().max()) if checked_a else 0.0,
-        max_rel_error=max(errors_rel, default=0.0), cosine_similarity=_cosine(a_vec, n_vec),
-        n_refined=n_refined, n_kinks=n_kinks,
-        max_kinks=len(checked_a) if name in _GLOBAL_GROUPS else max(_MIN_KINKS, int(max_kink_fraction * len(checked_a))),
-        failing=failing)
+        max_rel_error=max(errors_rel, default=0.0),
+        cosine_similarity=_cosine(a_vec, n_vec),
+        n_refined=n_refined,
+        n_kinks=n_kinks,
+        max_kinks=len(checked_a)
+        if name in _GLOBAL_GROUPS
+        else max(_MIN_KINKS, int(max_kink_fraction * len(checked_a))),
+        failing=failing,
+    )
 
 
 def _check_entry(a, flat_index, plus, minus, steps, loss, loss0, x64, name, base, atol, rtol):

@@ -43,7 +43,7 @@ from typing import Callable, Optional, Tuple
 import torch
 
 from . import ops
-from .cameras.params import dot3, normalize3, cross3
+from .cameras.params import cross3, dot3, normalize3
 from .outputs import forward_info_ids
 
 Tensor = torch.Tensor
@@ -59,7 +59,7 @@ _ANGLE_MARGIN = 1e-6
 
 
 def check_gradient_scaling(value: object) -> str:
-    """"exact" or "pulsar" (ValueError naming ``gradient_scaling`` otherwise)."""
+    """ "exact" or "pulsar" (ValueError naming ``gradient_scaling`` otherwise)."""
     if not isinstance(value, str) or value not in MODES:
         raise ValueError(f"gradient_scaling: expected one of {MODES}, got {value!r}")
     return value
@@ -84,8 +84,7 @@ class _ScaleGradients(torch.autograd.Function):
     def forward(ctx, factors: _Factors, positions, features, radii, opacities, cameras):
         ctx.factors = factors
         ctx.set_materialize_grads(False)
-        return tuple(None if t is None else t.view_as(t)
-                     for t in (positions, features, radii, opacities, cameras))
+        return tuple(None if t is None else t.view_as(t) for t in (positions, features, radii, opacities, cameras))
 
     @staticmethod
     def backward(ctx, g_pos, g_col, g_rad, g_opy, g_cam):
@@ -93,8 +92,14 @@ class _ScaleGradients(torch.autograd.Function):
         need = ctx.needs_input_grad
         scaled = lambda i, g, f: g * f.to(g.dtype) if need[i] and g is not None else None  # noqa: E731
         per_sphere = sphere[..., None]
-        return (None, scaled(1, g_pos, per_sphere), scaled(2, g_col, per_sphere), scaled(3, g_rad, sphere),
-                scaled(4, g_opy, sphere), scaled(5, g_cam, camera))
+        return (
+            None,
+            scaled(1, g_pos, per_sphere),
+            scaled(2, g_col, per_sphere),
+            scaled(3, g_rad, sphere),
+            scaled(4, g_opy, sphere),
+            scaled(5, g_cam, camera),
+        )
 
 
 def _run_eagerly(fn: Callable[..., Tuple[Tensor, ...]]) -> Callable[..., Tuple[Tensor, ...]]:
@@ -115,8 +120,15 @@ def _run_eagerly(fn: Callable[..., Tuple[Tensor, ...]]) -> Callable[..., Tuple[T
 
 
 @_run_eagerly
-def render_call(positions: Tensor, features: Tensor, radii: Tensor, opacities: Optional[Tensor],
-                background: Optional[Tensor], cameras: Tensor, settings: ops.RenderSettings) -> Tuple[Tensor, ...]:
+def render_call(
+    positions: Tensor,
+    features: Tensor,
+    radii: Tensor,
+    opacities: Optional[Tensor],
+    background: Optional[Tensor],
+    cameras: Tensor,
+    settings: ops.RenderSettings,
+) -> Tuple[Tensor, ...]:
     """``ops.render_call`` with Pulsar-scaled gradients (forward info always computed)."""
     needs = [t is not None and t.requires_grad for t in (positions, features, radii, opacities, cameras)]
     if not (torch.is_grad_enabled() and any(needs)):
@@ -126,7 +138,8 @@ def render_call(positions: Tensor, features: Tensor, radii: Tensor, opacities: O
         settings = s._replace(want_forward_info=True)
     factors = _Factors()
     positions, features, radii, opacities, cameras = _ScaleGradients.apply(
-        factors, positions, features, radii, opacities, cameras)
+        factors, positions, features, radii, opacities, cameras
+    )
     outputs = ops.render_call(positions, features, radii, opacities, background, cameras, settings)
     with torch.no_grad():
         counts = _tracked_pixel_counts(outputs[3], positions.shape[-2])  # [B, N]
@@ -150,16 +163,18 @@ def _tracked_pixel_counts(info: Tensor, n: int) -> Tensor:
     return torch.bincount(flat.reshape(-1), minlength=batch * n + 1)[: batch * n].reshape(batch, n)
 
 
-def _camera_factors(counts: Tensor, positions: Tensor, radii: Tensor, cameras: Tensor, s: ops.RenderSettings,
-                    batch: int) -> Tensor:
+def _camera_factors(
+    counts: Tensor, positions: Tensor, radii: Tensor, cameras: Tensor, s: ops.RenderSettings, batch: int
+) -> Tensor:
     """Per camera row (or [] for one unbatched camera), Pulsar's camera-gradient factor."""
     packed = _packed_cameras(cameras, s)
     if packed.shape[0] != batch:
         packed = packed.expand(batch, -1)
     pos = positions if positions.dim() == 3 else positions[None]
     rad = radii if radii.dim() == 2 else radii[None]
-    width_px, height_px = _screen_box(pos, rad, packed, int(s.width), int(s.height), bool(s.orthographic),
-                                      bool(s.right_handed))
+    width_px, height_px = _screen_box(
+        pos, rad, packed, int(s.width), int(s.height), bool(s.orthographic), bool(s.right_handed)
+    )
     tracked = counts > 0
     large = tracked & (width_px >= _LARGE_SPHERE_PX) & (height_px >= _LARGE_SPHERE_PX)
     dtype = pos.dtype
@@ -168,8 +183,7 @@ def _camera_factors(counts: Tensor, positions: Tensor, radii: Tensor, cameras: T
     area = torch.where(large, width_px * height_px, torch.zeros_like(counts_f)).sum(-1)
     pixels = counts_f.sum(-1)
     denominator = contributions * pixels
-    factor = torch.where(denominator > 0, _CAMERA_AREA_FACTOR * area / denominator.clamp_min(1),
-                         torch.zeros_like(area))
+    factor = torch.where(denominator > 0, _CAMERA_AREA_FACTOR * area / denominator.clamp_min(1), torch.zeros_like(area))
     if cameras.dim() == 2 and cameras.shape[0] == batch:
         return factor[:, None]
     return factor.mean()
@@ -180,13 +194,21 @@ def _packed_cameras(cameras: Tensor, s: ops.RenderSettings) -> Tensor:
     cams = cameras if cameras.dim() == 2 else cameras[None]
     if int(s.camera_length) == 0:
         return cams
-    pack = ops.PackSettings(int(s.width), int(s.height), bool(s.orthographic), bool(s.right_handed),
-                            bool(s.first_R_then_T), s.min_depth, s.max_depth or 1.0)
+    pack = ops.PackSettings(
+        int(s.width),
+        int(s.height),
+        bool(s.orthographic),
+        bool(s.right_handed),
+        bool(s.first_R_then_T),
+        s.min_depth,
+        s.max_depth or 1.0,
+    )
     return ops.pack_cameras(cams.contiguous(), pack.encode())
 
 
-def _screen_box(pos: Tensor, rad: Tensor, packed: Tensor, width: int, height: int, orthographic: bool,
-                right_handed: bool) -> Tuple[Tensor, Tensor]:
+def _screen_box(
+    pos: Tensor, rad: Tensor, packed: Tensor, width: int, height: int, orthographic: bool, right_handed: bool
+) -> Tuple[Tensor, Tensor]:
     """Pixel width and height [B, N] of each sphere's screen box, as Pulsar bounds it.
 
     Along each image axis the box spans the tangent planes of the sphere through the eye

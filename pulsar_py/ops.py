@@ -60,8 +60,7 @@ def native_renderer(settings: RenderSettings, n_channels: int, device: torch.dev
     """The native renderer of a Renderer module for a device and configuration, made on
     first use. Keyed by value: a module's id and every configuration field the native
     renderer is built from, so a changed attribute gets a renderer of its own."""
-    index = device.index if device.index is not None else (
-        torch.cuda.current_device() if device.type == "cuda" else 0)
+    index = device.index if device.index is not None else (torch.cuda.current_device() if device.type == "cuda" else 0)
     # The configuration fields lead RenderSettings; numbers as they arrive (floats).
     key = (settings[:_CONFIG_FIELDS], n_channels, device.type, index)
     native = _natives.get(key)
@@ -146,12 +145,32 @@ def _batch(cameras: Tensor) -> int:
     return cameras.shape[0] if cameras.dim() == 2 else 1
 
 
-def _scene_args(s: RenderSettings, positions: Tensor, features: Tensor, radii: Tensor, opacities: Optional[Tensor],
-                background: Tensor, cameras: Tensor) -> "_native.SceneArgs":
-    return _native.SceneArgs(_dtype_enum(positions.dtype), _batch(cameras), positions.shape[-2],
-                             positions.dim() == 2, positions.data_ptr(), features.data_ptr(), radii.data_ptr(),
-                             _ptr(opacities), background.data_ptr(), cameras.data_ptr(), bool(s.right_handed),
-                             int(s.camera_length), bool(s.first_R_then_T), s.min_depth, s.max_depth)
+def _scene_args(
+    s: RenderSettings,
+    positions: Tensor,
+    features: Tensor,
+    radii: Tensor,
+    opacities: Optional[Tensor],
+    background: Tensor,
+    cameras: Tensor,
+) -> "_native.SceneArgs":
+    return _native.SceneArgs(
+        _dtype_enum(positions.dtype),
+        _batch(cameras),
+        positions.shape[-2],
+        positions.dim() == 2,
+        positions.data_ptr(),
+        features.data_ptr(),
+        radii.data_ptr(),
+        _ptr(opacities),
+        background.data_ptr(),
+        cameras.data_ptr(),
+        bool(s.right_handed),
+        int(s.camera_length),
+        bool(s.first_R_then_T),
+        s.min_depth,
+        s.max_depth,
+    )
 
 
 _options_cache: Dict[tuple, "_native.RenderOptions"] = {}
@@ -184,17 +203,22 @@ def _failed(error: RuntimeError, stage: str, s: RenderSettings, device: torch.de
         path = save_snapshot(stage, s._asdict(), device, tensors)
     except Exception as save_error:  # the original failure matters more than the snapshot
         raise RuntimeError(f"{error} (saving a debug snapshot failed too: {save_error})") from error
-    raise RuntimeError(f"{error}\n[pulsar_py debug] the call's inputs were saved to {path}; "
-                       f"reproduce with pulsar_py.replay({path!r})") from error
+    raise RuntimeError(
+        f"{error}\n[pulsar_py debug] the call's inputs were saved to {path}; reproduce with pulsar_py.replay({path!r})"
+    ) from error
 
 
 # ------------------------------------------------------------------ pulsar::render
-_RENDER_SCHEMA = ("render(Tensor positions, Tensor features, Tensor radii, Tensor? opacities, Tensor? background, "
-                  "Tensor cameras, float[] settings) -> (Tensor, Tensor, Tensor, Tensor, Tensor)")
-_BACKWARD_SCHEMA = ("render_backward(Tensor grad_image, Tensor? grad_depth_moments, Tensor positions, "
-                    "Tensor features, Tensor radii, Tensor? opacities, Tensor? background, Tensor cameras, "
-                    "Tensor image, Tensor blend_state, Tensor counts, Tensor depth_moments, "
-                    "float[] settings, bool[] needs) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+_RENDER_SCHEMA = (
+    "render(Tensor positions, Tensor features, Tensor radii, Tensor? opacities, Tensor? background, "
+    "Tensor cameras, float[] settings) -> (Tensor, Tensor, Tensor, Tensor, Tensor)"
+)
+_BACKWARD_SCHEMA = (
+    "render_backward(Tensor grad_image, Tensor? grad_depth_moments, Tensor positions, "
+    "Tensor features, Tensor radii, Tensor? opacities, Tensor? background, Tensor cameras, "
+    "Tensor image, Tensor blend_state, Tensor counts, Tensor depth_moments, "
+    "float[] settings, bool[] needs) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)"
+)
 _PACK_SCHEMA = "pack_cameras(Tensor camera_vectors, float[] settings) -> Tensor"
 _PACK_BACKWARD_SCHEMA = "pack_cameras_backward(Tensor camera_vectors, Tensor grad_packed, float[] settings) -> Tensor"
 
@@ -214,15 +238,19 @@ class _NativeCall(NamedTuple):
     pointers: Tuple[int, ...]  # positions, features, radii, opacities, background, cameras
 
 
-def _render_forward(positions, features, radii, opacities, background, cameras,
-                    settings) -> Tuple[Tuple[Optional[Tensor], ...], _NativeCall]:
+def _render_forward(
+    positions, features, radii, opacities, background, cameras, settings
+) -> Tuple[Tuple[Optional[Tensor], ...], _NativeCall]:
     """The render: (image, blend_state, counts, forward_info or None, depth_moments or
     None), and the native call for the backward. ``settings``: RenderSettings, or its
     encoding (the operator's argument)."""
     s = settings if type(settings) is RenderSettings else RenderSettings.decode(settings)
     dtype, device = positions.dtype, positions.device
-    positions, features, radii = _native_view(positions, dtype), _native_view(features, dtype), \
-        _native_view(radii, dtype)
+    positions, features, radii = (
+        _native_view(positions, dtype),
+        _native_view(features, dtype),
+        _native_view(radii, dtype),
+    )
     opacities, cameras = _native_view(opacities, dtype), _native_view(cameras, dtype)
     background = _ones(features.shape[-1], dtype, device) if background is None else _native_view(background, dtype)
     if s.check_values:
@@ -236,22 +264,35 @@ def _render_forward(positions, features, radii, opacities, background, cameras,
         image = torch.empty(lead + (features.shape[-1],), dtype=dtype, device=device)
         state = torch.empty(lead + (2,), dtype=dtype, device=device)
         counts = torch.empty((2,) + lead, dtype=torch.int32, device=device)
-        info = torch.empty(lead + (3 + 2 * int(s.n_track),), dtype=dtype, device=device) \
-            if s.want_forward_info else None
+        info = (
+            torch.empty(lead + (3 + 2 * int(s.n_track),), dtype=dtype, device=device) if s.want_forward_info else None
+        )
         moments = torch.empty(lead + (DEPTH_STATS,), dtype=dtype, device=device) if s.want_depth_moments else None
         outputs.extend((image, state, counts, info, moments))
         hits = counts.data_ptr()
-        return _native.ForwardOutputs(image.data_ptr(), state.data_ptr(), hits, hits + 4 * math.prod(lead),
-                                      _ptr(info), _ptr(moments))
+        return _native.ForwardOutputs(
+            image.data_ptr(), state.data_ptr(), hits, hits + 4 * math.prod(lead), _ptr(info), _ptr(moments)
+        )
 
     scene = _scene_args(s, positions, features, radii, opacities, background, cameras)
     options = _options(s, device)
     try:
         native.forward(scene, options, make_outputs)
     except RuntimeError as error:
-        _failed(error, "forward", s, device, dict(vert_pos=positions, vert_col=features, vert_rad=radii,
-                                                   opacity=opacities, bg_col=background,
-                                                   cameras=cameras.reshape(-1, cameras.shape[-1])))
+        _failed(
+            error,
+            "forward",
+            s,
+            device,
+            dict(
+                vert_pos=positions,
+                vert_col=features,
+                vert_rad=radii,
+                opacity=opacities,
+                bg_col=background,
+                cameras=cameras.reshape(-1, cameras.shape[-1]),
+            ),
+        )
     pointers = (scene.positions, scene.features, scene.radii, scene.opacities, scene.background, scene.cameras)
     return tuple(outputs), _NativeCall(s, native, scene, options, pointers)
 
@@ -274,66 +315,160 @@ def _render_fake(positions, features, radii, opacities, background, cameras, set
     return image, state, counts, info, moments
 
 
-def _render_backward_kernel(grad_image, grad_depth_moments, positions, features, radii, opacities, background,
-                            cameras, image, blend_state, counts, depth_moments, settings, needs):
-    grads = _render_backward_impl(grad_image, grad_depth_moments, positions, features, radii, opacities, background,
-                                  cameras, image, blend_state, counts, depth_moments, settings, needs)
+def _render_backward_kernel(
+    grad_image,
+    grad_depth_moments,
+    positions,
+    features,
+    radii,
+    opacities,
+    background,
+    cameras,
+    image,
+    blend_state,
+    counts,
+    depth_moments,
+    settings,
+    needs,
+):
+    grads = _render_backward_impl(
+        grad_image,
+        grad_depth_moments,
+        positions,
+        features,
+        radii,
+        opacities,
+        background,
+        cameras,
+        image,
+        blend_state,
+        counts,
+        depth_moments,
+        settings,
+        needs,
+    )
     if any(g is None for g in grads):  # the operator returns a tensor for every gradient
         empty = grad_image.new_empty((0,))
         grads = [empty if g is None else g for g in grads]
     return tuple(grads)
 
 
-def _render_backward_impl(grad_image, grad_depth_moments, positions, features, radii, opacities, background, cameras,
-                          image, blend_state, counts, depth_moments, settings, needs,
-                          call: Optional[_NativeCall] = None) -> List[Optional[Tensor]]:
+def _render_backward_impl(
+    grad_image,
+    grad_depth_moments,
+    positions,
+    features,
+    radii,
+    opacities,
+    background,
+    cameras,
+    image,
+    blend_state,
+    counts,
+    depth_moments,
+    settings,
+    needs,
+    call: Optional[_NativeCall] = None,
+) -> List[Optional[Tensor]]:
     """The requested gradients (None where not requested). ``call``: the forward's native
     call, reused when the saved inputs are still where it read them."""
     # The forward's dtype is the image gradient's: saved tensors may come back in another.
     dtype, device = grad_image.dtype, grad_image.device
     view = lambda t: _native_view(t, dtype)  # noqa: E731
-    if call is not None and (call.pointers != (
-            positions.data_ptr(), features.data_ptr(), radii.data_ptr(), _ptr(opacities),
-            call.pointers[4] if background is None else background.data_ptr(), cameras.data_ptr())
-            or not (positions.is_contiguous() and features.is_contiguous() and cameras.is_contiguous())):
+    if call is not None and (
+        call.pointers
+        != (
+            positions.data_ptr(),
+            features.data_ptr(),
+            radii.data_ptr(),
+            _ptr(opacities),
+            call.pointers[4] if background is None else background.data_ptr(),
+            cameras.data_ptr(),
+        )
+        or not (positions.is_contiguous() and features.is_contiguous() and cameras.is_contiguous())
+    ):
         call = None  # a saved-tensor hook gave other tensors: made native-readable again below
     if call is None:
-        positions, features, radii, opacities, cameras = view(positions), view(features), view(radii), \
-            view(opacities), view(cameras)
+        positions, features, radii, opacities, cameras = (
+            view(positions),
+            view(features),
+            view(radii),
+            view(opacities),
+            view(cameras),
+        )
         background = None if background is None else view(background)
         s = RenderSettings.decode(settings)
         if background is None:
             background = _ones(features.shape[-1], dtype, device)
-        call = _NativeCall(s, native_renderer(s, features.shape[-1], device),
-                           _scene_args(s, positions, features, radii, opacities, background, cameras),
-                           _options(s, device), ())
+        call = _NativeCall(
+            s,
+            native_renderer(s, features.shape[-1], device),
+            _scene_args(s, positions, features, radii, opacities, background, cameras),
+            _options(s, device),
+            (),
+        )
     s = call.settings
     image, blend_state, grad_image = view(image), view(blend_state), view(grad_image)
     traversal_end = _native_view(counts, torch.int32)[1]
     want_moments = grad_depth_moments is not None and bool(s.want_depth_moments)
     if want_moments:
         depth_moments, grad_depth_moments = view(depth_moments), view(grad_depth_moments)
-    grads = [torch.empty(t.shape, dtype=dtype, device=device) if need else None
-             for need, t in zip(needs, (positions, features, radii, opacities, background, cameras))]
+    grads = [
+        torch.empty(t.shape, dtype=dtype, device=device) if need else None
+        for need, t in zip(needs, (positions, features, radii, opacities, background, cameras))
+    ]
     if any(g is not None for g in grads):
-        args = _native.BackwardArgs(grad_image.data_ptr(), image.data_ptr(), blend_state.data_ptr(),
-                                    traversal_end.data_ptr(), _ptr(depth_moments) if want_moments else 0,
-                                    _ptr(grad_depth_moments) if want_moments else 0)
+        args = _native.BackwardArgs(
+            grad_image.data_ptr(),
+            image.data_ptr(),
+            blend_state.data_ptr(),
+            traversal_end.data_ptr(),
+            _ptr(depth_moments) if want_moments else 0,
+            _ptr(grad_depth_moments) if want_moments else 0,
+        )
         try:
             call.native.backward(call.scene, call.options, args, _native.GradientOutputs(*map(_ptr, grads)))
         except RuntimeError as error:
-            _failed(error, "backward", s, device, dict(
-                vert_pos=positions, vert_col=features, vert_rad=radii, opacity=opacities,
-                bg_col=background, cameras=cameras.reshape(-1, cameras.shape[-1]), grad_image=grad_image,
-                grad_depth_moments=grad_depth_moments if want_moments else None))
+            _failed(
+                error,
+                "backward",
+                s,
+                device,
+                dict(
+                    vert_pos=positions,
+                    vert_col=features,
+                    vert_rad=radii,
+                    opacity=opacities,
+                    bg_col=background,
+                    cameras=cameras.reshape(-1, cameras.shape[-1]),
+                    grad_image=grad_image,
+                    grad_depth_moments=grad_depth_moments if want_moments else None,
+                ),
+            )
     return grads
 
 
-def _render_backward_fake(grad_image, grad_depth_moments, positions, features, radii, opacities, background, cameras,
-                          image, blend_state, counts, depth_moments, settings, needs):
+def _render_backward_fake(
+    grad_image,
+    grad_depth_moments,
+    positions,
+    features,
+    radii,
+    opacities,
+    background,
+    cameras,
+    image,
+    blend_state,
+    counts,
+    depth_moments,
+    settings,
+    needs,
+):
     inputs = (positions, features, radii, opacities, background, cameras)
-    return tuple(grad_image.new_empty(t.shape) if (need and t is not None) else grad_image.new_empty((0,))
-                 for need, t in zip(needs, inputs))
+    return tuple(
+        grad_image.new_empty(t.shape) if (need and t is not None) else grad_image.new_empty((0,))
+        for need, t in zip(needs, inputs)
+    )
 
 
 def _render_setup_context(ctx, inputs, output):
@@ -355,10 +490,26 @@ def _backward_arguments(ctx, grad_image, grad_moments) -> Optional[tuple]:
     positions, features, radii, opacities, background, cameras, image, state, counts, moments = ctx.saved_tensors
     if grad_image is None:
         grad_image = torch.zeros_like(image)
-    needs = [bool(need[i]) and t is not None
-             for i, t in enumerate((positions, features, radii, opacities, background, cameras))]
-    return (grad_image, grad_moments, positions, features, radii, opacities, background, cameras, image, state,
-            counts, moments, ctx.settings, needs)
+    needs = [
+        bool(need[i]) and t is not None
+        for i, t in enumerate((positions, features, radii, opacities, background, cameras))
+    ]
+    return (
+        grad_image,
+        grad_moments,
+        positions,
+        features,
+        radii,
+        opacities,
+        background,
+        cameras,
+        image,
+        state,
+        counts,
+        moments,
+        ctx.settings,
+        needs,
+    )
 
 
 def _input_gradients(grads, args: tuple) -> tuple:
@@ -389,8 +540,10 @@ class _NotDifferentiable(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        raise RuntimeError("pulsar_py.Renderer: its gradients are not differentiable themselves (double backward "
-                           "through the renderer, e.g. a gradient penalty, is not supported)")
+        raise RuntimeError(
+            "pulsar_py.Renderer: its gradients are not differentiable themselves (double backward "
+            "through the renderer, e.g. a gradient penalty, is not supported)"
+        )
 
 
 # ------------------------------------------------------------------ pulsar::pack_cameras
@@ -427,8 +580,9 @@ def _pack_backward_kernel(camera_vectors, grad_packed, settings):
     vectors = _native_view(camera_vectors, camera_vectors.dtype)
     grad_packed = _native_view(grad_packed, vectors.dtype)
     grad = torch.empty_like(vectors)
-    _native.camera_params_backward(_conversion_args(vectors, PackSettings.decode(settings)), grad_packed.data_ptr(),
-                                   grad.data_ptr())
+    _native.camera_params_backward(
+        _conversion_args(vectors, PackSettings.decode(settings)), grad_packed.data_ptr(), grad.data_ptr()
+    )
     return grad
 
 
@@ -451,10 +605,12 @@ def _pack_backward(ctx, grad_packed):
     return grad, None
 
 
-for _name, _kernel, _fake in (("render", _render_kernel, _render_fake),
-                              ("render_backward", _render_backward_kernel, _render_backward_fake),
-                              ("pack_cameras", _pack_kernel, _pack_fake),
-                              ("pack_cameras_backward", _pack_backward_kernel, _pack_backward_fake)):
+for _name, _kernel, _fake in (
+    ("render", _render_kernel, _render_fake),
+    ("render_backward", _render_backward_kernel, _render_backward_fake),
+    ("pack_cameras", _pack_kernel, _pack_fake),
+    ("pack_cameras_backward", _pack_backward_kernel, _pack_backward_fake),
+):
     _lib.impl(_name, _kernel, "CPU")
     _lib.impl(_name, _kernel, "CUDA")
     torch.library.register_fake(f"pulsar::{_name}", _fake, lib=_lib)
@@ -490,8 +646,15 @@ def _plain(t: Optional[Tensor]) -> bool:
     return t is None or type(t) is torch.Tensor or type(t) is torch.nn.Parameter
 
 
-def render_call(positions: Tensor, features: Tensor, radii: Tensor, opacities: Optional[Tensor],
-                background: Optional[Tensor], cameras: Tensor, settings: RenderSettings) -> Tuple[Tensor, ...]:
+def render_call(
+    positions: Tensor,
+    features: Tensor,
+    radii: Tensor,
+    opacities: Optional[Tensor],
+    background: Optional[Tensor],
+    cameras: Tensor,
+    settings: RenderSettings,
+) -> Tuple[Tensor, ...]:
     """pulsar::render, as the renderer calls it.
 
     Traced code (torch.compile, torch.export), an active dispatch mode (FakeTensorMode,
@@ -501,13 +664,25 @@ def render_call(positions: Tensor, features: Tensor, radii: Tensor, opacities: O
     autograd wrapper (which re-reads the operator's schema argument by argument) cost tens
     of microseconds of host time per call, time the device waits for on small scenes.
     """
-    if (not torch.compiler.is_compiling() and torch._C._len_torch_dispatch_stack() == 0 and _plain(positions)
-            and _plain(features) and _plain(radii) and _plain(opacities) and _plain(background) and _plain(cameras)):
+    if (
+        not torch.compiler.is_compiling()
+        and torch._C._len_torch_dispatch_stack() == 0
+        and _plain(positions)
+        and _plain(features)
+        and _plain(radii)
+        and _plain(opacities)
+        and _plain(background)
+        and _plain(cameras)
+    ):
         rendered = _render_forward(positions, features, radii, opacities, background, cameras, settings)
-        if torch.is_grad_enabled() and (positions.requires_grad or features.requires_grad or radii.requires_grad
-                                        or cameras.requires_grad or (opacities is not None and opacities.requires_grad)
-                                        or (background is not None and background.requires_grad)):
-            return _RenderFunction.apply(positions, features, radii, opacities, background, cameras, settings,
-                                         rendered)
+        if torch.is_grad_enabled() and (
+            positions.requires_grad
+            or features.requires_grad
+            or radii.requires_grad
+            or cameras.requires_grad
+            or (opacities is not None and opacities.requires_grad)
+            or (background is not None and background.requires_grad)
+        ):
+            return _RenderFunction.apply(positions, features, radii, opacities, background, cameras, settings, rendered)
         return rendered[0]
     return render(positions, features, radii, opacities, background, cameras, settings.encode())

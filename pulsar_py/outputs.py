@@ -82,8 +82,14 @@ def ray_axis_cosines(camera: NativeCamera, width: int, height: int) -> torch.Ten
     j = torch.arange(height, dtype=dtype, device=device)[None, :, None]
     p, dx, dy = camera.p00_rel, camera.pdx, camera.pdy
     term = lambda t: t[:, None, None]  # noqa: E731  [B] -> [B, 1, 1]
-    length2 = (term(dot3(p, p)) + 2 * i * term(dot3(p, dx)) + 2 * j * term(dot3(p, dy))
-               + i * i * term(dot3(dx, dx)) + j * j * term(dot3(dy, dy)) + 2 * i * j * term(dot3(dx, dy)))
+    length2 = (
+        term(dot3(p, p))
+        + 2 * i * term(dot3(p, dx))
+        + 2 * j * term(dot3(p, dy))
+        + i * i * term(dot3(dx, dx))
+        + j * j * term(dot3(dy, dy))
+        + 2 * i * j * term(dot3(dx, dy))
+    )
     along = term(dot3(p, camera.optical_axis()))
     return along / length2.sqrt()
 

@@ -206,15 +206,17 @@ def render_reference(
         scale_old = torch.exp(m - m_new)
         # The exponent is masked before exp: an unprocessed pixel's s - m can overflow, and
         # a masked-out inf would still poison the gradient (0 * inf).
-        w_rel = torch.where(processed, kappa * opacity[k] * torch.exp(torch.where(processed, s - m_new, 0.0)),
-                            torch.zeros_like(s))
+        w_rel = torch.where(
+            processed, kappa * opacity[k] * torch.exp(torch.where(processed, s - m_new, 0.0)), torch.zeros_like(s)
+        )
         norm_d = norm_d * scale_old + w_rel
         accum = accum * scale_old[:, None] + w_rel[:, None] * vert_col[k]
         hits_weight = hits_weight * scale_old + w_rel
         factor = kappa * opacity[k]
         weighs = processed & (factor > 0)
-        log_weights.append(torch.where(weighs, torch.log(torch.where(weighs, factor, torch.ones_like(factor))) + s,
-                                       -torch.inf))
+        log_weights.append(
+            torch.where(weighs, torch.log(torch.where(weighs, factor, torch.ones_like(factor))) + s, -torch.inf)
+        )
         factors.append(torch.where(processed, factor, torch.zeros_like(factor)))
         exponents.append(torch.where(processed, s, torch.zeros_like(s)))
         depths_n.append(torch.where(processed, n, torch.zeros_like(n)))
@@ -280,4 +282,3 @@ def render_reference(
         coverage=coverage.reshape(shape),
         distortion=distortion.reshape(shape),
     )
-

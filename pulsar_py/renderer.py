@@ -21,7 +21,8 @@ from . import _checks, _native, ops
 from .autocast import float32_under_autocast
 from .cameras.camera import Camera
 from .cameras.params import NativeCamera
-from .gradient_scaling import check_gradient_scaling, render_call as scaled_render_call
+from .gradient_scaling import check_gradient_scaling
+from .gradient_scaling import render_call as scaled_render_call
 from .outputs import RenderResult, depth_from_moments, forward_info_ids, ray_axis_cosines
 from .sh import check_sh_degree, sh_n_coefficients, sh_to_color
 from .visibility import visible_spheres
@@ -31,11 +32,15 @@ def check_device_usable(device: torch.device) -> None:
     """ValueError naming `device` when this build or this machine cannot render there."""
     if device.type == "cuda":
         if "cuda" not in _native.build_info()["backends"]:
-            raise ValueError(f"device: {device} requested, but this build of pulsar_py has no CUDA backend "
-                             f"(build_info: {_native.build_info()})")
+            raise ValueError(
+                f"device: {device} requested, but this build of pulsar_py has no CUDA backend "
+                f"(build_info: {_native.build_info()})"
+            )
         if not torch.cuda.is_available():
-            raise ValueError(f"device: {device} requested, but torch sees no CUDA device "
-                             f"(torch {torch.__version__}, CUDA {torch.version.cuda})")
+            raise ValueError(
+                f"device: {device} requested, but torch sees no CUDA device "
+                f"(torch {torch.__version__}, CUDA {torch.version.cuda})"
+            )
     elif device.type not in ("cpu", "meta"):
         raise ValueError(f"device: expected cpu or cuda, got {device}")
 
@@ -127,7 +132,8 @@ class Renderer(torch.nn.Module):
         self.orthogonal_projection = _checks.check_bool("orthogonal_projection", orthogonal_projection)
         self.right_handed_system = _checks.check_bool("right_handed_system", right_handed_system)
         self.background_normalized_depth = _checks.check_float(
-            "background_normalized_depth", background_normalized_depth, 0.0, 1.0, low_open=True, high_open=True)
+            "background_normalized_depth", background_normalized_depth, 0.0, 1.0, low_open=True, high_open=True
+        )
         self.n_channels = _checks.check_int("n_channels", n_channels, 1, _checks.MAX_CHANNELS)
         self.n_track = _checks.check_int("n_track", n_track, 1, _checks.MAX_TRACK)
         self.num_threads = _checks.check_int("num_threads", num_threads, 0, _checks.MAX_THREADS)
@@ -167,7 +173,7 @@ class Renderer(torch.nn.Module):
 
     @property
     def gradient_scaling(self) -> str:
-        """"exact" or "pulsar" (see the class docstring); may be changed between calls."""
+        """ "exact" or "pulsar" (see the class docstring); may be changed between calls."""
         return "pulsar" if self._pulsar_gradients else "exact"
 
     @gradient_scaling.setter
@@ -191,8 +197,13 @@ class Renderer(torch.nn.Module):
         return super().to(*args, **kwargs)
 
     def cuda(self, device=None) -> "Renderer":
-        check_device_usable(torch.device("cuda") if device is None else torch.device("cuda", device)
-                            if isinstance(device, int) else torch.device(device))
+        check_device_usable(
+            torch.device("cuda")
+            if device is None
+            else torch.device("cuda", device)
+            if isinstance(device, int)
+            else torch.device(device)
+        )
         return super().cuda(device)
 
     @float32_under_autocast
@@ -242,19 +253,50 @@ class Renderer(torch.nn.Module):
         """
         mode = _checks.check_int("mode", mode, 0, 1)
         want_info = _checks.check_bool("return_forward_info", return_forward_info)
-        raw = self._call(vert_pos, vert_col, vert_rad, opacity, bg_col, cam_params, gamma, max_depth, min_depth,
-                         percent_allowed_difference, max_n_hits, first_R_then_T, want_info and mode == 0, False,
-                         "cam_params")
+        raw = self._call(
+            vert_pos,
+            vert_col,
+            vert_rad,
+            opacity,
+            bg_col,
+            cam_params,
+            gamma,
+            max_depth,
+            min_depth,
+            percent_allowed_difference,
+            max_n_hits,
+            first_R_then_T,
+            want_info and mode == 0,
+            False,
+            "cam_params",
+        )
         if mode == 0:
             return (raw.image, raw.forward_info) if want_info else raw.image
         hits = raw.hit_count[..., None].to(raw.image.dtype)
         return (hits, None) if want_info else hits  # mode 1 has no forward info (as Pulsar)
 
     # ----------------------------------------------------------------------------------
-    def _call(self, vert_pos, vert_col, vert_rad, opacity, bg_col, camera, gamma, max_depth, min_depth,
-              percent_allowed_difference, max_n_hits, first_R_then_T, want_info: bool, want_moments: bool,
-              camera_name: str, scene: Optional[_checks.SceneTensors] = None,
-              camera_input: Optional[CameraInput] = None, batched: bool = False) -> RawOutputs:
+    def _call(
+        self,
+        vert_pos,
+        vert_col,
+        vert_rad,
+        opacity,
+        bg_col,
+        camera,
+        gamma,
+        max_depth,
+        min_depth,
+        percent_allowed_difference,
+        max_n_hits,
+        first_R_then_T,
+        want_info: bool,
+        want_moments: bool,
+        camera_name: str,
+        scene: Optional[_checks.SceneTensors] = None,
+        camera_input: Optional[CameraInput] = None,
+        batched: bool = False,
+    ) -> RawOutputs:
         """The one checked call into the render operator, shared by every entry point.
 
         ``scene`` and ``camera_input``: already checked and resolved (render() with a mask
@@ -263,8 +305,10 @@ class Renderer(torch.nn.Module):
         """
         eager = not torch.compiler.is_compiling()
         if eager and torch._C._are_functorch_transforms_active():
-            raise RuntimeError("pulsar_py.Renderer: torch.func transforms (vmap, grad, jacrev, ...) are not "
-                               "supported; use torch.autograd (backward(), torch.autograd.grad) instead")
+            raise RuntimeError(
+                "pulsar_py.Renderer: torch.func transforms (vmap, grad, jacrev, ...) are not "
+                "supported; use torch.autograd (backward(), torch.autograd.grad) instead"
+            )
         if scene is None:
             scene = self._check_scene(vert_pos, vert_col, vert_rad, opacity, bg_col)
         gamma_arg, percent_arg = gamma, percent_allowed_difference
@@ -278,30 +322,58 @@ class Renderer(torch.nn.Module):
         batched = batched or scene.batched or camera_input.batched
         vectors = camera_input.length > 0
         settings = ops.RenderSettings(
-            self._renderer_id, self.width, self.height, self.n_track, camera_input.orthographic,
-            self.background_normalized_depth, self.num_threads, self._backward_row_budget, checked.gamma,
-            checked.percent_allowed_difference, checked.max_n_hits, camera_input.right_handed, want_info,
-            want_moments, batched, self.check_values, self.debug, camera_input.length,
-            vectors and bool(first_R_then_T), depths.min_depth if vectors else 0.0,
-            depths.max_depth if vectors else 0.0, _checks.CAMERA_ARGUMENTS.index(camera_name))
+            self._renderer_id,
+            self.width,
+            self.height,
+            self.n_track,
+            camera_input.orthographic,
+            self.background_normalized_depth,
+            self.num_threads,
+            self._backward_row_budget,
+            checked.gamma,
+            checked.percent_allowed_difference,
+            checked.max_n_hits,
+            camera_input.right_handed,
+            want_info,
+            want_moments,
+            batched,
+            self.check_values,
+            self.debug,
+            camera_input.length,
+            vectors and bool(first_R_then_T),
+            depths.min_depth if vectors else 0.0,
+            depths.max_depth if vectors else 0.0,
+            _checks.CAMERA_ARGUMENTS.index(camera_name),
+        )
         image, _state, counts, info, moments = self._render(
-            scene.positions, scene.features, scene.radii, scene.opacities, scene.background, cams, settings)
+            scene.positions, scene.features, scene.radii, scene.opacities, scene.background, cams, settings
+        )
         if eager:  # after the call: the device works meanwhile
             self._warn_once(gamma_arg, percent_arg, checked.gamma, scene, cams)
         return RawOutputs(image, counts[0], info, moments, batched)
 
-    def _render(self, positions, features, radii, opacities, background, cameras,
-                settings: ops.RenderSettings) -> Tuple[torch.Tensor, ...]:
+    def _render(
+        self, positions, features, radii, opacities, background, cameras, settings: ops.RenderSettings
+    ) -> Tuple[torch.Tensor, ...]:
         """The render operator's call with checked arguments: its five outputs."""
         call = scaled_render_call if self._pulsar_gradients else ops.render_call
         return call(positions, features, radii, opacities, background, cameras, settings)
 
     def _check_scene(self, vert_pos, vert_col, vert_rad, opacity, bg_col) -> _checks.SceneTensors:
-        return _checks.check_scene(vert_pos, vert_col, vert_rad, opacity, bg_col, n_channels=self.n_channels,
-                                   device=self.device, max_num_balls=self.max_num_balls)
+        return _checks.check_scene(
+            vert_pos,
+            vert_col,
+            vert_rad,
+            opacity,
+            bg_col,
+            n_channels=self.n_channels,
+            device=self.device,
+            max_num_balls=self.max_num_balls,
+        )
 
-    def _resolve_camera(self, camera, pos: torch.Tensor, first_R_then_T: object,
-                        name: str) -> Tuple[Union[torch.Tensor, NativeCamera], bool, bool, bool]:
+    def _resolve_camera(
+        self, camera, pos: torch.Tensor, first_R_then_T: object, name: str
+    ) -> Tuple[Union[torch.Tensor, NativeCamera], bool, bool, bool]:
         """(cameras, batched, right_handed, orthographic) of a ``Camera`` (a NativeCamera,
         expanded to batched spheres) or of Pulsar camera vectors (checked [B, L])."""
         first_R_then_T = _checks.check_bool("first_R_then_T", first_R_then_T)
@@ -309,11 +381,14 @@ class Renderer(torch.nn.Module):
             if first_R_then_T:
                 raise ValueError("first_R_then_T: applies to camera vectors only, not to a pulsar_py.Camera; got True")
             if camera.dtype != pos.dtype:
-                raise TypeError(f"{name}: expected a Camera of dtype {pos.dtype} like vert_pos (mixed dtypes are "
-                                f"not cast), got {camera.dtype}")
+                raise TypeError(
+                    f"{name}: expected a Camera of dtype {pos.dtype} like vert_pos (mixed dtypes are "
+                    f"not cast), got {camera.dtype}"
+                )
             if camera.device != self.device:
-                raise ValueError(f"{name}: expected a Camera on {self.device} (the renderer's device), "
-                                 f"got {camera.device}")
+                raise ValueError(
+                    f"{name}: expected a Camera on {self.device} (the renderer's device), got {camera.device}"
+                )
             if self.check_values and not torch.compiler.is_compiling():
                 camera.validate()
             native = camera.native(self.width, self.height)
@@ -321,20 +396,30 @@ class Renderer(torch.nn.Module):
                 native = _expand_camera(native, pos.shape[0], name)
             return native, camera.batched, camera.right_handed, camera.orthographic
         if not isinstance(camera, torch.Tensor):
-            raise TypeError(f"{name}: expected a pulsar_py.Camera or camera vectors (torch.Tensor [B?, L]), "
-                            f"got {type(camera).__name__}")
+            raise TypeError(
+                f"{name}: expected a pulsar_py.Camera or camera vectors (torch.Tensor [B?, L]), "
+                f"got {type(camera).__name__}"
+            )
         cams = _checks.check_cam_params(camera, pos, device=self.device, name=name)
         return cams, camera.dim() == 2, self.right_handed_system, self.orthogonal_projection
 
-    def _native_camera(self, cams: Union[torch.Tensor, NativeCamera], depths: _checks.DepthRange,
-                       first_R_then_T: bool) -> NativeCamera:
+    def _native_camera(
+        self, cams: Union[torch.Tensor, NativeCamera], depths: _checks.DepthRange, first_R_then_T: bool
+    ) -> NativeCamera:
         """The NativeCamera of resolved cameras: Pulsar camera vectors [B, L] converted by
         ``pulsar::pack_cameras`` (differentiable)."""
         if isinstance(cams, NativeCamera):
             return cams
         plain = lambda d: d if not isinstance(d, torch.Tensor) else 0.0  # noqa: E731
-        pack = ops.PackSettings(self.width, self.height, self.orthogonal_projection, self.right_handed_system,
-                                bool(first_R_then_T), plain(depths.min_depth), plain(depths.max_depth) or 1.0)
+        pack = ops.PackSettings(
+            self.width,
+            self.height,
+            self.orthogonal_projection,
+            self.right_handed_system,
+            bool(first_R_then_T),
+            plain(depths.min_depth),
+            plain(depths.max_depth) or 1.0,
+        )
         packed = ops.pack_cameras(cams.contiguous(), pack.encode())
         return NativeCamera.from_packed(packed, self.right_handed_system, self.orthogonal_projection)
 
@@ -344,37 +429,49 @@ class Renderer(torch.nn.Module):
         focal length + 2e-6; tensor depths keep their graph)."""
         near = _checks.resolve_near(depths.min_depth, native.focal)
         far = depths.max_depth
-        far = far.to(native.focal.dtype).expand_as(near) if isinstance(far, torch.Tensor) else torch.full_like(near, far)
+        far = (
+            far.to(native.focal.dtype).expand_as(near) if isinstance(far, torch.Tensor) else torch.full_like(near, far)
+        )
         return native.pack(near, far)
 
-    def _camera_input(self, camera, pos: torch.Tensor, depths: _checks.DepthRange, first_R_then_T: object,
-                      name: str) -> CameraInput:
-        if _checks.plain_camera_vectors(camera, pos, self.device) and not depths.differentiable and (
-                first_R_then_T is False or first_R_then_T is True):
+    def _camera_input(
+        self, camera, pos: torch.Tensor, depths: _checks.DepthRange, first_R_then_T: object, name: str
+    ) -> CameraInput:
+        if (
+            _checks.plain_camera_vectors(camera, pos, self.device)
+            and not depths.differentiable
+            and (first_R_then_T is False or first_R_then_T is True)
+        ):
             # The common call, tested without building messages: [L] or [B, L] as given.
-            return CameraInput(camera, camera.shape[-1], camera.dim() == 2, self.right_handed_system,
-                               self.orthogonal_projection)
+            return CameraInput(
+                camera, camera.shape[-1], camera.dim() == 2, self.right_handed_system, self.orthogonal_projection
+            )
         cams, batched, right_handed, orthographic = self._resolve_camera(camera, pos, first_R_then_T, name)
         if isinstance(cams, torch.Tensor) and not depths.differentiable:
             return CameraInput(cams, cams.shape[-1], batched, right_handed, orthographic)
         native = self._native_camera(cams, depths, bool(first_R_then_T))
         return CameraInput(self._pack(native, depths), 0, batched, right_handed, orthographic)
 
-    def _warn_once(self, gamma_arg, percent_arg, gamma: float, scene: _checks.SceneTensors,
-                   cams: torch.Tensor) -> None:
+    def _warn_once(self, gamma_arg, percent_arg, gamma: float, scene: _checks.SceneTensors, cams: torch.Tensor) -> None:
         """Warnings, once per renderer: a small gamma with geometry or camera gradients,
         and a gamma or percent_allowed_difference tensor that requires grad (it gets none)."""
         if not self._warned_setting_grad:
             for name, value in (("gamma", gamma_arg), ("percent_allowed_difference", percent_arg)):
                 if isinstance(value, torch.Tensor) and value.requires_grad:
-                    warnings.warn(f"{name}: a tensor that requires grad was given; the renderer reads its value "
-                                  "and gives it no gradient", stacklevel=4)
+                    warnings.warn(
+                        f"{name}: a tensor that requires grad was given; the renderer reads its value "
+                        "and gives it no gradient",
+                        stacklevel=4,
+                    )
                     self._warned_setting_grad = True
         if gamma >= 1e-3 or self._warned_small_gamma or not torch.is_grad_enabled():
             return
         if scene.positions.requires_grad or scene.radii.requires_grad or cams.requires_grad:
-            warnings.warn(f"gamma={gamma} < 1e-3: geometry and camera gradients become very sharp and "
-                          "may be unstable for optimisation", stacklevel=4)
+            warnings.warn(
+                f"gamma={gamma} < 1e-3: geometry and camera gradients become very sharp and "
+                "may be unstable for optimisation",
+                stacklevel=4,
+            )
             self._warned_small_gamma = True
 
     @float32_under_autocast
@@ -437,10 +534,28 @@ class Renderer(torch.nn.Module):
             camera_input = self._camera_input(camera, pos, depths, first_R_then_T, "camera")
         else:
             scene, camera_input, mask_batched = self._masked_sh_scene(
-                pos, vert_col, vert_rad, opacity, bg_col, camera, depths, first_R_then_T, sh_degree, mask)
-        raw = self._call(None, None, None, None, None, camera, gamma, max_depth, min_depth,
-                         percent_allowed_difference, max_n_hits, first_R_then_T, want_info, True, "camera",
-                         scene=scene, camera_input=camera_input, batched=mask_batched)
+                pos, vert_col, vert_rad, opacity, bg_col, camera, depths, first_R_then_T, sh_degree, mask
+            )
+        raw = self._call(
+            None,
+            None,
+            None,
+            None,
+            None,
+            camera,
+            gamma,
+            max_depth,
+            min_depth,
+            percent_allowed_difference,
+            max_n_hits,
+            first_R_then_T,
+            want_info,
+            True,
+            "camera",
+            scene=scene,
+            camera_input=camera_input,
+            batched=mask_batched,
+        )
         near, far = _near_far(camera_input, depths)
         if raw.batched:
             near, far = near[:, None, None], far[:, None, None]
@@ -450,17 +565,26 @@ class Renderer(torch.nn.Module):
         z_depth = None
         if z_depth_wanted:
             cams, length = camera_input.cameras, camera_input.length
-            camera = NativeCamera.from_packed(cams.reshape(-1, 15), camera_input.right_handed,
-                                              camera_input.orthographic) if length == 0 else \
-                self._native_camera(cams.reshape(-1, length), depths, bool(first_R_then_T))
+            camera = (
+                NativeCamera.from_packed(cams.reshape(-1, 15), camera_input.right_handed, camera_input.orthographic)
+                if length == 0
+                else self._native_camera(cams.reshape(-1, length), depths, bool(first_R_then_T))
+            )
             cosines = ray_axis_cosines(camera, self.width, self.height)
             z_depth = depth * (cosines if raw.batched else cosines[0])
-        return RenderResult(image=raw.image, depth=depth, coverage=raw.depth_moments[..., 0], distortion=distortion,
-                            hit_count=raw.hit_count, forward_info=raw.forward_info if want_info else None,
-                            z_depth=z_depth)
+        return RenderResult(
+            image=raw.image,
+            depth=depth,
+            coverage=raw.depth_moments[..., 0],
+            distortion=distortion,
+            hit_count=raw.hit_count,
+            forward_info=raw.forward_info if want_info else None,
+            z_depth=z_depth,
+        )
 
-    def _masked_sh_scene(self, pos, vert_col, vert_rad, opacity, bg_col, camera, depths, first_R_then_T,
-                         sh_degree, mask):
+    def _masked_sh_scene(
+        self, pos, vert_col, vert_rad, opacity, bg_col, camera, depths, first_R_then_T, sh_degree, mask
+    ):
         """render() with SH features or a mask: (scene, packed camera input, mask batched).
         Both need the cameras' eyes, so the cameras are packed first."""
         col, rad = vert_col, vert_rad
@@ -469,8 +593,10 @@ class Renderer(torch.nn.Module):
             _checks.check_tensor("vert_col", col, dims=(pos.dim() + 1,), dtype=pos.dtype, device=self.device)
             want = tuple(pos.shape[:-1]) + (sh_n_coefficients(sh_degree), self.n_channels)
             if tuple(col.shape) != want:
-                raise ValueError(f"vert_col: expected SH coefficients of shape {want} for sh_degree {sh_degree}, "
-                                 f"got {tuple(col.shape)}")
+                raise ValueError(
+                    f"vert_col: expected SH coefficients of shape {want} for sh_degree {sh_degree}, "
+                    f"got {tuple(col.shape)}"
+                )
         # Types, dtypes, devices and shapes now (values are checked on what is rendered).
         self._check_scene(pos, col if sh_degree is None else col[..., 0, :], rad, opacity, bg_col)
         cams, batched, right_handed, orthographic = self._resolve_camera(camera, pos, first_R_then_T, "camera")
@@ -522,8 +648,9 @@ class Renderer(torch.nn.Module):
         pos = _checks.check_tensor("vert_pos", vert_pos, dims=(2, 3), last=3, device=self.device)
         rad = _checks.check_tensor("vert_rad", vert_rad, dims=(pos.dim() - 1,), dtype=pos.dtype, device=self.device)
         if rad.shape != pos.shape[:-1]:
-            raise ValueError(f"vert_rad: expected shape {tuple(pos.shape[:-1])} to match vert_pos, "
-                             f"got {tuple(rad.shape)}")
+            raise ValueError(
+                f"vert_rad: expected shape {tuple(pos.shape[:-1])} to match vert_pos, got {tuple(rad.shape)}"
+            )
         if pos.dim() == 3 and pos.shape[0] == 0:
             raise ValueError(f"vert_pos: expected a batch of at least 1 sphere set, got shape {tuple(pos.shape)}")
         if max_depth is None:  # no far culling
@@ -534,8 +661,9 @@ class Renderer(torch.nn.Module):
         native = self._native_camera(cams, depths, bool(first_R_then_T))
         packed = self._pack(native, depths)
         if self.check_values and not torch.compiler.is_compiling():
-            _checks.check_visible_values(pos, rad, cams if isinstance(cams, torch.Tensor) else None, packed,
-                                         orthographic, depths)
+            _checks.check_visible_values(
+                pos, rad, cams if isinstance(cams, torch.Tensor) else None, packed, orthographic, depths
+            )
         result = visible_spheres(pos, rad, native, self.width, self.height, packed[:, 13], packed[:, 14])
         return result if (pos.dim() == 3 or batched) else result[0]
 
@@ -549,8 +677,11 @@ class Renderer(torch.nn.Module):
         if mask.device != self.device:
             raise ValueError(f"mask: expected a tensor on {self.device} (the renderer's device), got {mask.device}")
         n = pos.shape[-2]
-        if mask.dim() not in (1, 2) or mask.shape[-1] != n or (pos.dim() == 3 and mask.dim() == 2
-                                                                and mask.shape[0] != pos.shape[0]):
+        if (
+            mask.dim() not in (1, 2)
+            or mask.shape[-1] != n
+            or (pos.dim() == 3 and mask.dim() == 2 and mask.shape[0] != pos.shape[0])
+        ):
             want = f"[{n}] or [{pos.shape[0]}, {n}]" if pos.dim() == 3 else f"[{n}] or [B, {n}]"
             raise ValueError(f"mask: expected shape {want} like vert_pos {tuple(pos.shape)}, got {tuple(mask.shape)}")
         if mask.dim() == 2:
@@ -588,8 +719,9 @@ class Renderer(torch.nn.Module):
         if camera.orthographic:
             direction = camera.optical_axis()  # one view direction for every sphere
             directions = direction[:, None, :] if per_camera else direction[0]
-            directions = directions.expand(pos.shape[:-1] + (3,) if not per_camera else
-                                           (camera.batch_size, pos.shape[-2], 3))
+            directions = directions.expand(
+                pos.shape[:-1] + (3,) if not per_camera else (camera.batch_size, pos.shape[-2], 3)
+            )
         else:
             directions = pos - (camera.eye[:, None, :] if per_camera else camera.eye[0])
         return sh_to_color(coefficients, directions, degree)
@@ -614,16 +746,19 @@ class Renderer(torch.nn.Module):
         return _checks.check_forward_info("result_info", result_info)[..., 4].detach().clone()
 
     def extra_repr(self) -> str:
-        return (f"width={self.width}, height={self.height}, n_channels={self.n_channels}, n_track={self.n_track}, "
-                f"orthogonal_projection={self.orthogonal_projection}, "
-                f"right_handed_system={self.right_handed_system}")
+        return (
+            f"width={self.width}, height={self.height}, n_channels={self.n_channels}, n_track={self.n_track}, "
+            f"orthogonal_projection={self.orthogonal_projection}, "
+            f"right_handed_system={self.right_handed_system}"
+        )
 
 
 def _expand_camera(camera: NativeCamera, batch: int, name: str) -> NativeCamera:
     """``camera`` with batch size ``batch``: unchanged, or its single camera repeated."""
     if camera.batch_size not in (1, batch):
-        raise ValueError(f"{name}: expected 1 camera or a batch of {batch} like the spheres/mask, "
-                         f"got {camera.batch_size}")
+        raise ValueError(
+            f"{name}: expected 1 camera or a batch of {batch} like the spheres/mask, got {camera.batch_size}"
+        )
     return camera.expand(batch)
 
 
@@ -642,11 +777,16 @@ def _near_far(camera_input: CameraInput, depths: _checks.DepthRange) -> Tuple[to
 def _unify_sphere_batch(pos, col, rad, opacity):
     """Per-sphere tensors all unbatched, or all batched with one B (the native call
     shares spheres across cameras only when every per-sphere input is shared)."""
-    sizes = [t.shape[0] for t, rank in ((pos, 2), (col, 2), (rad, 1), (opacity, 1))
-             if t is not None and t.dim() == rank + 1]
+    sizes = [
+        t.shape[0] for t, rank in ((pos, 2), (col, 2), (rad, 1), (opacity, 1)) if t is not None and t.dim() == rank + 1
+    ]
     if not sizes:
         return pos, col, rad, opacity
     batch = max(sizes)
-    grow = lambda t, rank: None if t is None else (  # noqa: E731
-        t if t.dim() == rank + 1 else t.unsqueeze(0).expand((batch,) + tuple(t.shape)))
+
+    def grow(t, rank):
+        if t is None or t.dim() == rank + 1:
+            return t
+        return t.unsqueeze(0).expand((batch,) + tuple(t.shape))
+
     return grow(pos, 2), grow(col, 2), grow(rad, 1), grow(opacity, 1)

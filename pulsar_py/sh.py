@@ -23,10 +23,16 @@ import torch
 
 SH_C0 = 0.28209479177387814
 SH_C1 = 0.4886025119029199
-SH_C2 = (1.0925484305920792, -1.0925484305920792, 0.31539156525252005, -1.0925484305920792,
-         0.5462742152960396)
-SH_C3 = (-0.5900435899266435, 2.890611442640554, -0.4570457994644658, 0.3731763325901154,
-         -0.4570457994644658, 1.445305721320277, -0.5900435899266435)
+SH_C2 = (1.0925484305920792, -1.0925484305920792, 0.31539156525252005, -1.0925484305920792, 0.5462742152960396)
+SH_C3 = (
+    -0.5900435899266435,
+    2.890611442640554,
+    -0.4570457994644658,
+    0.3731763325901154,
+    -0.4570457994644658,
+    1.445305721320277,
+    -0.5900435899266435,
+)
 MAX_SH_DEGREE = 3
 
 
@@ -58,12 +64,23 @@ def sh_basis(directions: torch.Tensor, degree: int) -> torch.Tensor:
         basis += [-SH_C1 * y, SH_C1 * z, -SH_C1 * x]
     if degree >= 2:
         xx, yy, zz = x * x, y * y, z * z
-        basis += [SH_C2[0] * x * y, SH_C2[1] * y * z, SH_C2[2] * (2 * zz - xx - yy), SH_C2[3] * x * z,
-                  SH_C2[4] * (xx - yy)]
+        basis += [
+            SH_C2[0] * x * y,
+            SH_C2[1] * y * z,
+            SH_C2[2] * (2 * zz - xx - yy),
+            SH_C2[3] * x * z,
+            SH_C2[4] * (xx - yy),
+        ]
     if degree >= 3:
-        basis += [SH_C3[0] * y * (3 * xx - yy), SH_C3[1] * x * y * z, SH_C3[2] * y * (4 * zz - xx - yy),
-                  SH_C3[3] * z * (2 * zz - 3 * xx - 3 * yy), SH_C3[4] * x * (4 * zz - xx - yy),
-                  SH_C3[5] * z * (xx - yy), SH_C3[6] * x * (xx - 3 * yy)]
+        basis += [
+            SH_C3[0] * y * (3 * xx - yy),
+            SH_C3[1] * x * y * z,
+            SH_C3[2] * y * (4 * zz - xx - yy),
+            SH_C3[3] * z * (2 * zz - 3 * xx - 3 * yy),
+            SH_C3[4] * x * (4 * zz - xx - yy),
+            SH_C3[5] * z * (xx - yy),
+            SH_C3[6] * x * (xx - 3 * yy),
+        ]
     return torch.stack(basis, -1)
 
 
@@ -82,11 +99,15 @@ def sh_to_color(coefficients: torch.Tensor, directions: torch.Tensor, degree: in
     degree = check_sh_degree(degree)
     n_coeffs = sh_n_coefficients(degree)
     if coefficients.dim() < 2 or coefficients.shape[-2] != n_coeffs:
-        raise ValueError(f"coefficients: expected [..., {n_coeffs}, C] for sh_degree {degree}, "
-                         f"got shape {tuple(coefficients.shape)}")
+        raise ValueError(
+            f"coefficients: expected [..., {n_coeffs}, C] for sh_degree {degree}, got shape {tuple(coefficients.shape)}"
+        )
     # Element-wise sums (no reduction kernels): a batch rounds exactly like its items.
-    length = (directions[..., 0] * directions[..., 0] + directions[..., 1] * directions[..., 1]
-              + directions[..., 2] * directions[..., 2]).sqrt()
+    length = (
+        directions[..., 0] * directions[..., 0]
+        + directions[..., 1] * directions[..., 1]
+        + directions[..., 2] * directions[..., 2]
+    ).sqrt()
     unit = directions / length.clamp_min(1e-30)[..., None]  # a zero direction gives colour C0 c0 + 0.5
     basis = sh_basis(unit, degree)  # [..., K]
     colour = basis[..., 0, None] * coefficients[..., 0, :]

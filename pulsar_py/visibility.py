@@ -36,8 +36,15 @@ def _unit(v: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def visible_spheres(pos: torch.Tensor, rad: torch.Tensor, camera: NativeCamera, width: int, height: int,
-                    near: torch.Tensor, far: torch.Tensor) -> torch.Tensor:
+def visible_spheres(
+    pos: torch.Tensor,
+    rad: torch.Tensor,
+    camera: NativeCamera,
+    width: int,
+    height: int,
+    near: torch.Tensor,
+    far: torch.Tensor,
+) -> torch.Tensor:
     """bool [B, N]: spheres that survive culling and may hit a pixel centre.
 
     Args:
@@ -96,6 +103,10 @@ def visible_spheres(pos: torch.Tensor, rad: torch.Tensor, camera: NativeCamera, 
 
         u_lo, u_hi = bounds(a[..., 0], fx, cx)
         v_lo, v_hi = bounds(a[..., 1], fy, cy)
-    overlaps = ((u_hi >= -_MARGIN_PX) & (u_lo <= width - 1 + _MARGIN_PX)
-                & (v_hi >= -_MARGIN_PX) & (v_lo <= height - 1 + _MARGIN_PX))
+    overlaps = (
+        (u_hi >= -_MARGIN_PX)
+        & (u_lo <= width - 1 + _MARGIN_PX)
+        & (v_hi >= -_MARGIN_PX)
+        & (v_lo <= height - 1 + _MARGIN_PX)
+    )
     return survives & (overlaps | unbounded)

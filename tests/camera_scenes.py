@@ -32,15 +32,31 @@ def random_intrinsics(gen: torch.Generator, width: int, height: int, orthographi
     return fx, fy, cx, cy
 
 
-def random_camera(seed: int, width: int = 20, height: int = 15, orthographic: bool = False,
-                  right_handed: bool = True, rotation_repr: str = "matrix") -> Camera:
+def random_camera(
+    seed: int,
+    width: int = 20,
+    height: int = 15,
+    orthographic: bool = False,
+    right_handed: bool = True,
+    rotation_repr: str = "matrix",
+) -> Camera:
     """An unbatched float64 camera with a random pose and intrinsics."""
     gen = torch.Generator().manual_seed(seed)
     fx, fy, cx, cy = random_intrinsics(gen, width, height, orthographic)
     rotation = matrix_to_rotation(random_rotation(gen), rotation_repr)
     translation = uniform(gen, -0.5, 0.5, (3,))
-    return Camera(rotation, translation, fx, fy, cx, cy, (height, width), rotation_repr=rotation_repr,
-                  orthographic=orthographic, right_handed=right_handed)
+    return Camera(
+        rotation,
+        translation,
+        fx,
+        fy,
+        cx,
+        cy,
+        (height, width),
+        rotation_repr=rotation_repr,
+        orthographic=orthographic,
+        right_handed=right_handed,
+    )
 
 
 def unproject(camera: Camera, uv: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
@@ -54,8 +70,9 @@ def unproject(camera: Camera, uv: torch.Tensor, z: torch.Tensor) -> torch.Tensor
     return (x_cam - camera.translation[0]) @ axes  # A^T (x_cam - t), row vectors
 
 
-def place_spheres(camera: Camera, gen: torch.Generator, n: int, radius_px=(2.0, 5.0), depth=(2.0, 5.0),
-                  margin: float = 0.1):
+def place_spheres(
+    camera: Camera, gen: torch.Generator, n: int, radius_px=(2.0, 5.0), depth=(2.0, 5.0), margin: float = 0.1
+):
     """Centres [n, 3] and radii [n] of spheres at random pixels (partly off-screen by
     ``margin`` of the image size) and camera depths, of projected radius ``radius_px``."""
     height, width = camera.image_size

@@ -25,10 +25,15 @@ class GoldenCase:
 
     def renderer_kwargs(self) -> dict:
         s = self.settings
-        return dict(width=s["width"], height=s["height"], orthogonal_projection=s["orthogonal_projection"],
-                    right_handed_system=s["right_handed_system"],
-                    background_normalized_depth=s["background_normalized_depth"],
-                    n_channels=s["n_channels"], n_track=s["n_track"])
+        return dict(
+            width=s["width"],
+            height=s["height"],
+            orthogonal_projection=s["orthogonal_projection"],
+            right_handed_system=s["right_handed_system"],
+            background_normalized_depth=s["background_normalized_depth"],
+            n_channels=s["n_channels"],
+            n_track=s["n_track"],
+        )
 
     def call_args(self, dtype: torch.dtype, device: str = "cpu") -> dict:
         """Arguments of Renderer.forward, camera adjusted for Pulsar's orthographic offset."""
@@ -44,12 +49,18 @@ class GoldenCase:
             cam[0] -= 0.5 * ps
             cam[1] += 0.5 * ps
         return dict(
-            vert_pos=self.tensor("vert_pos", dtype, device), vert_col=self.tensor("vert_col", dtype, device),
-            vert_rad=self.tensor("vert_rad", dtype, device), cam_params=cam, gamma=s["gamma"],
-            max_depth=s["max_depth"], min_depth=s["min_depth"], bg_col=self.tensor("bg_col", dtype, device),
+            vert_pos=self.tensor("vert_pos", dtype, device),
+            vert_col=self.tensor("vert_col", dtype, device),
+            vert_rad=self.tensor("vert_rad", dtype, device),
+            cam_params=cam,
+            gamma=s["gamma"],
+            max_depth=s["max_depth"],
+            min_depth=s["min_depth"],
+            bg_col=self.tensor("bg_col", dtype, device),
             opacity=self.tensor("opacity", dtype, device) if "opacity" in self.arrays else None,
             percent_allowed_difference=s["percent_allowed_difference"],
-            max_n_hits=None if s["max_n_hits"] >= UNLIMITED else s["max_n_hits"])
+            max_n_hits=None if s["max_n_hits"] >= UNLIMITED else s["max_n_hits"],
+        )
 
 
 def load_case(name: str) -> GoldenCase:

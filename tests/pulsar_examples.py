@@ -95,8 +95,9 @@ def cam_loop(size: int = FULL_SIZE, steps: int = 300, gradient_scaling: str = "p
     cam_pos = torch.tensor([0.1, 0.1, 0.0], requires_grad=True)
     cam_rot = _rotation_6d([0.02, math.pi + 0.02, 0.01]).requires_grad_()
     cam_sensor = torch.tensor([4.8, 1.8], requires_grad=True)
-    optimizer = torch.optim.SGD([{"params": [cam_pos], "lr": 1e-4}, {"params": [cam_rot], "lr": 5e-6},
-                                 {"params": [cam_sensor], "lr": 1e-4}])
+    optimizer = torch.optim.SGD(
+        [{"params": [cam_pos], "lr": 1e-4}, {"params": [cam_rot], "lr": 5e-6}, {"params": [cam_sensor], "lr": 1e-4}]
+    )
     weight = (FULL_SIZE / size) ** 2
     run = Run()
     for _ in range(steps):
@@ -125,8 +126,9 @@ def _spheres_left(pos: torch.Tensor) -> int:
     return int((pos != PARKED).any(-1).sum())
 
 
-def optimisation_loop(size: int = FULL_SIZE, steps: int = 100, n_points: int = 10_000,
-                      gradient_scaling: str = "pulsar") -> Run:
+def optimisation_loop(
+    size: int = FULL_SIZE, steps: int = 100, n_points: int = 10_000, gradient_scaling: str = "pulsar"
+) -> Run:
     """pulsar_optimization.py: fit positions, colours and radii of grey spheres."""
     torch.manual_seed(1)
     target_pos, target_col, target_rad = _cube_spheres(20), torch.rand(20, 3), torch.rand(20)
@@ -135,12 +137,12 @@ def optimisation_loop(size: int = FULL_SIZE, steps: int = 100, n_points: int = 1
     col = torch.nn.Parameter(torch.ones(n_points, 3) * 0.5)
     rad = torch.nn.Parameter(torch.ones(n_points) * 0.3)
     cam = torch.tensor([0.0, 0.0, 0.0, 0.0, math.pi, 0.0, 5.0, _sensor_width(size)])
-    renderer = Renderer(size, size, n_points, n_track=32, right_handed_system=True,
-                        gradient_scaling=gradient_scaling)
+    renderer = Renderer(size, size, n_points, n_track=32, right_handed_system=True, gradient_scaling=gradient_scaling)
     with torch.no_grad():
         target = renderer(target_pos, target_col, target_rad, cam, 0.1, MAX_DEPTH)
-    optimizer = torch.optim.SGD([{"params": [col], "lr": 1e0}, {"params": [rad], "lr": 5e-3},
-                                 {"params": [pos], "lr": 1e-2}])
+    optimizer = torch.optim.SGD(
+        [{"params": [col], "lr": 1e0}, {"params": [rad], "lr": 5e-3}, {"params": [pos], "lr": 1e-2}]
+    )
     run = Run()
     for _ in range(steps):
         optimizer.zero_grad()
@@ -163,12 +165,17 @@ def _sensor_width(size: int) -> float:
 
 def multiview_cameras(size: int = FULL_SIZE, angles=(-1.5, -0.8, -0.4, -0.1, 0.1, 0.4, 0.8, 1.5)) -> torch.Tensor:
     """[8, 8] camera vectors on a circle of radius 35 around (0, 0, 30), facing its centre."""
-    return torch.tensor([[math.sin(a) * 35.0, 0.0, 30.0 - math.cos(a) * 35.0, 0.0, -a + math.pi, 0.0, 5.0,
-                          _sensor_width(size)] for a in angles])
+    return torch.tensor(
+        [
+            [math.sin(a) * 35.0, 0.0, 30.0 - math.cos(a) * 35.0, 0.0, -a + math.pi, 0.0, 5.0, _sensor_width(size)]
+            for a in angles
+        ]
+    )
 
 
-def multiview_loop(size: int = FULL_SIZE, steps: int = 30, n_points: int = 20_000,
-                   gradient_scaling: str = "pulsar") -> Run:
+def multiview_loop(
+    size: int = FULL_SIZE, steps: int = 30, n_points: int = 20_000, gradient_scaling: str = "pulsar"
+) -> Run:
     """pulsar_multiview.py: fit positions, colours and radii to 8 views at once."""
     torch.manual_seed(1)
     target_pos, target_col, target_rad = _cube_spheres(10), torch.rand(10, 3) * 0.5, torch.rand(10)
@@ -180,16 +187,24 @@ def multiview_loop(size: int = FULL_SIZE, steps: int = 30, n_points: int = 20_00
     views = cams.shape[0]
     renderer = Renderer(size, size, n_points, right_handed_system=True, gradient_scaling=gradient_scaling)
     with torch.no_grad():
-        target = renderer(target_pos.expand(views, -1, -1), target_col.expand(views, -1, -1),
-                          target_rad.expand(views, -1), cams, 0.1, MAX_DEPTH)
-    optimizer = torch.optim.SGD([{"params": [col], "lr": 1e-1}, {"params": [rad], "lr": 1e-3},
-                                 {"params": [pos], "lr": 1e-3}])
+        target = renderer(
+            target_pos.expand(views, -1, -1),
+            target_col.expand(views, -1, -1),
+            target_rad.expand(views, -1),
+            cams,
+            0.1,
+            MAX_DEPTH,
+        )
+    optimizer = torch.optim.SGD(
+        [{"params": [col], "lr": 1e-1}, {"params": [rad], "lr": 1e-3}, {"params": [pos], "lr": 1e-3}]
+    )
     run = Run()
     for _ in range(steps):
         optimizer.zero_grad()
         try:
-            image = renderer(pos.expand(views, -1, -1), col.expand(views, -1, -1), rad.expand(views, -1), cams,
-                             1.0, MAX_DEPTH)
+            image = renderer(
+                pos.expand(views, -1, -1), col.expand(views, -1, -1), rad.expand(views, -1), cams, 1.0, MAX_DEPTH
+            )
         except ValueError as error:
             run.error = str(error)
             break
@@ -220,10 +235,13 @@ def main() -> None:
     run = LOOPS[args.loop](**kwargs)
     seconds = time.perf_counter() - start
     losses = run.losses
-    print(f"{args.loop} ({args.gradient_scaling}, {args.size}x{args.size}): loss {losses[0]:.0f} -> "
-          f"{losses[-1]:.0f} in {len(losses)} steps, min {min(losses):.0f}"
-          + (f", {run.spheres_left} spheres left" if run.spheres_left >= 0 else "")
-          + (f"; stopped: {run.error}" if run.error else "") + f" ({seconds:.0f} s)")
+    print(
+        f"{args.loop} ({args.gradient_scaling}, {args.size}x{args.size}): loss {losses[0]:.0f} -> "
+        f"{losses[-1]:.0f} in {len(losses)} steps, min {min(losses):.0f}"
+        + (f", {run.spheres_left} spheres left" if run.spheres_left >= 0 else "")
+        + (f"; stopped: {run.error}" if run.error else "")
+        + f" ({seconds:.0f} s)"
+    )
 
 
 if __name__ == "__main__":

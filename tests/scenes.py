@@ -62,9 +62,15 @@ class Scene:
         return None
 
     def renderer(self, device: str = "cpu", **overrides) -> pulsar_py.Renderer:
-        kwargs = dict(width=self.width, height=self.height, orthogonal_projection=self.orthographic,
-                      right_handed_system=self.right_handed, background_normalized_depth=self.beta,
-                      n_channels=self.n_channels, n_track=self.n_track)
+        kwargs = dict(
+            width=self.width,
+            height=self.height,
+            orthogonal_projection=self.orthographic,
+            right_handed_system=self.right_handed,
+            background_normalized_depth=self.beta,
+            n_channels=self.n_channels,
+            n_track=self.n_track,
+        )
         kwargs.update(overrides)
         return pulsar_py.Renderer(**kwargs).to(device)
 
@@ -78,9 +84,14 @@ class Scene:
 
     def settings(self) -> dict:
         """The non-tensor arguments of Renderer.forward."""
-        return dict(gamma=self.gamma, max_depth=self.max_depth, min_depth=self.min_depth,
-                    percent_allowed_difference=self.percent_allowed_difference,
-                    max_n_hits=self.max_n_hits, first_R_then_T=self.first_R_then_T)
+        return dict(
+            gamma=self.gamma,
+            max_depth=self.max_depth,
+            min_depth=self.min_depth,
+            percent_allowed_difference=self.percent_allowed_difference,
+            max_n_hits=self.max_n_hits,
+            first_R_then_T=self.first_R_then_T,
+        )
 
     def call_kwargs(self, dtype: torch.dtype = F64, device: str = "cpu", tensors: Optional[dict] = None) -> dict:
         """Keyword arguments of Renderer.forward; ``tensors`` overrides the tensors."""
@@ -91,25 +102,43 @@ class Scene:
     def item(self, b: int) -> "Scene":
         """Batch item b as an unbatched scene."""
         pick = lambda t, dims: t[b] if (t is not None and t.dim() == dims) else t  # noqa: E731
-        return replace(self, vert_pos=pick(self.vert_pos, 3), vert_col=pick(self.vert_col, 3),
-                       vert_rad=pick(self.vert_rad, 2), opacity=pick(self.opacity, 2),
-                       cam_params=pick(self.cam_params, 2))
+        return replace(
+            self,
+            vert_pos=pick(self.vert_pos, 3),
+            vert_col=pick(self.vert_col, 3),
+            vert_rad=pick(self.vert_rad, 2),
+            opacity=pick(self.opacity, 2),
+            cam_params=pick(self.cam_params, 2),
+        )
 
     def camera(self, cam_params: Optional[torch.Tensor] = None) -> NativeCamera:
         """The native camera of one (unbatched) cam_params vector."""
         cam = self.cam_params if cam_params is None else cam_params
         assert cam.dim() == 1, "camera() takes one camera; use item(b) for batches"
-        return camera_from_params(cam[None], self.width, self.height, self.orthographic,
-                                  self.right_handed, self.first_R_then_T)
+        return camera_from_params(
+            cam[None], self.width, self.height, self.orthographic, self.right_handed, self.first_R_then_T
+        )
 
     def reference(self, tensors: Optional[dict] = None) -> ReferenceResult:
         """Reference render of an unbatched scene (differentiable in ``tensors``)."""
         t = self.tensors() if tensors is None else tensors
         return render_reference(
-            t["vert_pos"], t["vert_col"], t["vert_rad"], self.camera(t["cam_params"]), self.width, self.height,
-            self.gamma, self.max_depth, self.min_depth, bg_col=t["bg_col"], opacity=t["opacity"],
-            background_normalized_depth=self.beta, percent_allowed_difference=self.percent_allowed_difference,
-            max_n_hits=self.max_n_hits, n_track=self.n_track)
+            t["vert_pos"],
+            t["vert_col"],
+            t["vert_rad"],
+            self.camera(t["cam_params"]),
+            self.width,
+            self.height,
+            self.gamma,
+            self.max_depth,
+            self.min_depth,
+            bg_col=t["bg_col"],
+            opacity=t["opacity"],
+            background_normalized_depth=self.beta,
+            percent_allowed_difference=self.percent_allowed_difference,
+            max_n_hits=self.max_n_hits,
+            n_track=self.n_track,
+        )
 
 
 def _uniform(gen: torch.Generator, low: float, high: float, shape: Sequence[int] = ()) -> torch.Tensor:
@@ -123,8 +152,7 @@ def _random_cam_params(gen: torch.Generator, cam_length: int, orthographic: bool
     if cam_length in (11, 13):
         # 6D: two non-orthonormal rows whose Gram-Schmidt is a random rotation.
         rows = camera_params_rotation(axis_angle)
-        rotation = torch.cat([rows[0] * _uniform(gen, 0.7, 1.5), rows[1] * _uniform(gen, 0.7, 1.5)
-                              + 0.2 * rows[0]])
+        rotation = torch.cat([rows[0] * _uniform(gen, 0.7, 1.5), rows[1] * _uniform(gen, 0.7, 1.5) + 0.2 * rows[0]])
     else:
         rotation = axis_angle
     if orthographic:
@@ -144,8 +172,17 @@ def camera_params_rotation(axis_angle: torch.Tensor) -> torch.Tensor:
     return axis_angle_to_matrix(axis_angle[None])[0]
 
 
-def place_spheres(gen: torch.Generator, camera: NativeCamera, width: int, height: int, near: float, far: float,
-                  n: int, radius_px: tuple, film_margin: float = 0.15) -> tuple:
+def place_spheres(
+    gen: torch.Generator,
+    camera: NativeCamera,
+    width: int,
+    height: int,
+    near: float,
+    far: float,
+    n: int,
+    radius_px: tuple,
+    film_margin: float = 0.15,
+) -> tuple:
     """Centres [n, 3] and radii [n] of spheres seen by ``camera`` (batch size 1).
 
     Film positions are uniform over the image widened by ``film_margin`` on every side
@@ -250,20 +287,37 @@ def random_scene(
     squeeze_cams = n_cams == 1 and (batch is None or shared_camera)
     sq = lambda t, yes: None if t is None else (t[0] if yes else t)  # noqa: E731
     kind = "ortho" if orthographic else "persp"
-    description = (f"seed={seed} {kind} {'rh' if right_handed else 'lh'} L={cam_length} C={n_channels} "
-                   f"N={n_total} gamma={gamma:g} B={batch}")
+    description = (
+        f"seed={seed} {kind} {'rh' if right_handed else 'lh'} L={cam_length} C={n_channels} "
+        f"N={n_total} gamma={gamma:g} B={batch}"
+    )
     return Scene(
-        width=width, height=height, n_channels=n_channels, orthographic=orthographic,
-        right_handed=right_handed, n_track=n_track, beta=beta,
-        vert_pos=sq(pos, squeeze_spheres), vert_col=sq(col, squeeze_spheres), vert_rad=sq(rad, squeeze_spheres),
-        opacity=sq(opacity, squeeze_spheres), bg_col=bg, cam_params=sq(cams, squeeze_cams),
-        gamma=gamma, max_depth=max_depth, min_depth=min_depth,
-        percent_allowed_difference=percent_allowed_difference, max_n_hits=max_n_hits,
-        first_R_then_T=first_R_then_T, description=description)
+        width=width,
+        height=height,
+        n_channels=n_channels,
+        orthographic=orthographic,
+        right_handed=right_handed,
+        n_track=n_track,
+        beta=beta,
+        vert_pos=sq(pos, squeeze_spheres),
+        vert_col=sq(col, squeeze_spheres),
+        vert_rad=sq(rad, squeeze_spheres),
+        opacity=sq(opacity, squeeze_spheres),
+        bg_col=bg,
+        cam_params=sq(cams, squeeze_cams),
+        gamma=gamma,
+        max_depth=max_depth,
+        min_depth=min_depth,
+        percent_allowed_difference=percent_allowed_difference,
+        max_n_hits=max_n_hits,
+        first_R_then_T=first_R_then_T,
+        description=description,
+    )
 
 
-def _push_out_of_depth_range(camera: NativeCamera, pos: torch.Tensor, rad: torch.Tensor, near: float,
-                             far: float) -> tuple:
+def _push_out_of_depth_range(
+    camera: NativeCamera, pos: torch.Tensor, rad: torch.Tensor, near: float, far: float
+) -> tuple:
     """Move spheres along their view rays so that they are culled: even indices poke
     through the near plane (centre in front, closest depth < near), odd ones lie beyond far.
     """
@@ -286,8 +340,9 @@ def _push_out_of_depth_range(camera: NativeCamera, pos: torch.Tensor, rad: torch
     return pos, rad
 
 
-def pixel_deltas(scene: Scene, cam_params: Optional[torch.Tensor] = None,
-                 vert_pos: Optional[torch.Tensor] = None) -> torch.Tensor:
+def pixel_deltas(
+    scene: Scene, cam_params: Optional[torch.Tensor] = None, vert_pos: Optional[torch.Tensor] = None
+) -> torch.Tensor:
     """delta of model.md section 4 for every sphere and pixel: [N, H, W] (unbatched scene)."""
     cam = scene.camera(cam_params)
     pos = scene.vert_pos if vert_pos is None else vert_pos
@@ -331,8 +386,9 @@ def scene_in_front(seed: int, n: int, dtype: torch.dtype, requires_grad: bool) -
     vector [8]] of n random spheres in front of the camera [0.1, -0.1, 0, 0.02, -0.03,
     0.01, 4, 2] (x in [-2, 2], y in [-1.5, 1.5], z in [8, 10])."""
     g = torch.Generator().manual_seed(seed)
-    pos = torch.rand(n, 3, generator=g, dtype=dtype) * torch.tensor([4.0, 3.0, 2.0], dtype=dtype) \
-        + torch.tensor([-2.0, -1.5, 8.0], dtype=dtype)
+    pos = torch.rand(n, 3, generator=g, dtype=dtype) * torch.tensor([4.0, 3.0, 2.0], dtype=dtype) + torch.tensor(
+        [-2.0, -1.5, 8.0], dtype=dtype
+    )
     col = torch.rand(n, 3, generator=g, dtype=dtype)
     rad = 0.2 + 0.4 * torch.rand(n, generator=g, dtype=dtype)
     opa = 0.2 + 0.8 * torch.rand(n, generator=g, dtype=dtype)

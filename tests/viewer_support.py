@@ -18,10 +18,20 @@ import plyfile
 from pulsar_py.sh import SH_C0
 
 #: Chromium's switches for a headless run on a machine without a display, GPU or network.
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--disable-background-timer-throttling", "--disable-renderer-backgrounding",
-                  "--disable-backgrounding-occluded-windows", "--disable-dev-shm-usage")
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-background-timer-throttling",
+    "--disable-renderer-backgrounding",
+    "--disable-backgrounding-occluded-windows",
+    "--disable-dev-shm-usage",
+)
 
 
 def write_gaussians(path, positions, f_dc, log_scales, opacity_logit, f_rest=None, extra=()):
@@ -110,8 +120,9 @@ def wait_until(predicate: Callable[[], object], timeout: float, what: str, inter
 
 def find_browser() -> Optional[tuple]:
     """(chromium, chromedriver) paths, or None where this machine has no browser."""
-    browser = next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")
-                    if shutil.which(name)), None)
+    browser = next(
+        (shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome") if shutil.which(name)), None
+    )
     driver = shutil.which("chromedriver")
     return (browser, driver) if browser and driver else None
 
@@ -182,7 +193,8 @@ class Browser:
         self.driver.switch_to.window(window)
         self.driver.execute_script(
             "document.querySelectorAll('.mantine-Notification-root, .mantine-Notifications-root')"
-            ".forEach(e => e.remove());")
+            ".forEach(e => e.remove());"
+        )
 
     def close_window(self, window: str) -> None:
         self.driver.switch_to.window(window)
@@ -202,4 +214,4 @@ def centre(image: np.ndarray, fraction: float = 0.3) -> np.ndarray:
     """The central ``fraction`` of an image (per side)."""
     h, w = image.shape[:2]
     dh, dw = int(h * fraction / 2), int(w * fraction / 2)
-    return image[h // 2 - dh:h // 2 + dh, w // 2 - dw:w // 2 + dw]
+    return image[h // 2 - dh : h // 2 + dh, w // 2 - dw : w // 2 + dw]

@@ -30,9 +30,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-import torch
-
 import harness
+import torch
 
 MODES = ("fwd", "fwd+bwd")
 PROGRESS = "ab-progress: "  # marks the child's progress lines among its other output
@@ -59,17 +58,18 @@ def run_child(spec: Dict[str, Any]) -> Dict[str, Any]:
         variants = [("eager", False)] + ([("compiled", True)] if name in spec["compile"] else [])
         entry: Dict[str, Any] = {}
         for variant, compiled in variants:
-            case = harness.Case(workload, device, grads, attrs, compiled=compiled,
-                                compile_backend=spec["compile_backend"])
+            case = harness.Case(
+                workload, device, grads, attrs, compiled=compiled, compile_backend=spec["compile_backend"]
+            )
             record: Dict[str, Any] = {}
-            record["fwd"] = harness.time_calls(device, case.forward, lambda: None, spec["warmup_fwd"],
-                                               spec["repeats"])
+            record["fwd"] = harness.time_calls(device, case.forward, lambda: None, spec["warmup_fwd"], spec["repeats"])
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
                 torch.cuda.reset_peak_memory_stats(device)
                 base = torch.cuda.memory_allocated(device)
-            record["fwd+bwd"] = harness.time_calls(device, case.forward_backward, case.reset,
-                                                   spec["warmup_fwd_bwd"], spec["repeats"])
+            record["fwd+bwd"] = harness.time_calls(
+                device, case.forward_backward, case.reset, spec["warmup_fwd_bwd"], spec["repeats"]
+            )
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
                 record["allocator_peak_fwd_bwd_mib"] = (torch.cuda.max_memory_allocated(device) - base) / 2**20
@@ -90,8 +90,9 @@ def run_child(spec: Dict[str, Any]) -> Dict[str, Any]:
 # Summary of the rounds
 
 
-def summarise(runs: Dict[str, List[Dict[str, Any]]], labels: Sequence[str],
-              workloads: Sequence[str]) -> List[Dict[str, Any]]:
+def summarise(
+    runs: Dict[str, List[Dict[str, Any]]], labels: Sequence[str], workloads: Sequence[str]
+) -> List[Dict[str, Any]]:
     """Rows of the table: one per (workload, variant), with for each mode and build the
     round medians (median of that round's repeats), their median, and the ratio of each
     build's median to the first build's. ``runs[label]``: the child results of that build,
@@ -109,17 +110,18 @@ def summarise(runs: Dict[str, List[Dict[str, Any]]], labels: Sequence[str],
             for mode in MODES:
                 per_build: Dict[str, Any] = {}
                 for label in labels:
-                    rounds = [harness.median(run["workloads"][workload][variant][mode])
-                              for run in runs.get(label, [])
-                              if variant in run.get("workloads", {}).get(workload, {})]
+                    rounds = [
+                        harness.median(run["workloads"][workload][variant][mode])
+                        for run in runs.get(label, [])
+                        if variant in run.get("workloads", {}).get(workload, {})
+                    ]
                     rounds = [r for r in rounds if r is not None]
                     per_build[label] = {"round_medians_ms": rounds, "median_ms": harness.median(rounds)}
                 first = per_build[labels[0]]["median_ms"]
                 first_rounds = per_build[labels[0]]["round_medians_ms"]
                 for label in labels[1:]:
                     value = per_build[label]["median_ms"]
-                    per_build[label][f"ratio_to_{labels[0]}"] = (
-                        None if value is None or not first else value / first)
+                    per_build[label][f"ratio_to_{labels[0]}"] = None if value is None or not first else value / first
                     # Round by round (the builds ran one after the other in each): in how
                     # many rounds this build was the faster of the pair.
                     pairs = list(zip(first_rounds, per_build[label]["round_medians_ms"]))
@@ -129,21 +131,26 @@ def summarise(runs: Dict[str, List[Dict[str, Any]]], labels: Sequence[str],
     return rows
 
 
-def summarise_kernels(runs: Dict[str, List[Dict[str, Any]]], labels: Sequence[str],
-                      workload: str) -> Dict[str, Dict[str, Optional[float]]]:
+def summarise_kernels(
+    runs: Dict[str, List[Dict[str, Any]]], labels: Sequence[str], workload: str
+) -> Dict[str, Dict[str, Optional[float]]]:
     """{kernel: {label: median over rounds of its ms per forward+backward}} (a kernel a
     round did not run counts 0 in that round)."""
     names: List[str] = []
     per_round: Dict[str, List[Dict[str, Any]]] = {}
     for label in labels:
-        per_round[label] = [run["workloads"][workload]["eager"].get("kernels", {})
-                            for run in runs.get(label, []) if workload in run.get("workloads", {})]
+        per_round[label] = [
+            run["workloads"][workload]["eager"].get("kernels", {})
+            for run in runs.get(label, [])
+            if workload in run.get("workloads", {})
+        ]
         for kernels in per_round[label]:
             names += [k for k in kernels if k not in names]
     table = {}
     for name in names:
-        table[name] = {label: harness.median([k[name][0] if name in k else 0.0 for k in per_round[label]])
-                       for label in labels}
+        table[name] = {
+            label: harness.median([k[name][0] if name in k else 0.0 for k in per_round[label]]) for label in labels
+        }
     return table
 
 
@@ -152,8 +159,9 @@ def _fmt(value: Optional[float], digits: int = 2) -> str:
 
 
 def _align(header: List[str], lines: List[List[str]]) -> str:
-    widths = [max(len(header[i]), *(len(line[i]) for line in lines)) if lines else len(header[i])
-              for i in range(len(header))]
+    widths = [
+        max(len(header[i]), *(len(line[i]) for line in lines)) if lines else len(header[i]) for i in range(len(header))
+    ]
     out = ["  ".join(h.ljust(w) for h, w in zip(header, widths)), "  ".join("-" * w for w in widths)]
     out += ["  ".join(c.ljust(w) for c, w in zip(line, widths)) for line in lines]
     return "\n".join(line.rstrip() for line in out)
@@ -175,8 +183,9 @@ def format_table(rows: List[Dict[str, Any]], labels: Sequence[str]) -> str:
             line += [_fmt(per_build[label]["median_ms"], 3) for label in labels]
             for label in labels[1:]:
                 faster, paired = per_build[label][f"rounds_faster_than_{labels[0]}"]
-                line.append(_fmt(per_build[label][f"ratio_to_{labels[0]}"], 3) +
-                            (f" [{faster}/{paired}]" if paired else ""))
+                line.append(
+                    _fmt(per_build[label][f"ratio_to_{labels[0]}"], 3) + (f" [{faster}/{paired}]" if paired else "")
+                )
         lines.append(line)
     return _align(header, lines)
 
@@ -189,9 +198,11 @@ def format_kernel_table(table: Dict[str, Dict[str, Optional[float]]], labels: Se
     lines = []
     for name, values in [(k, table[k]) for k in order] + [("sum", totals)]:
         first = values[labels[0]]
-        lines.append([name[:60]] + [_fmt(values[label], 3) for label in labels] +
-                     [_fmt(values[label] / first if first and values[label] is not None else None, 3)
-                      for label in labels[1:]])
+        lines.append(
+            [name[:60]]
+            + [_fmt(values[label], 3) for label in labels]
+            + [_fmt(values[label] / first if first and values[label] is not None else None, 3) for label in labels[1:]]
+        )
     return _align(header, lines)
 
 
@@ -206,9 +217,14 @@ def _one_round(build: str, spec: Dict[str, Any], quiet: bool) -> Dict[str, Any]:
         spec_path.write_text(json.dumps(dict(spec, build=build)))
         # The child runs in an empty folder so that no pulsar_py in the current folder
         # can shadow the build's.
-        done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", str(spec_path),
-                               str(out_path)], cwd=folder, env=harness.child_env(build),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        done = subprocess.run(
+            [sys.executable, str(Path(__file__).resolve()), "--child", str(spec_path), str(out_path)],
+            cwd=folder,
+            env=harness.child_env(build),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         if done.returncode != 0 or not out_path.exists():
             tail = (done.stderr or done.stdout)[-3000:]
             print(f"  {build}: the child failed (exit {done.returncode}):\n{tail}", file=sys.stderr)
@@ -216,42 +232,70 @@ def _one_round(build: str, spec: Dict[str, Any], quiet: bool) -> Dict[str, Any]:
         if not quiet:  # the child's progress; its warnings only when it fails
             for line in done.stderr.splitlines():
                 if line.startswith(PROGRESS):
-                    print("  " + line[len(PROGRESS):], file=sys.stderr)
+                    print("  " + line[len(PROGRESS) :], file=sys.stderr)
         return json.loads(out_path.read_text())
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="benchmarks/profile/ab.py", description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--builds", nargs="+", required=True, metavar="DIR",
-                        help="two or more folders, each holding a built pulsar_py package")
+        prog="benchmarks/profile/ab.py",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--builds",
+        nargs="+",
+        required=True,
+        metavar="DIR",
+        help="two or more folders, each holding a built pulsar_py package",
+    )
     parser.add_argument("--labels", default=None, help="comma-separated names of the builds (default A, B, C ...)")
     parser.add_argument("--workloads", default="W3,W4", help="comma-separated, e.g. W1,W2,W3 (default W3,W4)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds; each runs every build once (default 3)")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help="timed calls per round and mode (default 20 on CUDA, 5 on the CPU)")
+    parser.add_argument(
+        "--repeats", type=int, default=None, help="timed calls per round and mode (default 20 on CUDA, 5 on the CPU)"
+    )
     parser.add_argument("--warmup-fwd", type=int, default=None, help="untimed forwards (default 3 CUDA, 1 CPU)")
-    parser.add_argument("--warmup-fwd-bwd", type=int, default=None,
-                        help="untimed forward+backwards (default 10 CUDA, 1 CPU)")
+    parser.add_argument(
+        "--warmup-fwd-bwd", type=int, default=None, help="untimed forward+backwards (default 10 CUDA, 1 CPU)"
+    )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--grads", default="all",
-                        help="inputs whose gradients the backward computes: all, or some of "
-                             "pos,col,rad,opacity,cam (default all)")
-    parser.add_argument("--compile", default="", metavar="WORKLOADS",
-                        help="also time these workloads through torch.compile of a module that calls the "
-                             "renderer (rows '<W> compiled'), e.g. --compile W3")
+    parser.add_argument(
+        "--grads",
+        default="all",
+        help="inputs whose gradients the backward computes: all, or some of pos,col,rad,opacity,cam (default all)",
+    )
+    parser.add_argument(
+        "--compile",
+        default="",
+        metavar="WORKLOADS",
+        help="also time these workloads through torch.compile of a module that calls the "
+        "renderer (rows '<W> compiled'), e.g. --compile W3",
+    )
     parser.add_argument("--compile-backend", default="inductor", help="torch.compile backend (default inductor)")
-    parser.add_argument("--kernels", action="store_true",
-                        help="also the CUPTI kernel times of each forward+backward (CUDA), per build")
+    parser.add_argument(
+        "--kernels", action="store_true", help="also the CUPTI kernel times of each forward+backward (CUDA), per build"
+    )
     parser.add_argument("--kernel-steps", type=int, default=10, help="steps profiled per round for --kernels")
-    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                        help="set a renderer attribute in every build (repeatable); a build without it fails")
-    parser.add_argument("--same-native", action="store_true",
-                        help="the builds share one native module (an A/B of the Python package alone); "
-                             "without it, folders carrying the same module are refused")
-    parser.add_argument("--cpus", default="", metavar="LIST",
-                        help="run every child on these CPU cores, e.g. 2,3 (default: wherever the OS puts it)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set a renderer attribute in every build (repeatable); a build without it fails",
+    )
+    parser.add_argument(
+        "--same-native",
+        action="store_true",
+        help="the builds share one native module (an A/B of the Python package alone); "
+        "without it, folders carrying the same module are refused",
+    )
+    parser.add_argument(
+        "--cpus",
+        default="",
+        metavar="LIST",
+        help="run every child on these CPU cores, e.g. 2,3 (default: wherever the OS puts it)",
+    )
     parser.add_argument("--json", dest="json_path", default=None, help="write every figure here")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     return parser
@@ -276,8 +320,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     missing = [w for w in compiled if w not in workloads]
     if missing:
         parser.error(f"--compile {','.join(missing)}: not among --workloads")
-    labels = ([s.strip() for s in args.labels.split(",")] if args.labels
-              else [chr(ord("A") + i) for i in range(len(args.builds))])
+    labels = (
+        [s.strip() for s in args.labels.split(",")]
+        if args.labels
+        else [chr(ord("A") + i) for i in range(len(args.builds))]
+    )
     if len(labels) != len(args.builds) or len(set(labels)) != len(labels):
         parser.error(f"--labels: expected {len(args.builds)} distinct names, got {args.labels!r}")
     if args.rounds < 1 or (args.repeats is not None and args.repeats < 1):
@@ -290,13 +337,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError:
         parser.error(f"--cpus: expected comma-separated core numbers, got {args.cpus!r}")
     if cpus and not set(cpus) <= os.sched_getaffinity(0):
-        parser.error(f"--cpus: cores {sorted(set(cpus) - os.sched_getaffinity(0))} are not available here "
-                     f"(available: {sorted(os.sched_getaffinity(0))})")
-    spec = dict(device=args.device, cpus=cpus, workloads=workloads, compile=compiled, compile_backend=args.compile_backend,
-                repeats=args.repeats or (20 if cuda else 5),
-                warmup_fwd=args.warmup_fwd if args.warmup_fwd is not None else (3 if cuda else 1),
-                warmup_fwd_bwd=args.warmup_fwd_bwd if args.warmup_fwd_bwd is not None else (10 if cuda else 1),
-                grads=args.grads, set=args.set, kernels=args.kernels, kernel_steps=args.kernel_steps)
+        parser.error(
+            f"--cpus: cores {sorted(set(cpus) - os.sched_getaffinity(0))} are not available here "
+            f"(available: {sorted(os.sched_getaffinity(0))})"
+        )
+    spec = dict(
+        device=args.device,
+        cpus=cpus,
+        workloads=workloads,
+        compile=compiled,
+        compile_backend=args.compile_backend,
+        repeats=args.repeats or (20 if cuda else 5),
+        warmup_fwd=args.warmup_fwd if args.warmup_fwd is not None else (3 if cuda else 1),
+        warmup_fwd_bwd=args.warmup_fwd_bwd if args.warmup_fwd_bwd is not None else (10 if cuda else 1),
+        grads=args.grads,
+        set=args.set,
+        kernels=args.kernels,
+        kernel_steps=args.kernel_steps,
+    )
 
     runs: Dict[str, List[Dict[str, Any]]] = {label: [] for label in labels}
     for r in range(args.rounds):
@@ -307,8 +365,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     good = {label: [run for run in runs[label] if "error" not in run] for label in labels}
     rows = summarise(good, labels, workloads)
 
-    print(f"median over {args.rounds} rounds of each round's median of {spec['repeats']} calls "
-          f"({args.device}); ratios below 1: faster than {labels[0]}")
+    print(
+        f"median over {args.rounds} rounds of each round's median of {spec['repeats']} calls "
+        f"({args.device}); ratios below 1: faster than {labels[0]}"
+    )
     for label, build in zip(labels, args.builds):
         version = next((run["build"].get("version") for run in good[label]), None)
         failed = len(runs[label]) - len(good[label])
@@ -322,18 +382,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(format_kernel_table(kernel_tables[workload], labels))
     if args.json_path:
         report = dict(
-            device=torch.cuda.get_device_name(args.device) if cuda else f"{platform.machine()} CPU, "
-                                                                        f"{os.cpu_count()} cores",
+            device=torch.cuda.get_device_name(args.device)
+            if cuda
+            else f"{platform.machine()} CPU, {os.cpu_count()} cores",
             driver=harness.driver_version() if cuda else None,
             torch=torch.__version__ + (f", CUDA {torch.version.cuda}" if torch.version.cuda else ""),
             date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             command=shlex.join(["python", "benchmarks/profile/ab.py", *argv]),
             settings=dict(spec, rounds=args.rounds),
-            builds=[dict(label=label, folder=build, native_sha256=digest,
-                         description=next((run["build"] for run in good[label]), None),
-                         failed_rounds=[run["error"] for run in runs[label] if "error" in run])
-                    for label, build, digest in zip(labels, args.builds, digests)],
-            rows=rows, kernels=kernel_tables or None, rounds=good)
+            builds=[
+                dict(
+                    label=label,
+                    folder=build,
+                    native_sha256=digest,
+                    description=next((run["build"] for run in good[label]), None),
+                    failed_rounds=[run["error"] for run in runs[label] if "error" in run],
+                )
+                for label, build, digest in zip(labels, args.builds, digests)
+            ],
+            rows=rows,
+            kernels=kernel_tables or None,
+            rounds=good,
+        )
         folder = os.path.dirname(args.json_path)
         if folder:
             os.makedirs(folder, exist_ok=True)

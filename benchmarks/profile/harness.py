@@ -53,17 +53,20 @@ class Workload:
     views: int = 1
 
 
-WORKLOADS: Dict[str, Workload] = {w.name: w for w in [
-    Workload("W1", 1_000_000, 1000, 1000, 1.0, 0.0, None),
-    Workload("W2", 1_000_000, 1000, 1000, 1.0, 0.0, (0.1, 1.0)),
-    Workload("W3", 10_000, 512, 512, 1.0, 0.0, (0.1, 1.0)),
-    Workload("W4", 1_000_000, 1024, 1024, 0.038, 0.5, (0.1, 0.9)),
-    Workload("W5", 4_000_000, 1024, 1024, 0.019, 0.5, (0.1, 0.9)),
-    Workload("W6", 400_000, 512, 512, 0.05, 0.5, (0.1, 0.9), views=8),
-    # Not a standard workload: one sphere on 16x16 pixels, where the host's work is the
-    # whole cost of a call (host_timeline.py).
-    Workload("tiny", 1, 16, 16, 1.0, 1.0, (0.5, 0.5)),
-]}
+WORKLOADS: Dict[str, Workload] = {
+    w.name: w
+    for w in [
+        Workload("W1", 1_000_000, 1000, 1000, 1.0, 0.0, None),
+        Workload("W2", 1_000_000, 1000, 1000, 1.0, 0.0, (0.1, 1.0)),
+        Workload("W3", 10_000, 512, 512, 1.0, 0.0, (0.1, 1.0)),
+        Workload("W4", 1_000_000, 1024, 1024, 0.038, 0.5, (0.1, 0.9)),
+        Workload("W5", 4_000_000, 1024, 1024, 0.019, 0.5, (0.1, 0.9)),
+        Workload("W6", 400_000, 512, 512, 0.05, 0.5, (0.1, 0.9), views=8),
+        # Not a standard workload: one sphere on 16x16 pixels, where the host's work is the
+        # whole cost of a call (host_timeline.py).
+        Workload("tiny", 1, 16, 16, 1.0, 1.0, (0.5, 0.5)),
+    ]
+}
 
 
 def parse_workloads(text: str) -> List[Workload]:
@@ -72,8 +75,7 @@ def parse_workloads(text: str) -> List[Workload]:
     by_key = {k.lower(): w for k, w in WORKLOADS.items()}
     unknown = [s for s in names if s.lower() not in by_key]
     if unknown or not names:
-        raise ValueError(f"unknown workload(s) {', '.join(unknown) or text!r}; "
-                         f"expected some of {', '.join(WORKLOADS)}")
+        raise ValueError(f"unknown workload(s) {', '.join(unknown) or text!r}; expected some of {', '.join(WORKLOADS)}")
     return [by_key[s.lower()] for s in names]
 
 
@@ -89,8 +91,9 @@ def cameras(workload: Workload) -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.float64)
 
 
-def make_inputs(workload: Workload, device: torch.device,
-                dtype: torch.dtype = torch.float32) -> List[Optional[torch.Tensor]]:
+def make_inputs(
+    workload: Workload, device: torch.device, dtype: torch.dtype = torch.float32
+) -> List[Optional[torch.Tensor]]:
     """[positions, colours, radii, opacity or None, cam_params] as performance.md draws
     them: a CPU generator seeded 1 draws positions rand(N, 3) * 10 (z += 25, x, y -= 5),
     colours rand(N, 3), u = rand(N) for the radius (at least 1e-5), then rand(N) for the
@@ -171,15 +174,23 @@ class Case:
     clears their gradients (outside the timed region). ``compiled``: the call goes through
     ``torch.compile`` of a RenderCall (``compile_backend``)."""
 
-    def __init__(self, workload: Workload, device: torch.device, grads: Sequence[str] = GRAD_NAMES,
-                 attrs: Optional[Dict[str, object]] = None, compiled: bool = False,
-                 compile_backend: str = "inductor", check_values: bool = False,
-                 dtype: torch.dtype = torch.float32) -> None:
+    def __init__(
+        self,
+        workload: Workload,
+        device: torch.device,
+        grads: Sequence[str] = GRAD_NAMES,
+        attrs: Optional[Dict[str, object]] = None,
+        compiled: bool = False,
+        compile_backend: str = "inductor",
+        check_values: bool = False,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
         from pulsar_py import Renderer
 
         self.workload, self.device = workload, device
-        renderer = Renderer(workload.width, workload.height, workload.n_spheres, n_channels=3,
-                            n_track=N_TRACK).to(device)
+        renderer = Renderer(workload.width, workload.height, workload.n_spheres, n_channels=3, n_track=N_TRACK).to(
+            device
+        )
         if hasattr(renderer, "check_values"):
             renderer.check_values = check_values
         for name, value in (attrs or {}).items():
@@ -190,8 +201,10 @@ class Case:
         call = RenderCall(renderer)
         self.call = torch.compile(call, backend=compile_backend) if compiled else call
         self.inputs = make_inputs(workload, device, dtype)
-        self.leaves = [None if t is None else t.detach().clone().requires_grad_(name in grads)
-                       for name, t in zip(GRAD_NAMES, self.inputs)]
+        self.leaves = [
+            None if t is None else t.detach().clone().requires_grad_(name in grads)
+            for name, t in zip(GRAD_NAMES, self.inputs)
+        ]
         if not any(t is not None and t.requires_grad for t in self.leaves):
             raise ValueError(f"{workload.name}: none of the inputs named in --grads exists")
         with torch.no_grad():
@@ -230,8 +243,9 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_calls(device: torch.device, run: Callable[[], object], prepare: Callable[[], None],
-               warmup: int, repeats: int) -> List[float]:
+def time_calls(
+    device: torch.device, run: Callable[[], object], prepare: Callable[[], None], warmup: int, repeats: int
+) -> List[float]:
     """Milliseconds of ``repeats`` calls of ``run`` after ``warmup`` untimed ones, each
     from an idle device; ``prepare`` runs before each, outside the timed region. CUDA:
     events on the current stream; CPU: time.perf_counter (the driver's method)."""
@@ -285,8 +299,9 @@ def device_activities(prof) -> List[Tuple[float, float, str]]:
     return sorted(out)
 
 
-def kernel_times(step: Callable[[], None], device: torch.device, steps: int = 10,
-                 full_names: bool = False) -> Dict[str, Tuple[float, float]]:
+def kernel_times(
+    step: Callable[[], None], device: torch.device, steps: int = 10, full_names: bool = False
+) -> Dict[str, Tuple[float, float]]:
     """{kernel: (ms per step, launches per step)} over ``steps`` runs of ``step`` (CUPTI
     activities only, so the host is not slowed by tracing); kernels of one base name
     (kernel_base_name) are summed unless ``full_names``."""
@@ -341,15 +356,18 @@ def check_builds(builds: Sequence[str], same_native: bool = False) -> List[str]:
     digests = [module_digest(b) for b in builds]
     if same_native:
         if len(set(digests)) != 1:
-            raise ValueError(f"--same-native: the folders carry {len(set(digests))} different native "
-                             f"modules: {', '.join(builds)}")
+            raise ValueError(
+                f"--same-native: the folders carry {len(set(digests))} different native modules: {', '.join(builds)}"
+            )
         return digests
     seen: Dict[str, str] = {}
     for build, digest in zip(builds, digests):
         if digest in seen:
-            raise ValueError(f"{seen[digest]} and {build} carry the same native module (sha256 "
-                             f"{digest[:12]}): rebuild and check that the link ran, or pass "
-                             f"--same-native to compare Python-only changes")
+            raise ValueError(
+                f"{seen[digest]} and {build} carry the same native module (sha256 "
+                f"{digest[:12]}): rebuild and check that the link ran, or pass "
+                f"--same-native to compare Python-only changes"
+            )
         seen[digest] = build
     return digests
 
@@ -370,8 +388,9 @@ def use_build(build: Optional[str]) -> None:
 def child_env(build: str) -> Dict[str, str]:
     """Environment of a process that must import pulsar_py from ``build``."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(build).resolve())] +
-                                        [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(build).resolve())] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    )
     env["PYTHONNOUSERSITE"] = "1"
     return env
 
@@ -379,8 +398,12 @@ def child_env(build: str) -> Dict[str, str]:
 def driver_version() -> Optional[str]:
     """The NVIDIA driver's version from nvidia-smi, or None."""
     try:
-        done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=20)
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     lines = done.stdout.split()
@@ -391,8 +414,10 @@ def build_description() -> Dict[str, object]:
     """Version and build facts of the imported pulsar_py (what it exposes of them)."""
     import pulsar_py
 
-    info: Dict[str, object] = {"version": getattr(pulsar_py, "__version__", None),
-                               "file": str(Path(pulsar_py.__file__).resolve().parent)}
+    info: Dict[str, object] = {
+        "version": getattr(pulsar_py, "__version__", None),
+        "file": str(Path(pulsar_py.__file__).resolve().parent),
+    }
     build_info = getattr(pulsar_py, "build_info", None)
     if callable(build_info):
         try:

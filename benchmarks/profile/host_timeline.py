@@ -42,9 +42,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-import torch
-
 import harness
+import torch
 
 MARKER = "host-timeline-run"
 
@@ -137,8 +136,11 @@ def trace_mode(case: harness.Case, runs: int, python: bool, max_depth: int, min_
                 harness.sync(case.device)
     events = load_trace(prof)
     steps = [e for e in events if e.get("name") == MARKER and e.get("cat") == "user_annotation"]
-    acts = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"]), e["name"]) for e in events
-                  if e.get("cat") in DEVICE_CATEGORIES)
+    acts = sorted(
+        (float(e["ts"]), float(e["ts"]) + float(e["dur"]), e["name"])
+        for e in events
+        if e.get("cat") in DEVICE_CATEGORIES
+    )
     host = [e for e in events if e.get("cat") in HOST_CATEGORIES]
     results = []
     for step in steps:
@@ -152,12 +154,19 @@ def trace_mode(case: harness.Case, runs: int, python: bool, max_depth: int, min_
     span, step, mine, gaps = results[len(results) // 2]
     t0, t1 = float(step["ts"]), float(step["ts"]) + float(step["dur"])
     first = mine[0][0] if mine else t1
-    print(f"  run of median span: {span:.0f} us on the host clock; {len(mine)} device activities, busy "
-          f"{gaps['busy']:.0f} us" + (f"; first device activity at +{gaps['before_first']:.0f} us" if mine else ""))
+    print(
+        f"  run of median span: {span:.0f} us on the host clock; {len(mine)} device activities, busy "
+        f"{gaps['busy']:.0f} us" + (f"; first device activity at +{gaps['before_first']:.0f} us" if mine else "")
+    )
     with_acts = [r for r in results if r[2]]
-    print(f"  median over {len(results)} runs: span {statistics.median(r[0] for r in results):.0f} us" +
-          (f", before the first activity {statistics.median(r[3]['before_first'] for r in with_acts):.0f} us"
-           if with_acts else ""))
+    print(
+        f"  median over {len(results)} runs: span {statistics.median(r[0] for r in results):.0f} us"
+        + (
+            f", before the first activity {statistics.median(r[3]['before_first'] for r in with_acts):.0f} us"
+            if with_acts
+            else ""
+        )
+    )
     in_run = [e for e in host if t0 <= float(e["ts"]) <= t1]
     title = "before the first device activity" if mine else "of the run"
     print(f"  host operations {title} (offset us, duration us; depth <= {max_depth}, >= {min_us} us):")
@@ -171,14 +180,19 @@ def trace_mode(case: harness.Case, runs: int, python: bool, max_depth: int, min_
     if not mine:
         return
     idle = sum(g[0] for g in gaps["gaps"])
-    print(f"  device idle between activities {idle:.0f} us, after the last {t1 - gaps['end']:.0f} us; "
-          f"largest gaps, with the innermost host operations running when each ended:")
+    print(
+        f"  device idle between activities {idle:.0f} us, after the last {t1 - gaps['end']:.0f} us; "
+        f"largest gaps, with the innermost host operations running when each ended:"
+    )
     for gap, _, end, name in sorted(gaps["gaps"], key=lambda g: -g[0])[:12]:
-        running = sorted((e for e in in_run
-                          if e is not step and float(e["ts"]) <= end <= float(e["ts"]) + float(e["dur"])),
-                         key=lambda e: float(e["dur"]))
-        print(f"    {gap:7.1f} us before {name[:50]:50s} at +{end - t0:8.1f}  "
-              f"[{', '.join(e['name'][:40] for e in running[:3])}]")
+        running = sorted(
+            (e for e in in_run if e is not step and float(e["ts"]) <= end <= float(e["ts"]) + float(e["dur"])),
+            key=lambda e: float(e["dur"]),
+        )
+        print(
+            f"    {gap:7.1f} us before {name[:50]:50s} at +{end - t0:8.1f}  "
+            f"[{', '.join(e['name'][:40] for e in running[:3])}]"
+        )
 
 
 def device_only_mode(case: harness.Case, runs: int) -> None:
@@ -198,7 +212,7 @@ def device_only_mode(case: harness.Case, runs: int) -> None:
     marks = [i for i, a in enumerate(acts) if "spin" in a[2].lower()]
     results = []
     for k, i in enumerate(marks):
-        body = acts[i + 1:marks[k + 1] if k + 1 < len(marks) else len(acts)]
+        body = acts[i + 1 : marks[k + 1] if k + 1 < len(marks) else len(acts)]
         if body:
             gaps = device_gaps(acts[i][1], body)
             results.append((gaps["end"] - acts[i][1], gaps))
@@ -211,11 +225,15 @@ def device_only_mode(case: harness.Case, runs: int) -> None:
     for gap, _, _, name in gaps["gaps"]:
         by_name[name] += gap
     idle = sum(by_name.values())
-    print(f"  run of median span: {span:.0f} us = busy {gaps['busy']:.0f} + before the first activity "
-          f"{gaps['before_first']:.0f} + idle between activities {idle:.0f}")
-    print(f"  median over {len(results)} runs: span {statistics.median(r[0] for r in results):.0f} us, "
-          f"busy {statistics.median(r[1]['busy'] for r in results):.0f}, "
-          f"before the first {statistics.median(r[1]['before_first'] for r in results):.0f}")
+    print(
+        f"  run of median span: {span:.0f} us = busy {gaps['busy']:.0f} + before the first activity "
+        f"{gaps['before_first']:.0f} + idle between activities {idle:.0f}"
+    )
+    print(
+        f"  median over {len(results)} runs: span {statistics.median(r[0] for r in results):.0f} us, "
+        f"busy {statistics.median(r[1]['busy'] for r in results):.0f}, "
+        f"before the first {statistics.median(r[1]['before_first'] for r in results):.0f}"
+    )
     small = sum(g for g in by_name.values() if g < 3.0)
     for name, gap in sorted(by_name.items(), key=lambda kv: -kv[1]):
         if gap >= 3.0:
@@ -291,9 +309,11 @@ def per_call_us(device: torch.device, fn: Callable[[], object], calls: int) -> f
 
 def per_call_mode(case: harness.Case, calls: int) -> None:
     print(f"  host microseconds per call ({calls} calls each, synchronised only at the end):")
-    for name, fn in [("forward, no gradients", case.forward),
-                     ("forward with gradients", case.forward_with_graph),
-                     ("forward+backward", case.step)]:
+    for name, fn in [
+        ("forward, no gradients", case.forward),
+        ("forward with gradients", case.forward_with_graph),
+        ("forward+backward", case.step),
+    ]:
         print(f"    {name:28s} {per_call_us(case.device, fn, calls):10.1f}")
 
 
@@ -310,20 +330,25 @@ def cprofile_mode(case: harness.Case, calls: int) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="benchmarks/profile/host_timeline.py",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="benchmarks/profile/host_timeline.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("workloads", nargs="*", default=["W3"], help="W1 ... W6 or tiny (default W3)")
     parser.add_argument("--build", default=None, help="folder holding the pulsar_py to profile (default: installed)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--runs", type=int, default=7, help="runs per measurement (default 7)")
     parser.add_argument("--grads", default="all", help="all, or some of pos,col,rad,opacity,cam")
     parser.add_argument("--python", action="store_true", help="trace Python functions too (slows the host)")
-    parser.add_argument("--depth", type=int, default=None,
-                        help="depth of the host tree printed (default 3; 12 with --python)")
+    parser.add_argument(
+        "--depth", type=int, default=None, help="depth of the host tree printed (default 3; 12 with --python)"
+    )
     parser.add_argument("--min-us", type=float, default=2.0, help="host operations shorter than this are left out")
     parser.add_argument("--device-only", action="store_true", help="CUPTI activities only (no host tracing)")
-    parser.add_argument("--stamp", action="append", default=[], metavar="MODULE:NAME",
-                        help="time the entry and exit of this function from the run's start (repeatable)")
+    parser.add_argument(
+        "--stamp",
+        action="append",
+        default=[],
+        metavar="MODULE:NAME",
+        help="time the entry and exit of this function from the run's start (repeatable)",
+    )
     parser.add_argument("--per-call", action="store_true", help="host microseconds per call")
     parser.add_argument("--calls", type=int, default=2000, help="calls for --per-call and --cprofile")
     parser.add_argument("--cprofile", action="store_true", help="cProfile of --calls forwards with gradients")

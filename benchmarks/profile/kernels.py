@@ -20,9 +20,8 @@ import sys
 import time
 from typing import Any, Dict, Optional, Sequence
 
-import torch
-
 import harness
+import torch
 
 
 def wall_ms(case: harness.Case, steps: int) -> float:
@@ -52,9 +51,15 @@ def profile_workload(workload: harness.Workload, args: argparse.Namespace) -> Di
     kernels = harness.kernel_times(case.step, device, args.steps, args.full_names)
     result["kernels"] = {k: {"ms": v[0], "launches": v[1]} for k, v in kernels.items()}
     total = sum(v[0] for v in kernels.values())
-    print(f"{workload.name}: " + ", ".join(
-        f"{'wall' if k == 'wall_ms' else 'checks ' + k.rsplit('_', 1)[-1]} {v:.3f} ms"
-        for k, v in result.items() if k.startswith("wall")) + " per synchronised forward+backward")
+    print(
+        f"{workload.name}: "
+        + ", ".join(
+            f"{'wall' if k == 'wall_ms' else 'checks ' + k.rsplit('_', 1)[-1]} {v:.3f} ms"
+            for k, v in result.items()
+            if k.startswith("wall")
+        )
+        + " per synchronised forward+backward"
+    )
     print(f"  {'device activity':60s} {'ms/step':>9s} {'launches':>9s} {'share':>7s}")
     for name, (ms, launches) in sorted(kernels.items(), key=lambda kv: -kv[1][0]):
         print(f"  {name[:60]:60s} {ms:9.3f} {launches:9.1f} {ms / total if total else 0.0:7.1%}")
@@ -80,8 +85,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--steps", type=int, default=10, help="forward+backward steps per measurement (default 10)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps first (default 5)")
     parser.add_argument("--grads", default="all", help="all, or some of pos,col,rad,opacity,cam")
-    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                        help="set a renderer attribute before timing (repeatable)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set a renderer attribute before timing (repeatable)",
+    )
     parser.add_argument("--full-names", action="store_true", help="one row per kernel instance, full names")
     parser.add_argument("--table", action="store_true", help="also torch.profiler's host and device tables")
     parser.add_argument("--json", dest="json_path", default=None, help="write the figures here")
@@ -95,9 +105,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not torch.cuda.is_available():
         parser.error("needs a CUDA device")
     harness.use_build(args.build)
-    report = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, build=harness.build_description(),
-                  steps=args.steps, grads=args.grads, set=args.set,
-                  workloads=[profile_workload(w, args) for w in workloads])
+    report = dict(
+        device=torch.cuda.get_device_name(),
+        torch=torch.__version__,
+        build=harness.build_description(),
+        steps=args.steps,
+        grads=args.grads,
+        set=args.set,
+        workloads=[profile_workload(w, args) for w in workloads],
+    )
     if args.json_path:
         with open(args.json_path, "w") as f:
             json.dump(report, f, indent=1)

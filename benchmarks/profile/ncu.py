@@ -32,14 +32,15 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-import torch
-
 import harness
+import torch
 
 SECTIONS = ["SpeedOfLight", "WarpStateStats", "InstructionStats", "Occupancy", "SchedulerStats", "LaunchStats"]
 ADDRESS = re.compile(r"/\*[0-9a-f]{4,}\*/")  # an instruction's address in cuobjdump's listing
-KEY_LINES = re.compile(r"render_|Duration|Issued Ipc|Issue Slots Busy|Active Warps|No Eligible|"
-                       r"Executed Instructions  |Registers|Achieved Occ|Avg. Active Threads|Avg. Not Predicated")
+KEY_LINES = re.compile(
+    r"render_|Duration|Issued Ipc|Issue Slots Busy|Active Warps|No Eligible|"
+    r"Executed Instructions  |Registers|Achieved Occ|Avg. Active Threads|Avg. Not Predicated"
+)
 
 
 def step_mode(workload: str, build: Optional[str]) -> None:
@@ -64,7 +65,7 @@ def hotspots(path: str, fraction: float) -> None:
     if at is None:
         print(f"{path}: no 'Instructions Executed' column")
         return
-    header, data = rows[at], [r for r in rows[at + 1:] if len(r) == len(rows[at])]
+    header, data = rows[at], [r for r in rows[at + 1 :] if len(r) == len(rows[at])]
 
     def column(*names: str) -> Optional[int]:
         return next((header.index(n) for n in names if n in header), None)
@@ -79,8 +80,9 @@ def hotspots(path: str, fraction: float) -> None:
         return
     top = max(counts)
     total_samples = sum(int(float(r[samples] or 0)) for r in data) if samples is not None else 0
-    print(f"{path}: {sum(counts) / 1e6:.1f} M warp instructions, {total_samples} stall samples, "
-          f"{len(data)} instructions")
+    print(
+        f"{path}: {sum(counts) / 1e6:.1f} M warp instructions, {total_samples} stall samples, {len(data)} instructions"
+    )
     print("  index  executed  samples  lanes  instruction")
     for i, (row, count) in enumerate(zip(data, counts)):
         if count >= fraction * top:
@@ -116,17 +118,26 @@ def dump_sass(build: Optional[str], regex: str, out: Path) -> Optional[Path]:
         body.append(chunk.rstrip("\n"))
         line += chunk.rstrip("\n").count("\n") + 1
     path = out / "sass.txt"
-    path.write_text("\n".join([f"{len(chosen)} kernels matching {regex!r}: line, instructions, name", *index,
-                               *body]) + "\n")
+    path.write_text(
+        "\n".join([f"{len(chosen)} kernels matching {regex!r}: line, instructions, name", *index, *body]) + "\n"
+    )
     print(f"SASS of {len(chosen)} kernels: {path}")
     return path
 
 
 def profile_workload(workload: str, args: argparse.Namespace, out: Path) -> None:
-    step = [sys.executable, str(Path(__file__).resolve()), "--step", workload] + \
-           (["--build", args.build] if args.build else [])
-    ncu = [args.ncu, "--profile-from-start", "off", "--clock-control", "none",
-           "--kernel-name", f"regex:{args.kernel_regex}"]
+    step = [sys.executable, str(Path(__file__).resolve()), "--step", workload] + (
+        ["--build", args.build] if args.build else []
+    )
+    ncu = [
+        args.ncu,
+        "--profile-from-start",
+        "off",
+        "--clock-control",
+        "none",
+        "--kernel-name",
+        f"regex:{args.kernel_regex}",
+    ]
     for section in args.sections.split(","):
         ncu += ["--section", section.strip()]
     if not args.source:
@@ -140,17 +151,31 @@ def profile_workload(workload: str, args: argparse.Namespace, out: Path) -> None
     ncu += ["--section", "SourceCounters", "--import-source", "yes", "-o", str(report), "-f"]
     with open(out / f"ncu_{workload}.log", "w") as log:
         subprocess.run(ncu + step, stdout=log, stderr=subprocess.STDOUT)
-    details = subprocess.run([args.ncu, "--import", f"{report}.ncu-rep", "--page", "details"],
-                             capture_output=True, text=True)
+    details = subprocess.run(
+        [args.ncu, "--import", f"{report}.ncu-rep", "--page", "details"], capture_output=True, text=True
+    )
     (out / f"ncu_{workload}.txt").write_text(details.stdout + details.stderr)
     print(f"{workload}: {out / f'ncu_{workload}.txt'}, {report}.ncu-rep")
     print("\n".join(line for line in details.stdout.splitlines() if KEY_LINES.search(line))[:20000])
     for kernel in args.source_kernels.split(","):
         csv_path = out / f"sass_{workload}_{re.sub(r'[^A-Za-z0-9_]+', '_', kernel)}.csv"
         with open(csv_path, "w") as f:
-            subprocess.run([args.ncu, "--import", f"{report}.ncu-rep", "--kernel-name", f"regex:{kernel}",
-                            "--page", "source", "--csv", "--print-source", "sass"], stdout=f,
-                           stderr=subprocess.DEVNULL)
+            subprocess.run(
+                [
+                    args.ncu,
+                    "--import",
+                    f"{report}.ncu-rep",
+                    "--kernel-name",
+                    f"regex:{kernel}",
+                    "--page",
+                    "source",
+                    "--csv",
+                    "--print-source",
+                    "sass",
+                ],
+                stdout=f,
+                stderr=subprocess.DEVNULL,
+            )
         hotspots(str(csv_path), args.hot)
 
 
@@ -163,8 +188,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--kernel-regex", default="render_", help="kernels to profile (default render_)")
     parser.add_argument("--sections", default=",".join(SECTIONS), help="comma-separated ncu sections")
     parser.add_argument("--source", action="store_true", help="per-instruction counters, exported as CSV")
-    parser.add_argument("--source-kernels", default="render_forward,render_backward",
-                        help="comma-separated regexes, one CSV each (default render_forward,render_backward)")
+    parser.add_argument(
+        "--source-kernels",
+        default="render_forward,render_backward",
+        help="comma-separated regexes, one CSV each (default render_forward,render_backward)",
+    )
     parser.add_argument("--hot", type=float, default=0.3, help="hot-instruction threshold (default 0.3)")
     parser.add_argument("--sass", action="store_true", help="dump the SASS of the matching kernels")
     parser.add_argument("--hotspots", default=None, metavar="CSV", help="print the hot instructions of a CSV")

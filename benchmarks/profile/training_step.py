@@ -32,9 +32,9 @@ MODES = ("eager", "compile", "reduce-overhead", "cuda-graph")
 
 def _step_functions(workload_name: str, mode: str, device_name: str):
     """A step of the mode on the workload, with the imported pulsar_py."""
+    import harness
     import torch
 
-    import harness
     from pulsar_py import Renderer
 
     workload = harness.WORKLOADS[workload_name]
@@ -93,9 +93,8 @@ def _step_functions(workload_name: str, mode: str, device_name: str):
 def run_child(spec: Dict[str, Any]) -> Dict[str, Any]:
     """In a process that imported its build: every workload and mode, ``steps`` timed steps
     after ``warmup``."""
-    import torch
-
     import harness
+    import torch
 
     results: Dict[str, Any] = {}
     for workload in spec["workloads"]:
@@ -123,8 +122,13 @@ def run_child(spec: Dict[str, Any]) -> Dict[str, Any]:
 def _one_round(build: str, spec: Dict[str, Any]) -> Dict[str, Any]:
     import harness
 
-    done = subprocess.run([sys.executable, __file__, "--child", json.dumps({**spec, "build": build})],
-                          capture_output=True, text=True, env=harness.child_env(build), cwd="/tmp")
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", json.dumps({**spec, "build": build})],
+        capture_output=True,
+        text=True,
+        env=harness.child_env(build),
+        cwd="/tmp",
+    )
     if done.returncode != 0:
         raise SystemExit(f"{build}: the timing process failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -140,8 +144,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu (eager and compile only)")
-    parser.add_argument("--same-native", action="store_true",
-                        help="the folders may share one native module (an A/B of Python changes)")
+    parser.add_argument(
+        "--same-native", action="store_true", help="the folders may share one native module (an A/B of Python changes)"
+    )
     parser.add_argument("--json", dest="json_path", default=None)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -161,9 +166,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for build in args.builds:
         harness.native_module(build)  # a folder without a built package is refused
     labels = args.labels.split(",") if args.labels else [chr(ord("A") + i) for i in range(len(args.builds))]
-    spec = {"workloads": [w.name for w in harness.parse_workloads(args.workloads)],
-            "modes": [m for m in args.modes.split(",") if m], "steps": args.steps, "warmup": args.warmup,
-            "device": args.device}
+    spec = {
+        "workloads": [w.name for w in harness.parse_workloads(args.workloads)],
+        "modes": [m for m in args.modes.split(",") if m],
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "device": args.device,
+    }
     runs: Dict[str, List[Dict[str, Any]]] = {label: [] for label in labels}
     for _ in range(args.rounds):
         for label, build in zip(labels, args.builds):
@@ -178,12 +187,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     width = max(len(r["case"]) for r in rows)
     print(f"{'case':{width}}  " + "  ".join(f"{label:>12}" for label in labels))
     for row in rows:
-        cells = [f"{row[l]:12.3f}" if isinstance(row[l], float) else f"{str(row[l])[:60]}" for l in labels]
+        cells = [f"{row[lb]:12.3f}" if isinstance(row[lb], float) else f"{str(row[lb])[:60]}" for lb in labels]
         print(f"{row['case']:{width}}  " + "  ".join(cells))
     if args.json_path:
         with open(args.json_path, "w") as f:
-            json.dump({"labels": labels, "builds": args.builds, "spec": spec, "rows": rows, "runs": runs}, f,
-                      indent=1)
+            json.dump({"labels": labels, "builds": args.builds, "spec": spec, "rows": rows, "runs": runs}, f, indent=1)
     return 0
 
 

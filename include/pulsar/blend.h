@@ -262,8 +262,7 @@ struct DepthStatsGrad {
 // would contribute less than the share p; with its depth sorted list, traversal stops.
 template <typename T>
 PULSAR_HD T termination_depth(const BlendParams<T>& p, const OnlineSoftmax<T>& state) {
-  return p.min_depth +
-         p.depth_range() * (T(1) - p.gamma * (std::log(state.D) + p.log_odds + state.m));
+  return p.min_depth + p.depth_range() * (T(1) - p.gamma * (std::log(state.D) + p.log_odds + state.m));
 }
 
 // An upper bound of log2(d) for the online softmax's normaliser d (0 < d <= hits + 1: each
@@ -358,8 +357,7 @@ struct TerminationTest {
 // the CUDA binning bounds it from below-estimated weights (tile_depth_bound.cu).
 template <typename T>
 PULSAR_HD double termination_depth_for_weight(const BlendParams<T>& p, double log_weight) {
-  return double(p.min_depth) +
-         double(p.depth_range()) * (1.0 - double(p.gamma) * (log_weight + double(p.log_odds)));
+  return double(p.min_depth) + double(p.depth_range()) * (1.0 - double(p.gamma) * (log_weight + double(p.log_odds)));
 }
 
 }  // namespace pulsar

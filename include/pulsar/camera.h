@@ -76,25 +76,39 @@ struct CameraGrad {
   T min_depth = 0, max_depth = 0;
 
   PULSAR_HD void add(const CameraGrad& o) {
-    eye += o.eye; p00_rel += o.p00_rel; pdx += o.pdx; pdy += o.pdy;
-    z_axis += o.z_axis; x_unit += o.x_unit; y_unit += o.y_unit;
-    min_depth += o.min_depth; max_depth += o.max_depth;
+    eye += o.eye;
+    p00_rel += o.p00_rel;
+    pdx += o.pdx;
+    pdy += o.pdy;
+    z_axis += o.z_axis;
+    x_unit += o.x_unit;
+    y_unit += o.y_unit;
+    min_depth += o.min_depth;
+    max_depth += o.max_depth;
   }
 
   // Flat layout, for reductions: eye, p00_rel, pdx, pdy, z_axis, x_unit, y_unit (3 each),
   // min_depth, max_depth (kValues values).
   static constexpr int kValues = 23;
   PULSAR_HD void to_array(T* out) const {
-    store_vec3(out + 0, eye); store_vec3(out + 3, p00_rel); store_vec3(out + 6, pdx);
-    store_vec3(out + 9, pdy); store_vec3(out + 12, z_axis); store_vec3(out + 15, x_unit);
+    store_vec3(out + 0, eye);
+    store_vec3(out + 3, p00_rel);
+    store_vec3(out + 6, pdx);
+    store_vec3(out + 9, pdy);
+    store_vec3(out + 12, z_axis);
+    store_vec3(out + 15, x_unit);
     store_vec3(out + 18, y_unit);
     out[21] = min_depth;
     out[22] = max_depth;
   }
   PULSAR_HD static CameraGrad from_array(const T* in) {
     CameraGrad g;
-    g.eye = load_vec3(in + 0); g.p00_rel = load_vec3(in + 3); g.pdx = load_vec3(in + 6);
-    g.pdy = load_vec3(in + 9); g.z_axis = load_vec3(in + 12); g.x_unit = load_vec3(in + 15);
+    g.eye = load_vec3(in + 0);
+    g.p00_rel = load_vec3(in + 3);
+    g.pdx = load_vec3(in + 6);
+    g.pdy = load_vec3(in + 9);
+    g.z_axis = load_vec3(in + 12);
+    g.x_unit = load_vec3(in + 15);
     g.y_unit = load_vec3(in + 18);
     g.min_depth = in[21];
     g.max_depth = in[22];

@@ -50,7 +50,9 @@ namespace camera_params_detail {
 
 // v / s component-wise: torch's normalize3 divides (it does not multiply by 1 / s).
 template <typename S>
-PULSAR_HD Vec3<S> divide(Vec3<S> v, S s) { return {v.x / s, v.y / s, v.z / s}; }
+PULSAR_HD Vec3<S> divide(Vec3<S> v, S s) {
+  return {v.x / s, v.y / s, v.z / s};
+}
 
 template <typename S>
 PULSAR_HD Vec3<S> normalize_by_division(Vec3<S> v) {
@@ -149,9 +151,9 @@ PULSAR_HD void camera_from_params_generic(const S* params, const CameraParamsSpe
   using T = typename ScalarOf<S>::type;
   const int n_rot = (spec.length == 11 || spec.length == 13) ? 6 : 3;
   Vec3<S> pos = {params[0], params[1], params[2]};
-  const Mat3<S> rot = n_rot == 6
-      ? rotation_6d_to_matrix(Vec3<S>{params[3], params[4], params[5]}, Vec3<S>{params[6], params[7], params[8]})
-      : axis_angle_to_matrix(Vec3<S>{params[3], params[4], params[5]});
+  const Mat3<S> rot = n_rot == 6 ? rotation_6d_to_matrix(Vec3<S>{params[3], params[4], params[5]},
+                                                         Vec3<S>{params[6], params[7], params[8]})
+                                 : axis_angle_to_matrix(Vec3<S>{params[3], params[4], params[5]});
   const S focal = params[3 + n_rot];
   const S sensor_width = params[4 + n_rot];
   if (spec.first_R_then_T) pos = {dot(rot.row(0), pos), dot(rot.row(1), pos), dot(rot.row(2), pos)};
@@ -223,8 +225,8 @@ PULSAR_HD void packed_camera_from_params_backward_run(const T* params, const Cam
 // the identity): the default, one run with all 13, suits the CPU; a GPU thread picks a
 // smaller Chunk so that the duals fit in registers.
 template <typename T, int Chunk = kMaxCameraParams>
-PULSAR_HD void packed_camera_from_params_backward(const T* params, const CameraParamsSpec& spec,
-                                                  const T* grad_packed, T* grad_params) {
+PULSAR_HD void packed_camera_from_params_backward(const T* params, const CameraParamsSpec& spec, const T* grad_packed,
+                                                  T* grad_params) {
   for (int first = 0; first < spec.length; first += Chunk)
     packed_camera_from_params_backward_run<T, Chunk>(params, spec, grad_packed, grad_params, first);
 }

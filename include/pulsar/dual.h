@@ -42,9 +42,13 @@ struct ScalarOf<Dual<T, N>> {
 
 // The value of a plain scalar or a dual, for comparisons in code templated on S.
 template <typename T>
-PULSAR_HD T value_of(T x) { return x; }
+PULSAR_HD T value_of(T x) {
+  return x;
+}
 template <typename T, int N>
-PULSAR_HD T value_of(const Dual<T, N>& x) { return x.v; }
+PULSAR_HD T value_of(const Dual<T, N>& x) {
+  return x.v;
+}
 
 // ---------------------------------------------------------------- dual (op) dual
 template <typename T, int N>
@@ -141,9 +145,13 @@ PULSAR_HD Dual<T, N> operator/(T s, const Dual<T, N>& a) {
 }
 
 template <typename T, int N>
-PULSAR_HD Dual<T, N>& operator+=(Dual<T, N>& a, const Dual<T, N>& b) { return a = a + b; }
+PULSAR_HD Dual<T, N>& operator+=(Dual<T, N>& a, const Dual<T, N>& b) {
+  return a = a + b;
+}
 template <typename T, int N>
-PULSAR_HD Dual<T, N>& operator-=(Dual<T, N>& a, const Dual<T, N>& b) { return a = a - b; }
+PULSAR_HD Dual<T, N>& operator-=(Dual<T, N>& a, const Dual<T, N>& b) {
+  return a = a - b;
+}
 
 // ---------------------------------------------------------------- functions (found by ADL)
 // f(a) for a scalar function f with value f(a.v) and slope f'(a.v): the chain rule.

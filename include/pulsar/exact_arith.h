@@ -26,8 +26,10 @@ namespace pulsar {
 template <typename T>
 PULSAR_HD T mul_rn(T a, T b) {
 #ifdef __CUDA_ARCH__
-  if constexpr (std::is_same<T, float>::value) return __fmul_rn(a, b);
-  else return __dmul_rn(a, b);
+  if constexpr (std::is_same<T, float>::value)
+    return __fmul_rn(a, b);
+  else
+    return __dmul_rn(a, b);
 #else
   return a * b;
 #endif
@@ -35,8 +37,10 @@ PULSAR_HD T mul_rn(T a, T b) {
 template <typename T>
 PULSAR_HD T add_rn(T a, T b) {
 #ifdef __CUDA_ARCH__
-  if constexpr (std::is_same<T, float>::value) return __fadd_rn(a, b);
-  else return __dadd_rn(a, b);
+  if constexpr (std::is_same<T, float>::value)
+    return __fadd_rn(a, b);
+  else
+    return __dadd_rn(a, b);
 #else
   return a + b;
 #endif
@@ -48,8 +52,10 @@ PULSAR_HD T add_rn(T a, T b) {
 template <typename T>
 PULSAR_HD T fma_rn(T a, T b, T c) {
 #ifdef __CUDA_ARCH__
-  if constexpr (std::is_same<T, float>::value) return __fmaf_rn(a, b, c);
-  else return __fma_rn(a, b, c);
+  if constexpr (std::is_same<T, float>::value)
+    return __fmaf_rn(a, b, c);
+  else
+    return __fma_rn(a, b, c);
 #else
   return std::fma(a, b, c);
 #endif
@@ -57,8 +63,10 @@ PULSAR_HD T fma_rn(T a, T b, T c) {
 template <typename T>
 PULSAR_HD T div_rn(T a, T b) {
 #ifdef __CUDA_ARCH__
-  if constexpr (std::is_same<T, float>::value) return __fdiv_rn(a, b);
-  else return __ddiv_rn(a, b);
+  if constexpr (std::is_same<T, float>::value)
+    return __fdiv_rn(a, b);
+  else
+    return __ddiv_rn(a, b);
 #else
   return a / b;
 #endif
@@ -66,8 +74,10 @@ PULSAR_HD T div_rn(T a, T b) {
 template <typename T>
 PULSAR_HD T sqrt_rn(T a) {
 #ifdef __CUDA_ARCH__
-  if constexpr (std::is_same<T, float>::value) return __fsqrt_rn(a);
-  else return __dsqrt_rn(a);
+  if constexpr (std::is_same<T, float>::value)
+    return __fsqrt_rn(a);
+  else
+    return __dsqrt_rn(a);
 #else
   return std::sqrt(a);
 #endif
@@ -92,7 +102,9 @@ PULSAR_HD Vec3<T> cross_rn(Vec3<T> a, Vec3<T> b) {
           add_rn(mul_rn(a.x, b.y), -mul_rn(a.y, b.x))};
 }
 template <typename T>
-PULSAR_HD T norm_rn(Vec3<T> a) { return sqrt_rn(dot_rn(a, a)); }
+PULSAR_HD T norm_rn(Vec3<T> a) {
+  return sqrt_rn(dot_rn(a, a));
+}
 
 // fmax(a, b) and fmin(a, b) for a b that is not NaN: b when a is NaN, as the C functions
 // give. On the device each is one instruction. On the host GCC keeps them calls into the
@@ -155,6 +167,8 @@ PULSAR_HD T fused_square(Vec3<T> u) {
   return fma_rn(u.x, u.x, fma_rn(u.y, u.y, mul_rn(u.z, u.z)));
 }
 template <typename T>
-PULSAR_HD Vec3<T> normalize_rn(Vec3<T> v) { return scale_rn(div_rn(T(1), norm_rn(v)), v); }
+PULSAR_HD Vec3<T> normalize_rn(Vec3<T> v) {
+  return scale_rn(div_rn(T(1), norm_rn(v)), v);
+}
 
 }  // namespace pulsar

@@ -107,8 +107,8 @@ PULSAR_HD FinishHitGrads<T> finish_hit_grads(const PairHit<T>& h, T grad_kappa, 
 // Twin of finish_hit: from dL/dkappa and dL/dz, dL/ddelta, dL/do1, dL/d(l^2) and dL/dr (as
 // its parts).
 template <typename T>
-PULSAR_HD void finish_hit_backward(const PairHit<T>& h, T inv_r, T grad_kappa, T grad_depth, T& grad_delta,
-                                   T& grad_o1, T& grad_perp_sq, RadiusGradSums<T>& grad_r) {
+PULSAR_HD void finish_hit_backward(const PairHit<T>& h, T inv_r, T grad_kappa, T grad_depth, T& grad_delta, T& grad_o1,
+                                   T& grad_perp_sq, RadiusGradSums<T>& grad_r) {
   const FinishHitGrads<T> f = finish_hit_grads(h, grad_kappa, grad_depth, grad_r);
   grad_delta = -f.closeness * inv_r;
   grad_o1 = grad_depth;                   // z = o1 - h
@@ -162,8 +162,8 @@ struct CentreGradSums {
 // (d enters through the pair's chord vector u = c - t d alone).
 template <typename T>
 PULSAR_HD void intersect_perspective_backward(const PairHit<T>& h, T t, const PairTerms<T>& k, T grad_kappa,
-                                              T grad_depth, CentreGradSums<T>& grad_c,
-                                              RadiusGradSums<T>& grad_r, Vec3<T>& grad_d) {
+                                              T grad_depth, CentreGradSums<T>& grad_c, RadiusGradSums<T>& grad_r,
+                                              Vec3<T>& grad_d) {
   const FinishHitGrads<T> f = finish_hit_grads(h, grad_kappa, grad_depth, grad_r);
   // With g = dL/dz and q = delta / (2t): o1 = t - delta^2 / (2t) (do1/dt = 1 + 2 q^2,
   // do1/ddelta = -2q), l^2 = delta^2 - delta^4 / (4 t^2) (dl^2/ddelta = 2 delta (1 - 2 q^2),
@@ -193,13 +193,11 @@ PULSAR_HD void intersect_perspective_backward(const PairHit<T>& h, T t, const Pa
 // tiny-sphere rule applies when r < pixel size; its centre pixel test is
 // |a| < pixel_width / 2 and |b| < pixel_height / 2).
 template <typename T>
-PULSAR_HD PairHit<T> intersect_orthographic(T a, T b, T cz, T r, const PairTerms<T>& k, T pixel_width,
-                                            T pixel_height) {
+PULSAR_HD PairHit<T> intersect_orthographic(T a, T b, T cz, T r, const PairTerms<T>& k, T pixel_width, T pixel_height) {
   PairHit<T> h;
   h.delta = chord_sqrt(fma_rn(a, a, mul_rn(b, b)));  // fused, as the perspective chord
   h.inside = h.delta <= r;
-  h.tiny = k.tiny_radius >= T(0) && std::abs(a) < T(0.5) * pixel_width &&
-           std::abs(b) < T(0.5) * pixel_height;
+  h.tiny = k.tiny_radius >= T(0) && std::abs(a) < T(0.5) * pixel_width && std::abs(b) < T(0.5) * pixel_height;
   h.hit = h.inside || h.tiny;  // the rest for a miss too, as intersect_perspective
   h.o1 = std::abs(cz);
   h.perp_sq = a * a + b * b;  // l = delta
@@ -209,8 +207,8 @@ PULSAR_HD PairHit<T> intersect_orthographic(T a, T b, T cz, T r, const PairTerms
 
 // Twin of intersect_orthographic: accumulates dL/da, dL/db, dL/dcz, dL/dr (as its parts).
 template <typename T>
-PULSAR_HD void intersect_orthographic_backward(const PairHit<T>& h, T a, T b, T cz, const PairTerms<T>& k,
-                                               T grad_kappa, T grad_depth, T& grad_a, T& grad_b, T& grad_cz,
+PULSAR_HD void intersect_orthographic_backward(const PairHit<T>& h, T a, T b, T cz, const PairTerms<T>& k, T grad_kappa,
+                                               T grad_depth, T& grad_a, T& grad_b, T& grad_cz,
                                                RadiusGradSums<T>& grad_r) {
   T grad_delta, grad_o1, grad_perp_sq;
   finish_hit_backward(h, k.inv_radius, grad_kappa, grad_depth, grad_delta, grad_o1, grad_perp_sq, grad_r);

@@ -58,11 +58,10 @@ PULSAR_HD PairTerms<T> pair_terms(const CameraFrame<T>& cam, T dist, T radius, b
 // orthographic, the same vector in the camera frame (x_unit, y_unit, z_axis). dist = |c|;
 // k = pair_terms(cam, dist, radius, is_tiny).
 template <typename T>
-PULSAR_HD PairHit<T> evaluate_pair(const CameraFrame<T>& cam, Vec3<T> c, T dist, T radius,
-                                   const PairTerms<T>& k, const PixelRay<T>& ray) {
+PULSAR_HD PairHit<T> evaluate_pair(const CameraFrame<T>& cam, Vec3<T> c, T dist, T radius, const PairTerms<T>& k,
+                                   const PixelRay<T>& ray) {
   if (cam.orthographic)
-    return intersect_orthographic(c.x - ray.sx, c.y - ray.sy, c.z, radius, k, cam.pixel_width,
-                                  cam.pixel_height);
+    return intersect_orthographic(c.x - ray.sx, c.y - ray.sy, c.z, radius, k, cam.pixel_width, cam.pixel_height);
   return intersect_perspective(c, dist, radius, k, ray.dir);
 }
 

@@ -42,9 +42,8 @@ constexpr double kConeBoxPixelSlack = 1.0 / 32;
 // tangent lines u = const and v = const of its dual give the box exactly, up to
 // kConeBoxPixelSlack. Computed in double; anything degenerate (the cone reaching the
 // plane of the eye) falls back to the whole image, which is always safe.
-PULSAR_HD PixelBounds cone_pixel_bounds(Vec3<double> axis, double angle, Vec3<double> pdx,
-                                        Vec3<double> pdy, Vec3<double> p00_rel, int width,
-                                        int height) {
+PULSAR_HD PixelBounds cone_pixel_bounds(Vec3<double> axis, double angle, Vec3<double> pdx, Vec3<double> pdy,
+                                        Vec3<double> p00_rel, int width, int height) {
   const PixelBounds whole{0, 0, width - 1, height - 1};
   // Direction from the eye through film coordinates (u, v): M (u, v, 1), M = [pdx pdy p00-eye].
   Vec3<double> film_normal = normalize(cross(pdx, pdy));
@@ -54,8 +53,7 @@ PULSAR_HD PixelBounds cone_pixel_bounds(Vec3<double> axis, double angle, Vec3<do
   const Vec3<double> cols[3] = {pdx, pdy, p00_rel};
   double q[3][3];  // conic C = (M^T a)(M^T a)^T - cos^2 M^T M
   for (int r = 0; r < 3; ++r)
-    for (int s = 0; s < 3; ++s)
-      q[r][s] = dot(cols[r], axis) * dot(cols[s], axis) - cos2 * dot(cols[r], cols[s]);
+    for (int s = 0; s < 3; ++s) q[r][s] = dot(cols[r], axis) * dot(cols[s], axis) - cos2 * dot(cols[r], cols[s]);
   // Adjugate entries (the dual conic up to scale) that the tangents need.
   const double a11 = q[1][1] * q[2][2] - q[1][2] * q[2][1];
   const double a22 = q[0][0] * q[2][2] - q[0][2] * q[2][0];
@@ -88,11 +86,12 @@ PULSAR_HD PixelBounds clamp_bounds(PixelBounds b, int width, int height) {
 }
 
 template <typename T>
-PULSAR_HD Vec3<double> to_double(Vec3<T> v) { return Vec3<double>{(double)v.x, (double)v.y, (double)v.z}; }
+PULSAR_HD Vec3<double> to_double(Vec3<T> v) {
+  return Vec3<double>{(double)v.x, (double)v.y, (double)v.z};
+}
 
 template <typename T>
-PULSAR_HD SphereSetup<T> setup_sphere(const CameraFrame<T>& cam, Vec3<T> centre, T radius,
-                                      int width, int height) {
+PULSAR_HD SphereSetup<T> setup_sphere(const CameraFrame<T>& cam, Vec3<T> centre, T radius, int width, int height) {
   SphereSetup<T> s;
   s.visible = false;
   s.is_tiny = false;
@@ -126,8 +125,8 @@ PULSAR_HD SphereSetup<T> setup_sphere(const CameraFrame<T>& cam, Vec3<T> centre,
     if (s.is_tiny) rho = std::fmax(rho, kTinyCentreRadiusPx * (double)cam.pixel_size * (double)t / (double)cam.focal);
     const double half_sin = rho / (2.0 * (double)t);
     const double angle = half_sin >= 1.0 ? 4.0 : 2.0 * std::asin(half_sin) * (1.0 + 1e-6) + kPairAngleSlack;
-    s.bounds = cone_pixel_bounds(normalize(to_double(c)), angle, to_double(cam.pdx),
-                                 to_double(cam.pdy), to_double(cam.p00_rel), width, height);
+    s.bounds = cone_pixel_bounds(normalize(to_double(c)), angle, to_double(cam.pdx), to_double(cam.pdy),
+                                 to_double(cam.p00_rel), width, height);
   }
   s.bounds = clamp_bounds(s.bounds, width, height);
   s.visible = !s.bounds.empty();

@@ -44,8 +44,7 @@ PULSAR_HD bool may_cover_tiles(const CameraFrame<T>& cam, T r, T t, T opacity) {
 // against its distance for the verification to be valid.
 // c: centre - eye (world units), t = |c|.
 template <typename T>
-PULSAR_HD PixelBounds core_region_bounds(const CameraFrame<T>& cam, Vec3<T> c, T t, T r, int width,
-                                         int height) {
+PULSAR_HD PixelBounds core_region_bounds(const CameraFrame<T>& cam, Vec3<T> c, T t, T r, int width, int height) {
   const PixelBounds none{1, 1, 0, 0};
   if (cam.orthographic) {
     const Vec3<T> rel = c - cam.p00_rel;  // centre - p00
@@ -76,8 +75,7 @@ PULSAR_HD PixelBounds core_region_bounds(const CameraFrame<T>& cam, Vec3<T> c, T
 // conditions core_region_bounds checks) or a disk (orthographic), both convex.
 // c, dist: as for evaluate_pair.
 template <typename T>
-PULSAR_HD T covered_closeness(const CameraFrame<T>& cam, Vec3<T> c, T dist, T r, int x0, int y0, int x1,
-                              int y1) {
+PULSAR_HD T covered_closeness(const CameraFrame<T>& cam, Vec3<T> c, T dist, T r, int x0, int y0, int x1, int y1) {
   T smallest = T(1);
   const PairTerms<T> k = pair_terms(cam, dist, r, false);
   for (int corner = 0; corner < 4; ++corner) {

@@ -14,33 +14,63 @@ struct Vec3 {
 };
 
 template <typename T>
-PULSAR_HD Vec3<T> make_vec3(T x, T y, T z) { return Vec3<T>{x, y, z}; }
+PULSAR_HD Vec3<T> make_vec3(T x, T y, T z) {
+  return Vec3<T>{x, y, z};
+}
 template <typename T>
-PULSAR_HD Vec3<T> load_vec3(const T* p) { return Vec3<T>{p[0], p[1], p[2]}; }
+PULSAR_HD Vec3<T> load_vec3(const T* p) {
+  return Vec3<T>{p[0], p[1], p[2]};
+}
 template <typename T>
-PULSAR_HD void store_vec3(T* p, Vec3<T> v) { p[0] = v.x; p[1] = v.y; p[2] = v.z; }
+PULSAR_HD void store_vec3(T* p, Vec3<T> v) {
+  p[0] = v.x;
+  p[1] = v.y;
+  p[2] = v.z;
+}
 
 template <typename T>
-PULSAR_HD Vec3<T> operator+(Vec3<T> a, Vec3<T> b) { return {a.x + b.x, a.y + b.y, a.z + b.z}; }
+PULSAR_HD Vec3<T> operator+(Vec3<T> a, Vec3<T> b) {
+  return {a.x + b.x, a.y + b.y, a.z + b.z};
+}
 template <typename T>
-PULSAR_HD Vec3<T> operator-(Vec3<T> a, Vec3<T> b) { return {a.x - b.x, a.y - b.y, a.z - b.z}; }
+PULSAR_HD Vec3<T> operator-(Vec3<T> a, Vec3<T> b) {
+  return {a.x - b.x, a.y - b.y, a.z - b.z};
+}
 template <typename T>
-PULSAR_HD Vec3<T> operator-(Vec3<T> a) { return {-a.x, -a.y, -a.z}; }
+PULSAR_HD Vec3<T> operator-(Vec3<T> a) {
+  return {-a.x, -a.y, -a.z};
+}
 template <typename T>
-PULSAR_HD Vec3<T> operator*(T s, Vec3<T> a) { return {s * a.x, s * a.y, s * a.z}; }
+PULSAR_HD Vec3<T> operator*(T s, Vec3<T> a) {
+  return {s * a.x, s * a.y, s * a.z};
+}
 template <typename T>
-PULSAR_HD Vec3<T>& operator+=(Vec3<T>& a, Vec3<T> b) { a.x += b.x; a.y += b.y; a.z += b.z; return a; }
+PULSAR_HD Vec3<T>& operator+=(Vec3<T>& a, Vec3<T> b) {
+  a.x += b.x;
+  a.y += b.y;
+  a.z += b.z;
+  return a;
+}
 template <typename T>
-PULSAR_HD Vec3<T>& operator-=(Vec3<T>& a, Vec3<T> b) { a.x -= b.x; a.y -= b.y; a.z -= b.z; return a; }
+PULSAR_HD Vec3<T>& operator-=(Vec3<T>& a, Vec3<T> b) {
+  a.x -= b.x;
+  a.y -= b.y;
+  a.z -= b.z;
+  return a;
+}
 
 template <typename T>
-PULSAR_HD T dot(Vec3<T> a, Vec3<T> b) { return a.x * b.x + a.y * b.y + a.z * b.z; }
+PULSAR_HD T dot(Vec3<T> a, Vec3<T> b) {
+  return a.x * b.x + a.y * b.y + a.z * b.z;
+}
 template <typename T>
 PULSAR_HD Vec3<T> cross(Vec3<T> a, Vec3<T> b) {
   return {a.y * b.z - a.z * b.y, a.z * b.x - a.x * b.z, a.x * b.y - a.y * b.x};
 }
 template <typename T>
-PULSAR_HD T norm(Vec3<T> a) { return std::sqrt(dot(a, a)); }
+PULSAR_HD T norm(Vec3<T> a) {
+  return std::sqrt(dot(a, a));
+}
 
 // cross(a, b) backward: given g = dL/d(a x b), dL/da = b x g and dL/db = g x a.
 template <typename T>
@@ -51,7 +81,9 @@ PULSAR_HD void cross_backward(Vec3<T> a, Vec3<T> b, Vec3<T> g, Vec3<T>& grad_a, 
 
 // n = v / |v|.
 template <typename T>
-PULSAR_HD Vec3<T> normalize(Vec3<T> v) { return (T(1) / norm(v)) * v; }
+PULSAR_HD Vec3<T> normalize(Vec3<T> v) {
+  return (T(1) / norm(v)) * v;
+}
 
 // normalize backward: dL/dv = (g - (g.n) n) / |v|, with n = v / |v|.
 template <typename T>

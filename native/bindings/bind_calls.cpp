@@ -13,7 +13,7 @@ namespace pulsar::bindings {
 namespace {
 
 template <typename S, typename P>
-void pointer_field(py::class_<S>& cls, const char* name, P* S::*field) {
+void pointer_field(py::class_<S>& cls, const char* name, P* S::* field) {
   cls.def_property(
       name, [field](const S& s) { return reinterpret_cast<std::uintptr_t>(s.*field); },
       [field](S& s, std::uintptr_t v) { s.*field = reinterpret_cast<P*>(v); });
@@ -27,9 +27,8 @@ void bind_calls(py::module_& m) {
   scene.def(py::init<>())
       .def(py::init([](DType dtype, int batch_size, std::int64_t n_spheres, bool shared_spheres,
                        std::uintptr_t positions, std::uintptr_t features, std::uintptr_t radii,
-                       std::uintptr_t opacities, std::uintptr_t background, std::uintptr_t cameras,
-                       bool right_handed, int camera_length, bool first_R_then_T, double min_depth,
-                       double max_depth) {
+                       std::uintptr_t opacities, std::uintptr_t background, std::uintptr_t cameras, bool right_handed,
+                       int camera_length, bool first_R_then_T, double min_depth, double max_depth) {
              SceneArgs s;
              s.dtype = dtype;
              s.batch_size = batch_size;
@@ -49,9 +48,9 @@ void bind_calls(py::module_& m) {
              return s;
            }),
            py::arg("dtype"), py::arg("batch_size"), py::arg("n_spheres"), py::arg("shared_spheres"),
-           py::arg("positions"), py::arg("features"), py::arg("radii"), py::arg("opacities"),
-           py::arg("background"), py::arg("cameras"), py::arg("right_handed"), py::arg("camera_length"),
-           py::arg("first_R_then_T"), py::arg("min_depth"), py::arg("max_depth"))
+           py::arg("positions"), py::arg("features"), py::arg("radii"), py::arg("opacities"), py::arg("background"),
+           py::arg("cameras"), py::arg("right_handed"), py::arg("camera_length"), py::arg("first_R_then_T"),
+           py::arg("min_depth"), py::arg("max_depth"))
       .def_readwrite("dtype", &SceneArgs::dtype)
       .def_readwrite("batch_size", &SceneArgs::batch_size)
       .def_readwrite("n_spheres", &SceneArgs::n_spheres)
@@ -66,16 +65,16 @@ void bind_calls(py::module_& m) {
 
   py::class_<RenderOptions>(m, "RenderOptions")
       .def(py::init<>())
-      .def(py::init([](double gamma, double percent_allowed_difference, std::int64_t max_n_hits,
-                       std::uintptr_t stream) {
-             RenderOptions o;
-             o.gamma = gamma;
-             o.percent_allowed_difference = percent_allowed_difference;
-             o.max_n_hits = max_n_hits;
-             o.stream = reinterpret_cast<void*>(stream);
-             return o;
-           }),
-           py::arg("gamma"), py::arg("percent_allowed_difference"), py::arg("max_n_hits"), py::arg("stream"))
+      .def(
+          py::init([](double gamma, double percent_allowed_difference, std::int64_t max_n_hits, std::uintptr_t stream) {
+            RenderOptions o;
+            o.gamma = gamma;
+            o.percent_allowed_difference = percent_allowed_difference;
+            o.max_n_hits = max_n_hits;
+            o.stream = reinterpret_cast<void*>(stream);
+            return o;
+          }),
+          py::arg("gamma"), py::arg("percent_allowed_difference"), py::arg("max_n_hits"), py::arg("stream"))
       .def_readwrite("gamma", &RenderOptions::gamma)
       .def_readwrite("percent_allowed_difference", &RenderOptions::percent_allowed_difference)
       .def_readwrite("max_n_hits", &RenderOptions::max_n_hits)
@@ -109,8 +108,7 @@ void bind_calls(py::module_& m) {
   py::class_<BackwardArgs> bwd(m, "BackwardArgs");
   bwd.def(py::init<>())
       .def(py::init([](std::uintptr_t grad_image, std::uintptr_t image, std::uintptr_t blend_state,
-                       std::uintptr_t traversal_end, std::uintptr_t depth_moments,
-                       std::uintptr_t grad_depth_moments) {
+                       std::uintptr_t traversal_end, std::uintptr_t depth_moments, std::uintptr_t grad_depth_moments) {
              BackwardArgs a;
              a.grad_image = reinterpret_cast<const void*>(grad_image);
              a.image = reinterpret_cast<const void*>(image);
@@ -142,8 +140,8 @@ void bind_calls(py::module_& m) {
              g.cameras = reinterpret_cast<void*>(cameras);
              return g;
            }),
-           py::arg("positions"), py::arg("features"), py::arg("radii"), py::arg("opacities"),
-           py::arg("background"), py::arg("cameras"));
+           py::arg("positions"), py::arg("features"), py::arg("radii"), py::arg("opacities"), py::arg("background"),
+           py::arg("cameras"));
   pointer_field(grads, "positions", &GradientOutputs::positions);
   pointer_field(grads, "features", &GradientOutputs::features);
   pointer_field(grads, "radii", &GradientOutputs::radii);
@@ -179,8 +177,7 @@ void bind_calls(py::module_& m) {
   m.def(
       "camera_params_backward",
       [](const CameraParamsArgs& args, std::uintptr_t grad_packed, std::uintptr_t grad_params) {
-        camera_params_backward(args, reinterpret_cast<const void*>(grad_packed),
-                               reinterpret_cast<void*>(grad_params));
+        camera_params_backward(args, reinterpret_cast<const void*>(grad_packed), reinterpret_cast<void*>(grad_params));
       },
       py::arg("args"), py::arg("grad_packed"), py::arg("grad_params"));
 }

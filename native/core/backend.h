@@ -25,7 +25,10 @@ namespace pulsar {
 // Calls fn(float{}) or fn(double{}) for the call's dtype: the stages are templates.
 template <typename Fn>
 void dispatch_dtype(DType dtype, Fn&& fn) {
-  if (dtype == DType::Float64) fn(double{}); else fn(float{});
+  if (dtype == DType::Float64)
+    fn(double{});
+  else
+    fn(float{});
 }
 
 class Backend {
@@ -34,16 +37,13 @@ class Backend {
   virtual void begin_binning(const SceneArgs& scene, const RenderOptions& options) = 0;
   // Completes the binning begin_binning started, for the same scene and options.
   virtual void finish_binning(const SceneArgs& scene, const RenderOptions& options) = 0;
-  virtual void render_forward(const SceneArgs& scene, const RenderOptions& options,
-                              const ForwardOutputs& outputs) = 0;
+  virtual void render_forward(const SceneArgs& scene, const RenderOptions& options, const ForwardOutputs& outputs) = 0;
   // After render_forward of a partial render (with zero background features): image
   // C -> C D, blend_state D -> partial_normalizer (blend.h).
-  virtual void partial_state(const SceneArgs& scene, const RenderOptions& options,
-                             const ForwardOutputs& outputs) = 0;
-  virtual void render_backward(const SceneArgs& scene, const RenderOptions& options,
-                               const BackwardArgs& args, const GradientOutputs& grads) = 0;
-  virtual void reduce_gradients(const SceneArgs& scene, const RenderOptions& options,
-                                const GradientOutputs& grads) = 0;
+  virtual void partial_state(const SceneArgs& scene, const RenderOptions& options, const ForwardOutputs& outputs) = 0;
+  virtual void render_backward(const SceneArgs& scene, const RenderOptions& options, const BackwardArgs& args,
+                               const GradientOutputs& grads) = 0;
+  virtual void reduce_gradients(const SceneArgs& scene, const RenderOptions& options, const GradientOutputs& grads) = 0;
   // Room for `bytes` of packed cameras [B, 15] that the Renderer converts from camera
   // vectors itself (Renderer::with_packed_cameras), in the backend's memory; kept across
   // calls and rewritten by the next conversion.

@@ -16,8 +16,8 @@ void check_camera_params_args(const CameraParamsArgs& args) {
   PULSAR_REQUIRE(args.batch_size >= 1, "batch_size: expected >= 1 camera, got ", args.batch_size);
   PULSAR_REQUIRE(args.width >= 1, "width: expected >= 1 pixel, got ", args.width);
   PULSAR_REQUIRE(args.height >= 1, "height: expected >= 1 pixel, got ", args.height);
-  PULSAR_REQUIRE(args.params != nullptr, "params: expected a pointer to [", args.batch_size, ", ",
-                 args.length, "] camera vectors, got null");
+  PULSAR_REQUIRE(args.params != nullptr, "params: expected a pointer to [", args.batch_size, ", ", args.length,
+                 "] camera vectors, got null");
   PULSAR_REQUIRE(args.dtype == DType::Float32 || args.dtype == DType::Float64,
                  "dtype: expected float32 or float64, got ", static_cast<int>(args.dtype));
   PULSAR_REQUIRE(args.device == DeviceKind::CPU || args.device == DeviceKind::CUDA,
@@ -66,10 +66,10 @@ void camera_params_to_packed(const CameraParamsArgs& args, void* packed) {
 
 void camera_params_backward(const CameraParamsArgs& args, const void* grad_packed, void* grad_params) {
   check_camera_params_args(args);
-  PULSAR_REQUIRE(grad_packed != nullptr, "grad_packed: expected a pointer to [", args.batch_size, ", ",
-                 CAMERA_PARAMS, "] gradients, got null");
-  PULSAR_REQUIRE(grad_params != nullptr, "grad_params: expected a pointer to [", args.batch_size, ", ",
-                 args.length, "] gradients, got null");
+  PULSAR_REQUIRE(grad_packed != nullptr, "grad_packed: expected a pointer to [", args.batch_size, ", ", CAMERA_PARAMS,
+                 "] gradients, got null");
+  PULSAR_REQUIRE(grad_params != nullptr, "grad_params: expected a pointer to [", args.batch_size, ", ", args.length,
+                 "] gradients, got null");
 #ifdef PULSAR_WITH_CUDA
   if (args.device == DeviceKind::CUDA) return cuda_camera_params_backward(args, grad_packed, grad_params);
 #endif

@@ -15,8 +15,8 @@ std::string concat(const Args&... args) {
   return out.str();
 }
 
-#define PULSAR_REQUIRE(cond, ...)                                          \
-  do {                                                                     \
+#define PULSAR_REQUIRE(cond, ...)                                            \
+  do {                                                                       \
     if (!(cond)) throw std::invalid_argument(::pulsar::concat(__VA_ARGS__)); \
   } while (0)
 

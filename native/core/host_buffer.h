@@ -31,8 +31,8 @@ class HostBuffer {
       try {
         data_.reset(new unsigned char[target]);
       } catch (const std::bad_alloc&) {
-        throw std::runtime_error(concat("pulsar: allocating ", target, " bytes of host scratch for ",
-                                        what, " failed (out of memory)"));
+        throw std::runtime_error(
+            concat("pulsar: allocating ", target, " bytes of host scratch for ", what, " failed (out of memory)"));
       }
       capacity_ = target;
     }
@@ -40,7 +40,9 @@ class HostBuffer {
   }
 
   template <typename E>
-  E* as() const { return reinterpret_cast<E*>(data_.get()); }
+  E* as() const {
+    return reinterpret_cast<E*>(data_.get());
+  }
   std::size_t capacity() const { return capacity_; }
 
  private:

@@ -11,18 +11,16 @@
 namespace pulsar {
 
 Renderer::Renderer(const RendererConfig& config) : config_(config) {
-  PULSAR_REQUIRE(config.width >= 1 && config.width <= kMaxImageSide, "width: expected 1..",
-                 kMaxImageSide, " pixels, got ", config.width);
-  PULSAR_REQUIRE(config.height >= 1 && config.height <= kMaxImageSide, "height: expected 1..",
-                 kMaxImageSide, " pixels, got ", config.height);
+  PULSAR_REQUIRE(config.width >= 1 && config.width <= kMaxImageSide, "width: expected 1..", kMaxImageSide,
+                 " pixels, got ", config.width);
+  PULSAR_REQUIRE(config.height >= 1 && config.height <= kMaxImageSide, "height: expected 1..", kMaxImageSide,
+                 " pixels, got ", config.height);
   PULSAR_REQUIRE(config.n_channels >= 1, "n_channels: expected >= 1, got ", config.n_channels);
-  PULSAR_REQUIRE(config.n_track >= 1 && config.n_track <= kMaxTrack, "n_track: expected 1..",
-                 kMaxTrack, ", got ", config.n_track);
+  PULSAR_REQUIRE(config.n_track >= 1 && config.n_track <= kMaxTrack, "n_track: expected 1..", kMaxTrack, ", got ",
+                 config.n_track);
   PULSAR_REQUIRE(config.background_normalized_depth > 0 && config.background_normalized_depth < 1,
-                 "background_normalized_depth: expected a value in (0, 1), got ",
-                 config.background_normalized_depth);
-  PULSAR_REQUIRE(config.num_threads >= 0, "num_threads: expected >= 0 (0: every core), got ",
-                 config.num_threads);
+                 "background_normalized_depth: expected a value in (0, 1), got ", config.background_normalized_depth);
+  PULSAR_REQUIRE(config.num_threads >= 0, "num_threads: expected >= 0 (0: every core), got ", config.num_threads);
   PULSAR_REQUIRE(config.backward_row_budget >= 0, "backward_row_budget: expected >= 0 bytes (0: default), got ",
                  config.backward_row_budget);
   if (config.device == DeviceKind::CUDA) {
@@ -47,18 +45,17 @@ void Renderer::check_call(const SceneArgs& scene, const RenderOptions& options) 
   PULSAR_REQUIRE(scene.batch_size >= 1, "batch_size: expected >= 1, got ", scene.batch_size);
   // Tiles of all cameras are numbered in 31 bits (the CUDA sort key keeps 32 for them).
   const std::int64_t tiles = Tiling::of(config_.width, config_.height).n_tiles() * scene.batch_size;
-  PULSAR_REQUIRE(tiles < (std::int64_t(1) << 31), "batch_size: ", scene.batch_size,
-                 " cameras of ", config_.width, "x", config_.height, " pixels exceed 2^31 tiles");
+  PULSAR_REQUIRE(tiles < (std::int64_t(1) << 31), "batch_size: ", scene.batch_size, " cameras of ", config_.width, "x",
+                 config_.height, " pixels exceed 2^31 tiles");
   PULSAR_REQUIRE(scene.n_spheres >= 0 && scene.n_spheres <= (std::int64_t(1) << 31) - 1,
                  "n_spheres: expected 0..2^31-1, got ", scene.n_spheres);
   PULSAR_REQUIRE(scene.n_spheres == 0 || (scene.positions && scene.features && scene.radii),
                  "positions, features, radii: null pointer");
   PULSAR_REQUIRE(scene.background && scene.cameras, "background, cameras: null pointer");
-  PULSAR_REQUIRE(options.gamma >= 1e-5 && options.gamma <= 1.0,
-                 "gamma: expected a value in [1e-5, 1], got ", options.gamma);
+  PULSAR_REQUIRE(options.gamma >= 1e-5 && options.gamma <= 1.0, "gamma: expected a value in [1e-5, 1], got ",
+                 options.gamma);
   PULSAR_REQUIRE(options.percent_allowed_difference >= 0 && options.percent_allowed_difference < 1,
-                 "percent_allowed_difference: expected a value in [0, 1), got ",
-                 options.percent_allowed_difference);
+                 "percent_allowed_difference: expected a value in [0, 1), got ", options.percent_allowed_difference);
   PULSAR_REQUIRE(options.max_n_hits != 0, "max_n_hits: expected >= 1 (or negative: unlimited), got 0");
   const int length = scene.camera_vectors.length;
   PULSAR_REQUIRE(length == 0 || length == 8 || length == 10 || length == 11 || length == 13,
@@ -153,8 +150,8 @@ void Renderer::forward(const SceneArgs& scene_in, const RenderOptions& options,
   binned_for_ = outputs.traversal_end;
 }
 
-void Renderer::backward(const SceneArgs& scene_in, const RenderOptions& options,
-                        const BackwardArgs& args, const GradientOutputs& grads_in) {
+void Renderer::backward(const SceneArgs& scene_in, const RenderOptions& options, const BackwardArgs& args,
+                        const GradientOutputs& grads_in) {
   Busy busy(busy_);
   check_call(scene_in, options);
   PULSAR_REQUIRE(args.grad_image && args.image && args.blend_state && args.traversal_end,

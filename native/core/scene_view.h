@@ -39,13 +39,12 @@ struct SceneView {
 
 template <typename T>
 PULSAR_HD CameraFrame<T> camera_of(const SceneArgs& s, int b, bool orthographic) {
-  return load_camera(static_cast<const T*>(s.cameras) + std::int64_t(b) * CAMERA_PARAMS,
-                     orthographic, s.right_handed);
+  return load_camera(static_cast<const T*>(s.cameras) + std::int64_t(b) * CAMERA_PARAMS, orthographic, s.right_handed);
 }
 
 template <typename T>
 PULSAR_HD BlendParams<T> blend_params_of(const CameraFrame<T>& cam, const RendererConfig& config,
-                               const RenderOptions& options) {
+                                         const RenderOptions& options) {
   BlendParams<T> p;
   p.gamma = T(options.gamma);
   p.inv_gamma = T(1.0 / options.gamma);

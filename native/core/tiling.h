@@ -12,8 +12,7 @@ constexpr int kTileSize = 16;  // pixels per tile side
 struct Tiling {
   int width, height, tiles_x, tiles_y;
   PULSAR_HD static Tiling of(int width, int height) {
-    return Tiling{width, height, (width + kTileSize - 1) / kTileSize,
-                  (height + kTileSize - 1) / kTileSize};
+    return Tiling{width, height, (width + kTileSize - 1) / kTileSize, (height + kTileSize - 1) / kTileSize};
   }
   PULSAR_HD std::int64_t n_tiles() const { return std::int64_t(tiles_x) * tiles_y; }
 

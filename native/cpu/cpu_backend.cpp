@@ -18,22 +18,17 @@ class CpuBackend final : public Backend {
 
   void begin_binning(const SceneArgs& scene, const RenderOptions& options) override {
     scratch_.interrupt = options.interrupt_requested;
-    dispatch_dtype(scene.dtype, [&](auto tag) {
-      cpu_setup_and_bin<decltype(tag)>(config_, scene, scratch_);
-    });
+    dispatch_dtype(scene.dtype, [&](auto tag) { cpu_setup_and_bin<decltype(tag)>(config_, scene, scratch_); });
   }
   void finish_binning(const SceneArgs&, const RenderOptions&) override {}  // all done in begin_binning
 
-  void render_forward(const SceneArgs& scene, const RenderOptions& options,
-                      const ForwardOutputs& outputs) override {
+  void render_forward(const SceneArgs& scene, const RenderOptions& options, const ForwardOutputs& outputs) override {
     scratch_.interrupt = options.interrupt_requested;
-    dispatch_dtype(scene.dtype, [&](auto tag) {
-      cpu_render_forward<decltype(tag)>(config_, scene, options, outputs, scratch_);
-    });
+    dispatch_dtype(scene.dtype,
+                   [&](auto tag) { cpu_render_forward<decltype(tag)>(config_, scene, options, outputs, scratch_); });
   }
 
-  void partial_state(const SceneArgs& scene, const RenderOptions& options,
-                     const ForwardOutputs& outputs) override {
+  void partial_state(const SceneArgs& scene, const RenderOptions& options, const ForwardOutputs& outputs) override {
     scratch_.interrupt = options.interrupt_requested;
     dispatch_dtype(scene.dtype, [&](auto tag) {
       cpu_partial_state<decltype(tag)>(config_, options, scene.batch_size, outputs, scratch_);
@@ -48,12 +43,10 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void reduce_gradients(const SceneArgs& scene, const RenderOptions& options,
-                        const GradientOutputs& grads) override {
+  void reduce_gradients(const SceneArgs& scene, const RenderOptions& options, const GradientOutputs& grads) override {
     scratch_.interrupt = options.interrupt_requested;
-    dispatch_dtype(scene.dtype, [&](auto tag) {
-      cpu_reduce_gradients<decltype(tag)>(config_, scene, grads, scratch_);
-    });
+    dispatch_dtype(scene.dtype,
+                   [&](auto tag) { cpu_reduce_gradients<decltype(tag)>(config_, scene, grads, scratch_); });
   }
 
   void* packed_cameras(std::size_t bytes) override {
@@ -74,8 +67,6 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(const RendererConfig& config) {
-  return std::make_unique<CpuBackend>(config);
-}
+std::unique_ptr<Backend> make_cpu_backend(const RendererConfig& config) { return std::make_unique<CpuBackend>(config); }
 
 }  // namespace pulsar

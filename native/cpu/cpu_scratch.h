@@ -49,9 +49,8 @@ struct CpuScratch {
 
   std::size_t bytes() const {
     return records.capacity() + order.capacity() + tile_offsets.capacity() + entries.capacity() +
-           instance_grads.capacity() + tile_camera_grads.capacity() +
-           tile_background_grads.capacity() + pixel_scratch.capacity() + packed_cameras.capacity() +
-           zero_features.capacity();
+           instance_grads.capacity() + tile_camera_grads.capacity() + tile_background_grads.capacity() +
+           pixel_scratch.capacity() + packed_cameras.capacity() + zero_features.capacity();
   }
 };
 
@@ -66,8 +65,8 @@ struct TileWork {
   std::int64_t first, last;      // the tile's entries: entries[first .. last)
   int x_begin, x_end, y_begin, y_end;  // the tile's pixels (clipped to the image)
 
-  static TileWork of(std::int64_t item, const RendererConfig& config, const SceneArgs& s,
-                     const RenderOptions& options, const CpuScratch& scratch) {
+  static TileWork of(std::int64_t item, const RendererConfig& config, const SceneArgs& s, const RenderOptions& options,
+                     const CpuScratch& scratch) {
     const Tiling::Item at = Tiling::of(config.width, config.height).locate(item);
     TileWork w;
     w.b = at.camera;
@@ -93,17 +92,16 @@ constexpr int kInstPos = 0, kInstRadius = 3, kInstOpacity = 4, kInstFeatures = 5
 template <typename T>
 void cpu_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, CpuScratch& scratch);
 template <typename T>
-void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene,
-                        const RenderOptions& options, const ForwardOutputs& out, CpuScratch& scratch);
+void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
+                        const ForwardOutputs& out, CpuScratch& scratch);
 template <typename T>
-void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
-                         const RenderOptions& options, const BackwardArgs& args,
-                         const GradientOutputs& grads, CpuScratch& scratch);
+void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
+                         const BackwardArgs& args, const GradientOutputs& grads, CpuScratch& scratch);
 template <typename T>
 void cpu_partial_state(const RendererConfig& config, const RenderOptions& options, int batch_size,
                        const ForwardOutputs& out, CpuScratch& scratch);
 template <typename T>
-void cpu_reduce_gradients(const RendererConfig& config, const SceneArgs& scene,
-                          const GradientOutputs& grads, CpuScratch& scratch);
+void cpu_reduce_gradients(const RendererConfig& config, const SceneArgs& scene, const GradientOutputs& grads,
+                          CpuScratch& scratch);
 
 }  // namespace pulsar

@@ -9,8 +9,8 @@
 namespace pulsar {
 
 template <typename T>
-void cpu_reduce_gradients(const RendererConfig& config, const SceneArgs& scene,
-                          const GradientOutputs& grads, CpuScratch& scratch) {
+void cpu_reduce_gradients(const RendererConfig& config, const SceneArgs& scene, const GradientOutputs& grads,
+                          CpuScratch& scratch) {
   const int channels = config.n_channels, stride = kInstFeatures + channels;
   const std::int64_t n = scene.n_spheres;
   const std::int64_t n_tiles = Tiling::of(config.width, config.height).n_tiles();
@@ -37,10 +37,12 @@ void cpu_reduce_gradients(const RendererConfig& config, const SceneArgs& scene,
       for (std::int64_t e = offsets[b * n_tiles]; e < offsets[(b + 1) * n_tiles]; ++e) {
         const std::int64_t i = base + entries[e];
         const T* g = inst + e * stride;
-        if (pos) for (int d = 0; d < 3; ++d) pos[3 * i + d] += g[kInstPos + d];
+        if (pos)
+          for (int d = 0; d < 3; ++d) pos[3 * i + d] += g[kInstPos + d];
         if (rad) rad[i] += g[kInstRadius];
         if (opa) opa[i] += g[kInstOpacity];
-        if (col) for (int ch = 0; ch < channels; ++ch) col[i * channels + ch] += g[kInstFeatures + ch];
+        if (col)
+          for (int ch = 0; ch < channels; ++ch) col[i * channels + ch] += g[kInstFeatures + ch];
       }
     }
   });
@@ -64,6 +66,7 @@ void cpu_reduce_gradients(const RendererConfig& config, const SceneArgs& scene,
 }
 
 template void cpu_reduce_gradients<float>(const RendererConfig&, const SceneArgs&, const GradientOutputs&, CpuScratch&);
-template void cpu_reduce_gradients<double>(const RendererConfig&, const SceneArgs&, const GradientOutputs&, CpuScratch&);
+template void cpu_reduce_gradients<double>(const RendererConfig&, const SceneArgs&, const GradientOutputs&,
+                                           CpuScratch&);
 
 }  // namespace pulsar

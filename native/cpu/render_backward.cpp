@@ -30,9 +30,8 @@ struct HitTerms {
 }  // namespace
 
 template <typename T>
-void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
-                         const RenderOptions& options, const BackwardArgs& args,
-                         const GradientOutputs& grads, CpuScratch& scratch) {
+void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
+                         const BackwardArgs& args, const GradientOutputs& grads, CpuScratch& scratch) {
   const int channels = config.n_channels;
   const Tiling tiling = Tiling::of(config.width, config.height);
   const std::int64_t n_tiles = tiling.n_tiles();
@@ -40,8 +39,10 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
   const int stride = kInstFeatures + channels;
   const auto* entries = scratch.entries.as<std::int32_t>();
   T* inst = scratch.instance_grads.reserve<T>(std::size_t(scratch.n_instances) * stride, "instance gradients");
-  auto* tile_cam = scratch.tile_camera_grads.reserve<CameraGrad<T>>(std::size_t(scene.batch_size) * n_tiles, "camera gradients");
-  T* tile_bg = scratch.tile_background_grads.reserve<T>(std::size_t(scene.batch_size) * n_tiles * channels, "background gradients");
+  auto* tile_cam =
+      scratch.tile_camera_grads.reserve<CameraGrad<T>>(std::size_t(scene.batch_size) * n_tiles, "camera gradients");
+  T* tile_bg = scratch.tile_background_grads.reserve<T>(std::size_t(scene.batch_size) * n_tiles * channels,
+                                                        "background gradients");
   const auto* grad_image = static_cast<const T*>(args.grad_image);
   const auto* image = static_cast<const T*>(args.image);
   const auto* state = static_cast<const T*>(args.blend_state);
@@ -138,8 +139,8 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
           Vec3<T> grad_c{0, 0, 0};  // world dL/d(centre - eye)
           if (cam.orthographic) {
             T ga = 0, gb = 0, gcz = 0;
-            intersect_orthographic_backward(h, r.c.x - ray.sx, r.c.y - ray.sy, r.c.z, r.terms, grad_kappa,
-                                            grad_depth, ga, gb, gcz, radius_parts);
+            intersect_orthographic_backward(h, r.c.x - ray.sx, r.c.y - ray.sy, r.c.z, r.terms, grad_kappa, grad_depth,
+                                            ga, gb, gcz, radius_parts);
             grad_c = ga * cam.x_unit + gb * cam.y_unit + gcz * cam.z_axis;
             // a = (c - S).x_unit, b = (c - S).y_unit, cz = c.z_axis, all in world terms.
             const Vec3<T> c_world = load_vec3(sv.positions + 3 * std::int64_t(t.i)) - cam.eye;
@@ -149,8 +150,7 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene,
             grad_sensor -= ga * cam.x_unit + gb * cam.y_unit;
           } else {
             CentreGradSums<T> centre;
-            intersect_perspective_backward(h, r.dist, r.terms, grad_kappa, grad_depth, centre, radius_parts,
-                                           grad_ray);
+            intersect_perspective_backward(h, r.dist, r.terms, grad_kappa, grad_depth, centre, radius_parts, grad_ray);
             grad_c = centre.resolve(r.c, r.terms);
           }
           gi[kInstPos + 0] += grad_c.x;

@@ -11,10 +11,9 @@
 
 namespace pulsar {
 
-
 template <typename T>
-void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene,
-                        const RenderOptions& options, const ForwardOutputs& out, CpuScratch& scratch) {
+void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
+                        const ForwardOutputs& out, CpuScratch& scratch) {
   const int channels = config.n_channels, k_track = config.n_track;
   const Tiling tiling = Tiling::of(config.width, config.height);
   const std::int64_t n_tiles = tiling.n_tiles();

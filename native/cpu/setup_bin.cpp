@@ -64,8 +64,7 @@ void cpu_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, Cpu
     for (std::int64_t i = 0; i < n; ++i)
       if (!rec[i].bounds.empty()) ord[count++] = std::int32_t(i);
     std::sort(ord, ord + count, [rec](std::int32_t a, std::int32_t c) {
-      return rec[a].closest_depth < rec[c].closest_depth ||
-             (rec[a].closest_depth == rec[c].closest_depth && a < c);
+      return rec[a].closest_depth < rec[c].closest_depth || (rec[a].closest_depth == rec[c].closest_depth && a < c);
     });
     visible_count[b] = count;
     std::int64_t* tile_count = offsets + 1 + b * n_tiles;
@@ -77,8 +76,8 @@ void cpu_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, Cpu
   });
   std::partial_sum(offsets, offsets + batch * n_tiles + 1, offsets);
   scratch.n_instances = offsets[batch * n_tiles];
-  PULSAR_REQUIRE(scratch.n_instances < (std::int64_t(1) << 40), "too many sphere-tile instances: ",
-                 scratch.n_instances);
+  PULSAR_REQUIRE(scratch.n_instances < (std::int64_t(1) << 40),
+                 "too many sphere-tile instances: ", scratch.n_instances);
   auto* entries = scratch.entries.reserve<std::int32_t>(std::size_t(scratch.n_instances), "tile entries");
 
   // Fill each tile's list in depth order.
@@ -89,8 +88,7 @@ void cpu_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, Cpu
     for (std::int64_t k = 0; k < visible_count[b]; ++k) {
       const TileRange r = tiles_of(rec[ord[k]].bounds);
       for (int ty = r.ty0; ty <= r.ty1; ++ty)
-        for (int tx = r.tx0; tx <= r.tx1; ++tx)
-          entries[cursor[std::int64_t(ty) * tiling.tiles_x + tx]++] = ord[k];
+        for (int tx = r.tx0; tx <= r.tx1; ++tx) entries[cursor[std::int64_t(ty) * tiling.tiles_x + tx]++] = ord[k];
     }
   });
 }

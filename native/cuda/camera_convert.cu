@@ -40,16 +40,17 @@ __global__ void camera_backward_kernel(CameraParamsSpec spec, int batch, const T
   if (t >= batch * runs) return;
   const int b = t / runs;
   const std::size_t in = std::size_t(b) * spec.length;
-  packed_camera_from_params_backward_run<T, kTangentChunk>(
-      params + in, spec, grad_packed + std::size_t(b) * CAMERA_PARAMS, grad_params + in, (t - b * runs) * kTangentChunk);
+  packed_camera_from_params_backward_run<T, kTangentChunk>(params + in, spec,
+                                                           grad_packed + std::size_t(b) * CAMERA_PARAMS,
+                                                           grad_params + in, (t - b * runs) * kTangentChunk);
 }
 
 void check_device_index(int device_index) {
   int count = 0;
   PULSAR_CUDA_CHECK(cudaGetDeviceCount(&count));
   if (device_index < 0 || device_index >= count)
-    throw std::invalid_argument("device_index: CUDA device " + std::to_string(device_index) +
-                                " requested, but " + std::to_string(count) + " are present");
+    throw std::invalid_argument("device_index: CUDA device " + std::to_string(device_index) + " requested, but " +
+                                std::to_string(count) + " are present");
 }
 
 int blocks_for(int batch) { return (batch + kThreads - 1) / kThreads; }

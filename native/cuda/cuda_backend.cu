@@ -13,8 +13,8 @@ class CudaBackend final : public Backend {
     int count = 0;
     PULSAR_CUDA_CHECK(cudaGetDeviceCount(&count));
     if (config.device_index < 0 || config.device_index >= count)
-      throw std::invalid_argument("device: CUDA device " + std::to_string(config.device_index) +
-                                  " requested, but " + std::to_string(count) + " are present");
+      throw std::invalid_argument("device: CUDA device " + std::to_string(config.device_index) + " requested, but " +
+                                  std::to_string(count) + " are present");
     DeviceGuard guard(config.device_index);
     scratch_.device = config.device_index;
     scratch_.backward_row_budget = config.backward_row_budget;
@@ -35,21 +35,18 @@ class CudaBackend final : public Backend {
   }
   void finish_binning(const SceneArgs& scene, const RenderOptions& options) override {
     DeviceGuard guard(config_.device_index);
-    dispatch_dtype(scene.dtype, [&](auto tag) {
-      cuda_finish_binning<decltype(tag)>(config_, scene, stream(options), scratch_);
-    });
+    dispatch_dtype(scene.dtype,
+                   [&](auto tag) { cuda_finish_binning<decltype(tag)>(config_, scene, stream(options), scratch_); });
   }
 
-  void render_forward(const SceneArgs& scene, const RenderOptions& options,
-                      const ForwardOutputs& outputs) override {
+  void render_forward(const SceneArgs& scene, const RenderOptions& options, const ForwardOutputs& outputs) override {
     DeviceGuard guard(config_.device_index);
     dispatch_dtype(scene.dtype, [&](auto tag) {
       cuda_render_forward<decltype(tag)>(config_, scene, options, outputs, stream(options), scratch_);
     });
   }
 
-  void partial_state(const SceneArgs& scene, const RenderOptions& options,
-                     const ForwardOutputs& outputs) override {
+  void partial_state(const SceneArgs& scene, const RenderOptions& options, const ForwardOutputs& outputs) override {
     DeviceGuard guard(config_.device_index);
     dispatch_dtype(scene.dtype, [&](auto tag) {
       cuda_partial_state<decltype(tag)>(config_, options, scene.batch_size, outputs, stream(options));
@@ -64,8 +61,7 @@ class CudaBackend final : public Backend {
     });
   }
 
-  void reduce_gradients(const SceneArgs& scene, const RenderOptions& options,
-                        const GradientOutputs& grads) override {
+  void reduce_gradients(const SceneArgs& scene, const RenderOptions& options, const GradientOutputs& grads) override {
     DeviceGuard guard(config_.device_index);
     dispatch_dtype(scene.dtype, [&](auto tag) {
       cuda_reduce_gradients<decltype(tag)>(config_, scene, grads, stream(options), scratch_);
@@ -86,9 +82,7 @@ class CudaBackend final : public Backend {
   std::int64_t binned_instances() const override { return scratch_.n_instances; }
 
  private:
-  static cudaStream_t stream(const RenderOptions& options) {
-    return static_cast<cudaStream_t>(options.stream);
-  }
+  static cudaStream_t stream(const RenderOptions& options) { return static_cast<cudaStream_t>(options.stream); }
   RendererConfig config_;
   CudaScratch scratch_;
 };

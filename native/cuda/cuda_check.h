@@ -12,9 +12,8 @@ namespace pulsar {
 inline void cuda_check(cudaError_t err, const char* call, const char* file, int line) {
   if (err != cudaSuccess) {
     cudaGetLastError();  // clear a non-sticky error so the Renderer stays usable
-    throw std::runtime_error(std::string("pulsar: CUDA call ") + call + " failed: " +
-                             cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ") at " +
-                             file + ":" + std::to_string(line));
+    throw std::runtime_error(std::string("pulsar: CUDA call ") + call + " failed: " + cudaGetErrorName(err) + " (" +
+                             cudaGetErrorString(err) + ") at " + file + ":" + std::to_string(line));
   }
 }
 

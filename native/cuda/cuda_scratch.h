@@ -101,40 +101,41 @@ struct CameraWords {
   static constexpr int kHighZc = 1;            // bits of the largest visible zc
   static constexpr int kCoverCandidates = 2;   // nonzero: a visible sphere may cover a tile (may_cover_tiles)
   static constexpr int kUnsettled = 3;         // word kUnsettled + p nonzero: after cover pass p a tile's
-                                               // depth bound may fall with deeper spheres
-                                               // (tile_depth_bound.cu), p < kMaxCoverPasses - 1
-  static constexpr int kMaxBound = kUnsettled + kMaxCoverPasses - 1;  // bits of the largest final tile
-                                               // depth bound (as for zc, bits order like values >= 0;
-                                               // a bound below 0 or NaN, whose bits exceed every
-                                               // visible zc's, only turns count_kernel's skip off)
+                                        // depth bound may fall with deeper spheres
+                                        // (tile_depth_bound.cu), p < kMaxCoverPasses - 1
+  static constexpr int kMaxBound =
+      kUnsettled + kMaxCoverPasses - 1;  // bits of the largest final tile
+                                         // depth bound (as for zc, bits order like values >= 0;
+                                         // a bound below 0 or NaN, whose bits exceed every
+                                         // visible zc's, only turns count_kernel's skip off)
   static constexpr int kCount = kMaxBound + 1;  // words per camera
 };
 
 struct CudaScratch {
   int device = 0;
   int sm_count = 1;
-  DeviceBuffer spheres;         // GpuSphere<T> [B, N]
-  DeviceBuffer camera_words;    // uint32 [B, CameraWords::kCount], zeroed per binning
-  DeviceBuffer cover_histogram; // uint64 [B * n_tiles, buckets], then the unsettled tiles' bits
-                                // (UnsettledRows, tile_depth_bound.cu)
+  DeviceBuffer spheres;  // GpuSphere<T> [B, N]
+  DeviceBuffer camera_words;  // uint32 [B, CameraWords::kCount], zeroed per binning
+  DeviceBuffer cover_histogram;  // uint64 [B * n_tiles, buckets], then the unsettled tiles' bits
+                                 // (UnsettledRows, tile_depth_bound.cu)
   DeviceBuffer tile_depth_bound;  // float [B * n_tiles]: no pixel processes a sphere with larger zc
-  DeviceBuffer tile_settled;    // uint8 [B * n_tiles]: 1 once the cover passes so far fix the bound
+  DeviceBuffer tile_settled;  // uint8 [B * n_tiles]: 1 once the cover passes so far fix the bound
   // The depth sort of the B * N items (DepthOrder): its double-buffered keys and values,
   // then the item of each rank.
   DeviceBuffer depth_order;
   // int64 [B * N]: tiles stored per item, in rank order (the scan's input); then, from the
   // duplicate kernel on, int2 [B * N]: each item's slots [first, end), by item (item_slots).
   DeviceBuffer tile_counts;
-  DeviceBuffer sphere_slots;    // int64 [B * N + 2]: exclusive scan of tile_counts (rank
-                                // order), then the count of small-box instances (count_kernel)
+  DeviceBuffer sphere_slots;  // int64 [B * N + 2]: exclusive scan of tile_counts (rank
+                              // order), then the count of small-box instances (count_kernel)
   // Everything per (tile, sphere) instance, one allocation in two phases (InstanceArena).
   DeviceBuffer instance_arena;
-  DeviceBuffer tile_ranges;     // int2 [B * n_tiles]: [begin, end) of each tile's sorted entries
-  DeviceBuffer tile_ends;       // int [B * n_tiles]: entries any pixel of the tile processed (backward)
-  DeviceBuffer cub_temp;        // CUB workspace
+  DeviceBuffer tile_ranges;  // int2 [B * n_tiles]: [begin, end) of each tile's sorted entries
+  DeviceBuffer tile_ends;  // int [B * n_tiles]: entries any pixel of the tile processed (backward)
+  DeviceBuffer cub_temp;  // CUB workspace
   DeviceBuffer packed_cameras;  // T [B, 15]: cameras converted from camera vectors (Renderer)
-  DeviceBuffer zero_features;   // T [C] of zeros: a partial render's background
-  int backward_splits = 1;         // blocks per tile in the last backward (render_backward.cu)
+  DeviceBuffer zero_features;  // T [C] of zeros: a partial render's background
+  int backward_splits = 1;  // blocks per tile in the last backward (render_backward.cu)
   // Partials per backward block, written in the first backward window, added to in the others.
   DeviceBuffer tile_camera_grads;  // T [B * n_tiles * backward_splits, kCameraGradValues]
   DeviceBuffer tile_background_grads;  // T [B * n_tiles * backward_splits, C]
@@ -162,11 +163,11 @@ struct CudaScratch {
   }
 
   std::size_t bytes() const {
-    return spheres.capacity() + camera_words.capacity() + cover_histogram.capacity() +
-           tile_depth_bound.capacity() + tile_settled.capacity() + depth_order.capacity() + tile_counts.capacity() +
-           sphere_slots.capacity() + instance_arena.capacity() + tile_ranges.capacity() + tile_ends.capacity() +
-           cub_temp.capacity() + packed_cameras.capacity() + tile_camera_grads.capacity() +
-           tile_background_grads.capacity() + camera_chunk_sums.capacity() + zero_features.capacity();
+    return spheres.capacity() + camera_words.capacity() + cover_histogram.capacity() + tile_depth_bound.capacity() +
+           tile_settled.capacity() + depth_order.capacity() + tile_counts.capacity() + sphere_slots.capacity() +
+           instance_arena.capacity() + tile_ranges.capacity() + tile_ends.capacity() + cub_temp.capacity() +
+           packed_cameras.capacity() + tile_camera_grads.capacity() + tile_background_grads.capacity() +
+           camera_chunk_sums.capacity() + zero_features.capacity();
   }
 };
 
@@ -183,7 +184,7 @@ struct RowWindows {
   static constexpr std::int64_t kMinRowBytes = std::int64_t(128) << 20;
   static constexpr std::int64_t kOneWindowRowBytes = std::int64_t(256) << 20;
   std::int64_t count = 1;  // windows (at least one, so that an empty scene still writes zeros)
-  std::int64_t size = 0;   // slots per window
+  std::int64_t size = 0;  // slots per window
 
   // budget: bytes of rows per window, 0 for the default.
   static RowWindows of(std::int64_t n_instances, std::int64_t row_bytes, std::int64_t budget) {
@@ -234,37 +235,34 @@ void cuda_finish_binning(const RendererConfig& config, const SceneArgs& scene, c
 // each rank of the depth sort; rank_keys: the sorted keys (float bits of zc, invisible
 // items all ones).
 template <typename T>
-const float* cuda_tile_depth_bound(const RendererConfig& config, const SceneArgs& scene,
-                                   const RenderOptions& options, cudaStream_t stream, CudaScratch& scratch,
-                                   const std::int32_t* order, const std::uint32_t* rank_keys);
+const float* cuda_tile_depth_bound(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
+                                   cudaStream_t stream, CudaScratch& scratch, const std::int32_t* order,
+                                   const std::uint32_t* rank_keys);
 template <typename T>
-void cuda_render_forward(const RendererConfig& config, const SceneArgs& scene,
-                         const RenderOptions& options, const ForwardOutputs& out, cudaStream_t stream,
-                         CudaScratch& scratch);
+void cuda_render_forward(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
+                         const ForwardOutputs& out, cudaStream_t stream, CudaScratch& scratch);
 template <typename T>
-void cuda_render_backward(const RendererConfig& config, const SceneArgs& scene,
-                          const RenderOptions& options, const BackwardArgs& args,
-                          const GradientOutputs& grads, cudaStream_t stream, CudaScratch& scratch);
+void cuda_render_backward(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
+                          const BackwardArgs& args, const GradientOutputs& grads, cudaStream_t stream,
+                          CudaScratch& scratch);
 // Sums the rows of slots [lo, hi) (rows[u - lo], 5 + C values each) into the caller's
 // sphere gradient arrays: written when first, else added, so that windows reduce in a
 // fixed order (render_backward.cu calls it once per window). The rows are overwritten
 // (with a static channel count, each item's first row takes its sum).
 template <typename T>
-void cuda_reduce_sphere_rows(const RendererConfig& config, const SceneArgs& scene,
-                             const GradientOutputs& grads, cudaStream_t stream, const CudaScratch& scratch,
-                             T* rows, std::int64_t lo, std::int64_t hi, bool first);
+void cuda_reduce_sphere_rows(const RendererConfig& config, const SceneArgs& scene, const GradientOutputs& grads,
+                             cudaStream_t stream, const CudaScratch& scratch, T* rows, std::int64_t lo, std::int64_t hi,
+                             bool first);
 // A partial render's last step (backend.h, partial_state).
 template <typename T>
 void cuda_partial_state(const RendererConfig& config, const RenderOptions& options, int batch_size,
                         const ForwardOutputs& out, cudaStream_t stream);
 // Sums the camera and background partials into the caller's arrays.
 template <typename T>
-void cuda_reduce_gradients(const RendererConfig& config, const SceneArgs& scene,
-                           const GradientOutputs& grads, cudaStream_t stream, CudaScratch& scratch);
+void cuda_reduce_gradients(const RendererConfig& config, const SceneArgs& scene, const GradientOutputs& grads,
+                           cudaStream_t stream, CudaScratch& scratch);
 
-inline unsigned blocks_for(std::int64_t n, int threads) {
-  return unsigned((n + threads - 1) / threads);
-}
+inline unsigned blocks_for(std::int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
 
 // Camera and sphere of item = camera * n + sphere. Items stay below 2^31
 // (cuda_setup_and_bin's limit), so 32-bit division serves (64-bit division is a long

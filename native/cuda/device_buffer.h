@@ -16,7 +16,8 @@ class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   ~DeviceBuffer() { release(); }
-  DeviceBuffer(DeviceBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), capacity_(std::exchange(o.capacity_, 0)) {}
+  DeviceBuffer(DeviceBuffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), capacity_(std::exchange(o.capacity_, 0)) {}
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
     if (this != &o) {
       release();
@@ -41,8 +42,8 @@ class DeviceBuffer {
       const cudaError_t err = cudaMalloc(&p, target);
       if (err != cudaSuccess) {
         cudaGetLastError();
-        throw std::runtime_error(std::string("pulsar: cudaMalloc of ") + std::to_string(target) +
-                                 " bytes for " + what + " failed: " + cudaGetErrorString(err));
+        throw std::runtime_error(std::string("pulsar: cudaMalloc of ") + std::to_string(target) + " bytes for " + what +
+                                 " failed: " + cudaGetErrorString(err));
       }
       data_ = p;
       capacity_ = target;
@@ -66,7 +67,9 @@ class DeviceBuffer {
   }
 
   template <typename E>
-  E* as() const { return static_cast<E*>(data_); }
+  E* as() const {
+    return static_cast<E*>(data_);
+  }
   std::size_t capacity() const { return capacity_; }
 
  private:

@@ -18,7 +18,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-
 // The widest word that divides a row of BYTES bytes: 16 or 8 bytes, else one value T.
 template <int BYTES, typename T>
 using RowWord = std::conditional_t<BYTES % 16 == 0, int4, std::conditional_t<BYTES % 8 == 0, int2, T>>;
@@ -30,7 +29,7 @@ using RowWord = std::conditional_t<BYTES % 16 == 0, int4, std::conditional_t<BYT
 // multiples of N * sizeof(T) from a 256-byte aligned base (InstanceArena).
 template <typename T, int N>
 __device__ void load_row(const T* row, T (&v)[N]) {
-  using Word = RowWord<N * int(sizeof(T)), T>;
+  using Word = RowWord<N* int(sizeof(T)), T>;
   Word words[sizeof(v) / sizeof(Word)];
 #pragma unroll
   for (int k = 0; k < int(sizeof(v) / sizeof(Word)); ++k) words[k] = reinterpret_cast<const Word*>(row)[k];
@@ -40,7 +39,7 @@ __device__ void load_row(const T* row, T (&v)[N]) {
 // Stores v to row[0..N), the widest aligned stores the row allows (as load_row).
 template <typename T, int N>
 __device__ void store_row(T* row, const T (&v)[N]) {
-  using Word = RowWord<N * int(sizeof(T)), T>;
+  using Word = RowWord<N* int(sizeof(T)), T>;
   Word words[sizeof(v) / sizeof(Word)];
   memcpy(words, v, sizeof(v));
 #pragma unroll
@@ -188,8 +187,9 @@ void launch_reduce_sphere_rows(std::int64_t items, const SceneArgs& scene, int c
   // rows.
   const std::int64_t ranks = scene.n_spheres * scene.batch_size;  // (camera, sphere) items, by depth rank
   auto reduce = [&](auto summed) {
-    reduce_sphere_rows_kernel<T, C_STATIC, decltype(summed)::value><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
-        scene, channels, grads, scratch.item_slots(), rows, lo, hi, first);
+    reduce_sphere_rows_kernel<T, C_STATIC, decltype(summed)::value>
+        <<<blocks_for(items, kThreads), kThreads, 0, stream>>>(scene, channels, grads, scratch.item_slots(), rows, lo,
+                                                               hi, first);
     PULSAR_CUDA_LAUNCH_CHECK("reduce_sphere_rows_kernel");
   };
   if constexpr (C_STATIC > 0) {
@@ -261,8 +261,8 @@ __global__ void camera_chunk_sums_kernel(std::int64_t n_tiles, std::int64_t rows
 // camera_chunk_sums_kernel) of all kCameraGradValues columns in registers, then shuffle
 // trees per warp and the warps in index order; then the frame derivative.
 template <typename T>
-__global__ void reduce_camera_kernel(RendererConfig config, SceneArgs scene, std::int64_t n_rows,
-                                     const T* camera_rows, T* out) {
+__global__ void reduce_camera_kernel(RendererConfig config, SceneArgs scene, std::int64_t n_rows, const T* camera_rows,
+                                     T* out) {
   constexpr int kWarps = kThreads / 32;
   __shared__ T warp_totals[kWarps][kCameraGradValues];
   __shared__ T total[kCameraGradValues];
@@ -302,23 +302,31 @@ __global__ void reduce_background_kernel(std::int64_t tiles, int channels, const
 }  // namespace
 
 template <typename T>
-void cuda_reduce_sphere_rows(const RendererConfig& config, const SceneArgs& scene,
-                             const GradientOutputs& grads, cudaStream_t stream, const CudaScratch& scratch,
-                             T* rows, std::int64_t lo, std::int64_t hi, bool first) {
+void cuda_reduce_sphere_rows(const RendererConfig& config, const SceneArgs& scene, const GradientOutputs& grads,
+                             cudaStream_t stream, const CudaScratch& scratch, T* rows, std::int64_t lo, std::int64_t hi,
+                             bool first) {
   const int sets = scene.shared_spheres ? 1 : scene.batch_size;
   const std::int64_t items = scene.n_spheres * sets;
   if (items == 0) return;
   switch (config.n_channels) {
-    case 1: launch_reduce_sphere_rows<T, 1>(items, scene, config.n_channels, grads, stream, scratch, rows, lo, hi, first); break;
-    case 3: launch_reduce_sphere_rows<T, 3>(items, scene, config.n_channels, grads, stream, scratch, rows, lo, hi, first); break;
-    case 4: launch_reduce_sphere_rows<T, 4>(items, scene, config.n_channels, grads, stream, scratch, rows, lo, hi, first); break;
-    default: launch_reduce_sphere_rows<T, 0>(items, scene, config.n_channels, grads, stream, scratch, rows, lo, hi, first); break;
+    case 1:
+      launch_reduce_sphere_rows<T, 1>(items, scene, config.n_channels, grads, stream, scratch, rows, lo, hi, first);
+      break;
+    case 3:
+      launch_reduce_sphere_rows<T, 3>(items, scene, config.n_channels, grads, stream, scratch, rows, lo, hi, first);
+      break;
+    case 4:
+      launch_reduce_sphere_rows<T, 4>(items, scene, config.n_channels, grads, stream, scratch, rows, lo, hi, first);
+      break;
+    default:
+      launch_reduce_sphere_rows<T, 0>(items, scene, config.n_channels, grads, stream, scratch, rows, lo, hi, first);
+      break;
   }
 }
 
 template <typename T>
-void cuda_reduce_gradients(const RendererConfig& config, const SceneArgs& scene,
-                           const GradientOutputs& grads, cudaStream_t stream, CudaScratch& scratch) {
+void cuda_reduce_gradients(const RendererConfig& config, const SceneArgs& scene, const GradientOutputs& grads,
+                           cudaStream_t stream, CudaScratch& scratch) {
   // Partial rows per camera: one per tile and backward block (render_backward.cu).
   const std::int64_t n_tiles = Tiling::of(config.width, config.height).n_tiles() * scratch.backward_splits;
   if (grads.cameras) {
@@ -329,25 +337,27 @@ void cuda_reduce_gradients(const RendererConfig& config, const SceneArgs& scene,
     camera_chunk_sums_kernel<T><<<dim3(unsigned(chunks), unsigned(scene.batch_size)), kThreads, 0, stream>>>(
         n_tiles, rows_per_chunk, scratch.tile_camera_grads.as<T>(), chunk_sums);
     PULSAR_CUDA_LAUNCH_CHECK("camera_chunk_sums_kernel");
-    reduce_camera_kernel<T><<<scene.batch_size, kThreads, 0, stream>>>(config, scene, chunks, chunk_sums,
-                                                                       static_cast<T*>(grads.cameras));
+    reduce_camera_kernel<T>
+        <<<scene.batch_size, kThreads, 0, stream>>>(config, scene, chunks, chunk_sums, static_cast<T*>(grads.cameras));
     PULSAR_CUDA_LAUNCH_CHECK("reduce_camera_kernel");
   }
   if (grads.background) {
-    reduce_background_kernel<T><<<1, kThreads, 0, stream>>>(
-        n_tiles * scene.batch_size, config.n_channels, scratch.tile_background_grads.as<T>(),
-        static_cast<T*>(grads.background));
+    reduce_background_kernel<T><<<1, kThreads, 0, stream>>>(n_tiles * scene.batch_size, config.n_channels,
+                                                            scratch.tile_background_grads.as<T>(),
+                                                            static_cast<T*>(grads.background));
     PULSAR_CUDA_LAUNCH_CHECK("reduce_background_kernel");
   }
 }
 
 template void cuda_reduce_sphere_rows<float>(const RendererConfig&, const SceneArgs&, const GradientOutputs&,
-                                             cudaStream_t, const CudaScratch&, float*, std::int64_t,
-                                             std::int64_t, bool);
+                                             cudaStream_t, const CudaScratch&, float*, std::int64_t, std::int64_t,
+                                             bool);
 template void cuda_reduce_sphere_rows<double>(const RendererConfig&, const SceneArgs&, const GradientOutputs&,
-                                              cudaStream_t, const CudaScratch&, double*, std::int64_t,
-                                              std::int64_t, bool);
-template void cuda_reduce_gradients<float>(const RendererConfig&, const SceneArgs&, const GradientOutputs&, cudaStream_t, CudaScratch&);
-template void cuda_reduce_gradients<double>(const RendererConfig&, const SceneArgs&, const GradientOutputs&, cudaStream_t, CudaScratch&);
+                                              cudaStream_t, const CudaScratch&, double*, std::int64_t, std::int64_t,
+                                              bool);
+template void cuda_reduce_gradients<float>(const RendererConfig&, const SceneArgs&, const GradientOutputs&,
+                                           cudaStream_t, CudaScratch&);
+template void cuda_reduce_gradients<double>(const RendererConfig&, const SceneArgs&, const GradientOutputs&,
+                                            cudaStream_t, CudaScratch&);
 
 }  // namespace pulsar

@@ -57,8 +57,10 @@ __device__ int first_slot_at_least(const std::int32_t* slots, int count, std::in
   int lo = 0, hi = count;
   while (lo < hi) {
     const int mid = (lo + hi) / 2;
-    if (slots[mid] < value) lo = mid + 1;
-    else hi = mid;
+    if (slots[mid] < value)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return lo;
 }
@@ -70,8 +72,7 @@ __device__ int first_slot_at_least(const std::int32_t* slots, int count, std::in
 // 16 (float with 3 channels: 32 bytes) are written in 16-byte stores: the rows are
 // scattered, one sector each, and narrow stores cost a transaction per value.
 template <typename T>
-__device__ void zero_unreached_rows(const std::int32_t* slots, int from, int to, T* rows, std::int64_t lo,
-                                    int stride) {
+__device__ void zero_unreached_rows(const std::int32_t* slots, int from, int to, T* rows, std::int64_t lo, int stride) {
   const bool wide = (stride * sizeof(T)) % 16 == 0;  // the rows start 256-byte aligned (InstanceArena)
   for (int p = from + int(threadIdx.x); p < to; p += int(blockDim.x)) {
     T* row = rows + (slots[p] - lo) * stride;
@@ -209,8 +210,12 @@ template <typename T, int C_STATIC>
 __device__ StagedEntry<T, C_STATIC> stage_entry(const GpuSphere<T>& g, std::int32_t id, std::int32_t slot,
                                                 const T* features, int tile_x0, int tile_y0) {
   StagedEntry<T, C_STATIC> se;
-  se.cx = g.cx; se.cy = g.cy; se.cz = g.cz;
-  se.dist = g.dist; se.radius = g.radius; se.opacity = g.opacity;
+  se.cx = g.cx;
+  se.cy = g.cy;
+  se.cz = g.cz;
+  se.dist = g.dist;
+  se.radius = g.radius;
+  se.opacity = g.opacity;
   se.terms = g.terms;
   for (int ch = 0; ch < C_STATIC; ++ch) se.features[ch] = features[ch];
   se.sphere = id;
@@ -331,7 +336,9 @@ __device__ void order_by_key(int key, int count, std::uint8_t* order, int (*coun
 // Entries staged at a time: as many as keep the block's static shared memory, with the
 // float ray sums, within the 48 KiB a block gets without opting in.
 template <typename T, int C_STATIC>
-constexpr int staged_batch() { return sizeof(T) == 4 && C_STATIC <= 3 ? 128 : 64; }
+constexpr int staged_batch() {
+  return sizeof(T) == 4 && C_STATIC <= 3 ? 128 : 64;
+}
 
 // Four blocks per SM (64 registers) with whole warps, which then run faster than with
 // three. With lane groups (GROUP < 32), three (80 registers): at 64 that kernel spills
@@ -346,10 +353,10 @@ constexpr int staged_batch() { return sizeof(T) == 4 && C_STATIC <= 3 ? 128 : 64
 // window and read in the others (null with one window).
 template <typename T, int C_STATIC, bool ORTHO, bool RAY_SUMS, int GROUP, int GRADS>
 __global__ void __launch_bounds__(kThreads, GROUP == 32 ? 4 : 3)
-render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions options, BackwardArgs args,
-                       GradFlags flags, const GpuSphere<T>* spheres, const std::int32_t* entry_sphere,
-                       const std::int32_t* entry_slot, const int2* tile_ranges, int* tile_ends, int splits,
-                       SlotWindow window, T* rows, T* tile_camera, T* tile_background) {
+    render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions options, BackwardArgs args,
+                           GradFlags flags, const GpuSphere<T>* spheres, const std::int32_t* entry_sphere,
+                           const std::int32_t* entry_slot, const int2* tile_ranges, int* tile_ends, int splits,
+                           SlotWindow window, T* rows, T* tile_camera, T* tile_background) {
   __shared__ PixelStage<T, C_STATIC> stage;
   constexpr int kBatch = staged_batch<T, C_STATIC>();
   __shared__ StagedEntry<T, C_STATIC> staged[kBatch];
@@ -560,8 +567,8 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
     if (ORTHO) {
       const Vec3<T> sensor_rel = cam.sensor_offset(T(x), T(y));
       T ga = 0, gb = 0, gcz = 0;
-      intersect_orthographic_backward(h, c.x - ray.sx, c.y - ray.sy, c.z, se.terms, grad_kappa, grad_depth, ga, gb,
-                                      gcz, acc.sums.radius);
+      intersect_orthographic_backward(h, c.x - ray.sx, c.y - ray.sy, c.z, se.terms, grad_kappa, grad_depth, ga, gb, gcz,
+                                      acc.sums.radius);
       acc.sums.pos += ga * cam.x_unit + gb * cam.y_unit + gcz * cam.z_axis;
       cg.x_unit += ga * (acc.c_world - sensor_rel);
       cg.y_unit += gb * (acc.c_world - sensor_rel);
@@ -569,20 +576,20 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
       cg.add_sensor_offset(-(ga * cam.x_unit + gb * cam.y_unit), T(x), T(y));
     } else if (!RAY_SUMS) {
       Vec3<T> grad_ray{0, 0, 0};
-      intersect_perspective_backward(h, se.dist, se.terms, grad_kappa, grad_depth, acc.sums.centre,
-                                     acc.sums.radius, grad_ray);
+      intersect_perspective_backward(h, se.dist, se.terms, grad_kappa, grad_depth, acc.sums.centre, acc.sums.radius,
+                                     grad_ray);
       cg.add_sensor_offset(normalize_backward(cam.sensor_offset(T(x), T(y)), grad_ray), T(x), T(y));
     } else if (decltype(shared_ray_sums)::value) {
       // The lanes hold distinct pixels (one group per warp): add to the pixel's sums.
       Vec3<T> ray_sums = make_vec3(ray_at[0], ray_at[kThreads], ray_at[2 * kThreads]);
-      intersect_perspective_backward(h, se.dist, se.terms, grad_kappa, grad_depth, acc.sums.centre,
-                                     acc.sums.radius, ray_sums);
+      intersect_perspective_backward(h, se.dist, se.terms, grad_kappa, grad_depth, acc.sums.centre, acc.sums.radius,
+                                     ray_sums);
       ray_at[0] = ray_sums.x;
       ray_at[kThreads] = ray_sums.y;
       ray_at[2 * kThreads] = ray_sums.z;
     } else {
-      intersect_perspective_backward(h, se.dist, se.terms, grad_kappa, grad_depth, acc.sums.centre,
-                                     acc.sums.radius, ray_acc);
+      intersect_perspective_backward(h, se.dist, se.terms, grad_kappa, grad_depth, acc.sums.centre, acc.sums.radius,
+                                     ray_acc);
     }
     return weight;
   };
@@ -652,8 +659,8 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
       const std::int64_t p = range.x + base + int(threadIdx.x) * splits + split;
       const std::int32_t id = entry_sphere[p];
       const GpuSphere<T> g = load_sphere(spheres + std::int64_t(b) * scene.n_spheres + id);
-      const StagedEntry<T, C_STATIC> se = stage_entry<T, C_STATIC>(
-          g, id, entry_slot[p], sv.features + std::int64_t(id) * C_STATIC, tile_x0, tile_y0);
+      const StagedEntry<T, C_STATIC> se =
+          stage_entry<T, C_STATIC>(g, id, entry_slot[p], sv.features + std::int64_t(id) * C_STATIC, tile_x0, tile_y0);
       staged[threadIdx.x] = se;
       round_key = kPairs ? (se.box_w == kTileSize && se.box_h == kTileSize ? 0 : 1)
                          : min((se.box_w * se.box_h + GROUP - 1) / GROUP, kRoundKeys) - 1;
@@ -681,7 +688,8 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
       const int lx1 = lx0 + box_w - 1;
       const int box_pixels = has_entry ? box_w * se.box_h : 0;
       int rounds = (box_pixels + GROUP - 1) / GROUP;  // the most over the warp's groups
-      for (int offset = GROUP; offset < 32; offset *= 2) rounds = max(rounds, __shfl_xor_sync(kFullMask, rounds, offset));
+      for (int offset = GROUP; offset < 32; offset *= 2)
+        rounds = max(rounds, __shfl_xor_sync(kFullMask, rounds, offset));
       EntryAccum<T, C_STATIC> acc = begin_entry(se);
       if (!kStatic && flags.features && lane == 0)
         for (int k = 0; k < channels; ++k) feature_acc[warp * channels + k] = T(0);
@@ -723,8 +731,8 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
           T weight = 0;
           bool hit = false;
           if (active)
-            weight = add_pair(se, acc, StagedPixel<T, C_STATIC, ORTHO>{stage, q, cam, x, y}, x, y, g_img, unused_ray_acc,
-                              ray_sums_at_q, std::true_type{}, hit);
+            weight = add_pair(se, acc, StagedPixel<T, C_STATIC, ORTHO>{stage, q, cam, x, y}, x, y, g_img,
+                              unused_ray_acc, ray_sums_at_q, std::true_type{}, hit);
           if (!kStatic && flags.features) {  // GROUP == 32 (static_assert above)
             for (int ch = 0; ch < channels; ++ch) {
               // Hits only: a miss's dL/dimage (inf or NaN where value checks are off) adds nothing.
@@ -765,8 +773,9 @@ render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opt
   }
   const bool pixel_terms = own_inside && split == 0 && window.first;
   if (background_out)
-    block_sum(channels, [&](int ch) { return pixel_terms ? grad_image[own_pix * channels + ch] * bg_share : T(0); },
-              feature_acc, background_out, !window.first);
+    block_sum(
+        channels, [&](int ch) { return pixel_terms ? grad_image[own_pix * channels + ch] * bg_share : T(0); },
+        feature_acc, background_out, !window.first);
 }
 
 // The partial and row outputs of one launch.
@@ -783,8 +792,8 @@ struct BackwardTargets {
 // theirs (RAY_SUMS).
 template <typename T, int C_STATIC, bool ORTHO, bool RAY_SUMS>
 void launch_kernel(unsigned blocks, std::size_t dynamic_smem, std::size_t ray_sum_bytes, const RendererConfig& config,
-                   const SceneArgs& scene, const RenderOptions& options, const BackwardArgs& args,
-                   GradFlags flags, cudaStream_t stream, CudaScratch& s, const BackwardTargets<T>& to) {
+                   const SceneArgs& scene, const RenderOptions& options, const BackwardArgs& args, GradFlags flags,
+                   cudaStream_t stream, CudaScratch& s, const BackwardTargets<T>& to) {
   // Small boxes (at least half the instances' boxes within their tile of at most
   // kSmallBoxPixels pixels): groups of 8 lanes, or 16 when a row's values need them;
   // otherwise whole warps (on large boxes groups only multiply the rounds). The generic
@@ -802,12 +811,15 @@ void launch_kernel(unsigned blocks, std::size_t dynamic_smem, std::size_t ray_su
   // The fixed-gradient kernels only where the time is: float, perspective, a static
   // channel count.
   constexpr bool kSpecialise = std::is_same<T, float>::value && !ORTHO && C_STATIC > 0;
-  const bool all_grads = kSpecialise && flags.features && flags.blend && flags.geometry &&
-                         args.grad_depth_moments == nullptr;
+  const bool all_grads =
+      kSpecialise && flags.features && flags.blend && flags.geometry && args.grad_depth_moments == nullptr;
   auto run_group = [&](auto group) {
-    if (all_grads && flags.opacity) run(group, std::integral_constant<int, kSpecialise ? kAllGrads : kGradsByFlags>{});
-    else if (all_grads) run(group, std::integral_constant<int, kSpecialise ? kAllButOpacity : kGradsByFlags>{});
-    else run(group, std::integral_constant<int, kGradsByFlags>{});
+    if (all_grads && flags.opacity)
+      run(group, std::integral_constant<int, kSpecialise ? kAllGrads : kGradsByFlags>{});
+    else if (all_grads)
+      run(group, std::integral_constant<int, kSpecialise ? kAllButOpacity : kGradsByFlags>{});
+    else
+      run(group, std::integral_constant<int, kGradsByFlags>{});
   };
   if (s.small_box_instances * 2 >= s.n_instances)
     run_group(std::integral_constant<int, kSmallGroup>{});
@@ -821,8 +833,8 @@ void launch(const RendererConfig& config, const SceneArgs& scene, const RenderOp
             const BackwardArgs& args, GradFlags flags, cudaStream_t stream, CudaScratch& s,
             const BackwardTargets<T>& to) {
   const unsigned blocks = unsigned(Tiling::of(config.width, config.height).n_tiles() * scene.batch_size);
-  const std::size_t fixed = sizeof(PixelStage<T, C_STATIC>) + sizeof(int) +
-                            sizeof(StagedEntry<T, C_STATIC>) * staged_batch<T, C_STATIC>();
+  const std::size_t fixed =
+      sizeof(PixelStage<T, C_STATIC>) + sizeof(int) + sizeof(StagedEntry<T, C_STATIC>) * staged_batch<T, C_STATIC>();
   const std::size_t dynamic = kWarps * std::size_t(std::max(kCameraGradValues, config.n_channels)) * sizeof(T);
   const std::size_t ray_sums = kWarps * 3 * std::size_t(kThreads) * sizeof(T);
   if (fixed + dynamic > kSharedBytesWithoutOptIn)
@@ -831,8 +843,8 @@ void launch(const RendererConfig& config, const SceneArgs& scene, const RenderOp
   if (config.orthographic)
     launch_kernel<T, C_STATIC, true, false>(blocks, dynamic, 0, config, scene, options, args, flags, stream, s, to);
   else if (std::is_same<T, float>::value && fixed + dynamic + ray_sums <= kSharedBytesWithoutOptIn)
-    launch_kernel<T, C_STATIC, false, std::is_same<T, float>::value>(
-        blocks, dynamic, ray_sums, config, scene, options, args, flags, stream, s, to);
+    launch_kernel<T, C_STATIC, false, std::is_same<T, float>::value>(blocks, dynamic, ray_sums, config, scene, options,
+                                                                     args, flags, stream, s, to);
   else
     launch_kernel<T, C_STATIC, false, false>(blocks, dynamic, 0, config, scene, options, args, flags, stream, s, to);
 }
@@ -840,14 +852,15 @@ void launch(const RendererConfig& config, const SceneArgs& scene, const RenderOp
 }  // namespace
 
 template <typename T>
-void cuda_render_backward(const RendererConfig& config, const SceneArgs& scene,
-                          const RenderOptions& options, const BackwardArgs& args,
-                          const GradientOutputs& grads, cudaStream_t stream, CudaScratch& scratch) {
+void cuda_render_backward(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
+                          const BackwardArgs& args, const GradientOutputs& grads, cudaStream_t stream,
+                          CudaScratch& scratch) {
   const std::int64_t total_tiles = Tiling::of(config.width, config.height).n_tiles() * scene.batch_size;
   // Blocks per tile: enough for about four waves of four blocks per SM, at most 4, so
   // that an image of few tiles still fills the GPU.
   const std::int64_t wave = 4 * std::int64_t(scratch.sm_count);
-  scratch.backward_splits = int(std::min<std::int64_t>(4, std::max<std::int64_t>(1, (4 * wave + total_tiles - 1) / total_tiles)));
+  scratch.backward_splits =
+      int(std::min<std::int64_t>(4, std::max<std::int64_t>(1, (4 * wave + total_tiles - 1) / total_tiles)));
   const std::int64_t partial_rows = total_tiles * scratch.backward_splits;
   const int stride = kGpuInstFeatures + config.n_channels;
   const std::int64_t row_bytes = std::int64_t(sizeof(T)) * stride;
@@ -863,8 +876,12 @@ void cuda_render_backward(const RendererConfig& config, const SceneArgs& scene,
   BackwardTargets<T> to;
   to.rows = rows;
   to.tile_ends = windows.count > 1 ? scratch.tile_ends.reserve<int>(std::size_t(total_tiles), "tile ends") : nullptr;
-  to.tile_camera = grads.cameras ? scratch.tile_camera_grads.reserve<T>(std::size_t(partial_rows) * kCameraGradValues, "camera gradients") : nullptr;
-  to.tile_background = grads.background ? scratch.tile_background_grads.reserve<T>(std::size_t(partial_rows) * config.n_channels, "background gradients") : nullptr;
+  to.tile_camera = grads.cameras ? scratch.tile_camera_grads.reserve<T>(std::size_t(partial_rows) * kCameraGradValues,
+                                                                        "camera gradients")
+                                 : nullptr;
+  to.tile_background = grads.background ? scratch.tile_background_grads.reserve<T>(
+                                              std::size_t(partial_rows) * config.n_channels, "background gradients")
+                                        : nullptr;
   GradFlags flags;
   flags.features = grads.features != nullptr;
   flags.geometry = grads.positions || grads.radii || grads.cameras;
@@ -884,7 +901,8 @@ void cuda_render_backward(const RendererConfig& config, const SceneArgs& scene,
       default: launch<T, 0>(config, scene, options, args, flags, stream, scratch, to); break;
     }
     if (sphere_grads)
-      cuda_reduce_sphere_rows<T>(config, scene, grads, stream, scratch, rows, to.window.lo, to.window.hi, to.window.first);
+      cuda_reduce_sphere_rows<T>(config, scene, grads, stream, scratch, rows, to.window.lo, to.window.hi,
+                                 to.window.first);
   }
 }
 

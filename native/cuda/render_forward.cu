@@ -126,8 +126,8 @@ __device__ void stage_batch(int start, int list_end, int threads, const GpuSpher
 // without them spends nothing on them per hit).
 template <typename T, int C_STATIC, bool ORTHO, bool WITH_INFO, bool MOMENTS>
 __global__ void __launch_bounds__(kThreads)
-render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions options, ForwardOutputs out,
-                      const GpuSphere<T>* spheres, const std::int32_t* entry_sphere, const int2* tile_ranges) {
+    render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions options, ForwardOutputs out,
+                          const GpuSphere<T>* spheres, const std::int32_t* entry_sphere, const int2* tile_ranges) {
   __shared__ BatchEntry<T, C_STATIC> batch[kThreads];
   // coverage[w][e]: the lanes of warp w whose pixel entry e's box covers (written by the
   // entry's loader); then, once warp w has transposed its row chunk by chunk,
@@ -247,8 +247,8 @@ render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions opti
 // bound the compiler takes 80, and six blocks fit).
 template <typename T, int C_STATIC, bool ORTHO>
 __global__ void __launch_bounds__(kThreads / 2, 8)
-render_forward_two_kernel(RendererConfig config, SceneArgs scene, RenderOptions options, ForwardOutputs out,
-                          const GpuSphere<T>* spheres, const std::int32_t* entry_sphere, const int2* tile_ranges) {
+    render_forward_two_kernel(RendererConfig config, SceneArgs scene, RenderOptions options, ForwardOutputs out,
+                              const GpuSphere<T>* spheres, const std::int32_t* entry_sphere, const int2* tile_ranges) {
   constexpr int kBlock = kThreads / 2;
   __shared__ BatchEntry<T, C_STATIC> batch[kThreads];
   __shared__ unsigned coverage[kThreads / 32][kThreads];  // as render_forward_kernel's, per 8x4 block
@@ -337,13 +337,17 @@ void launch(const RendererConfig& config, const SceneArgs& scene, const RenderOp
   const bool large_boxes = s.small_box_instances * 2 < s.n_instances;
   const bool hit_cap = hit_cap_of(options) < std::numeric_limits<int>::max();
   if (out.forward_info)
-    render_forward_kernel<T, C_STATIC, ORTHO, true, true><<<blocks, kThreads, 0, stream>>>(config, scene, options, out, spheres, entries, ranges);
+    render_forward_kernel<T, C_STATIC, ORTHO, true, true>
+        <<<blocks, kThreads, 0, stream>>>(config, scene, options, out, spheres, entries, ranges);
   else if (out.depth_moments)
-    render_forward_kernel<T, C_STATIC, ORTHO, false, true><<<blocks, kThreads, 0, stream>>>(config, scene, options, out, spheres, entries, ranges);
+    render_forward_kernel<T, C_STATIC, ORTHO, false, true>
+        <<<blocks, kThreads, 0, stream>>>(config, scene, options, out, spheres, entries, ranges);
   else if (C_STATIC > 0 && large_boxes && !hit_cap)
-    render_forward_two_kernel<T, (C_STATIC > 0 ? C_STATIC : 1), ORTHO><<<blocks, kThreads / 2, 0, stream>>>(config, scene, options, out, spheres, entries, ranges);
+    render_forward_two_kernel<T, (C_STATIC > 0 ? C_STATIC : 1), ORTHO>
+        <<<blocks, kThreads / 2, 0, stream>>>(config, scene, options, out, spheres, entries, ranges);
   else
-    render_forward_kernel<T, C_STATIC, ORTHO, false, false><<<blocks, kThreads, 0, stream>>>(config, scene, options, out, spheres, entries, ranges);
+    render_forward_kernel<T, C_STATIC, ORTHO, false, false>
+        <<<blocks, kThreads, 0, stream>>>(config, scene, options, out, spheres, entries, ranges);
   PULSAR_CUDA_LAUNCH_CHECK("render_forward_kernel");
 }
 
@@ -359,9 +363,8 @@ void launch(const RendererConfig& config, const SceneArgs& scene, const RenderOp
 }  // namespace
 
 template <typename T>
-void cuda_render_forward(const RendererConfig& config, const SceneArgs& scene,
-                         const RenderOptions& options, const ForwardOutputs& out, cudaStream_t stream,
-                         CudaScratch& scratch) {
+void cuda_render_forward(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
+                         const ForwardOutputs& out, cudaStream_t stream, CudaScratch& scratch) {
   const unsigned blocks = unsigned(Tiling::of(config.width, config.height).n_tiles() * scene.batch_size);
   switch (config.n_channels) {
     case 1: launch<T, 1>(config, scene, options, out, stream, scratch, blocks); break;

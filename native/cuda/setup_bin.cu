@@ -90,9 +90,13 @@ __global__ void setup_spheres_kernel(RendererConfig config, SceneArgs scene, Gpu
     const Vec3<T> c = p - cam.eye;
     GpuSphere<T> g;
     if (cam.orthographic) {
-      g.cx = dot(c, cam.x_unit); g.cy = dot(c, cam.y_unit); g.cz = dot(c, cam.z_axis);
+      g.cx = dot(c, cam.x_unit);
+      g.cy = dot(c, cam.y_unit);
+      g.cz = dot(c, cam.z_axis);
     } else {
-      g.cx = c.x; g.cy = c.y; g.cz = c.z;
+      g.cx = c.x;
+      g.cy = c.y;
+      g.cz = c.z;
     }
     g.dist = norm(c);
     g.radius = radius;
@@ -143,8 +147,8 @@ struct DealtPair {
 };
 
 template <typename T, typename Fn>
-__device__ void deal_pairs(const RendererConfig& config, const GpuSphere<T>& g, std::int64_t b,
-                           const float* bound, Fn fn) {
+__device__ void deal_pairs(const RendererConfig& config, const GpuSphere<T>& g, std::int64_t b, const float* bound,
+                           Fn fn) {
   const Tiling tiling = Tiling::of(config.width, config.height);
   const TileBox box = tile_box(g);
   const WarpDeal deal = WarpDeal::of(box.count);
@@ -179,8 +183,8 @@ __device__ void deal_pairs(const RendererConfig& config, const GpuSphere<T>& g, 
 // most kSmallBoxPixels pixels (one atomic per block, integers: exact), which picks the
 // backward's lane grouping (render_backward.cu) and the forward's kernel.
 template <typename T>
-__global__ void count_kernel(RendererConfig config, SceneArgs scene, const GpuSphere<T>* spheres,
-                             const float* bound, const std::int32_t* order, const std::uint32_t* rank_keys,
+__global__ void count_kernel(RendererConfig config, SceneArgs scene, const GpuSphere<T>* spheres, const float* bound,
+                             const std::int32_t* order, const std::uint32_t* rank_keys,
                              const std::uint32_t* camera_words, std::int64_t* tile_counts,
                              unsigned long long* small_box_instances) {
   const std::int64_t n = scene.n_spheres;
@@ -312,8 +316,8 @@ cub::DoubleBuffer<E> double_buffer(unsigned char* base, std::size_t a, std::size
 
 // Stable radix sort of count (key, value) pairs over key bits [0, end_bit); the result is
 // in keys.Current() and values.Current().
-void sort_pairs(cub::DoubleBuffer<std::uint32_t>& keys, cub::DoubleBuffer<std::int32_t>& values,
-                std::int64_t count, int end_bit, cudaStream_t stream, CudaScratch& scratch) {
+void sort_pairs(cub::DoubleBuffer<std::uint32_t>& keys, cub::DoubleBuffer<std::int32_t>& values, std::int64_t count,
+                int end_bit, cudaStream_t stream, CudaScratch& scratch) {
   std::size_t bytes = 0;
   PULSAR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, keys, values, int(count), 0, end_bit, stream));
   void* temp = scratch.cub_temp.reserve<unsigned char>(bytes, "CUB workspace");
@@ -322,7 +326,10 @@ void sort_pairs(cub::DoubleBuffer<std::uint32_t>& keys, cub::DoubleBuffer<std::i
 
 int bit_width(std::uint64_t v) {
   int bits = 0;
-  while (v) { ++bits; v >>= 1; }
+  while (v) {
+    ++bits;
+    v >>= 1;
+  }
   return bits;
 }
 
@@ -340,7 +347,8 @@ void cuda_begin_binning(const RendererConfig& config, const SceneArgs& scene, co
   const std::int64_t total_tiles = tiling.n_tiles() * scene.batch_size;
   if (items >= (std::int64_t(1) << 31))
     throw std::runtime_error("pulsar: " + std::to_string(scene.batch_size) + " cameras x " +
-                             std::to_string(scene.n_spheres) + " spheres exceed the CUDA backend's limit of "
+                             std::to_string(scene.n_spheres) +
+                             " spheres exceed the CUDA backend's limit of "
                              "2^31 - 1 (camera, sphere) items; render fewer per call");
   if (total_tiles >= (std::int64_t(1) << 32))  // tile keys are uint32
     throw std::runtime_error("pulsar: " + std::to_string(total_tiles) +
@@ -382,8 +390,8 @@ void cuda_begin_binning(const RendererConfig& config, const SceneArgs& scene, co
   PULSAR_CUDA_CHECK(cub::DeviceScan::InclusiveSum(temp, scan_bytes, counts, slots_of + 1, items, stream));
   // The instance count sizes the sort: read back with the small-box count behind it, and
   // waited for in cuda_finish_binning (on the event, not the stream).
-  PULSAR_CUDA_CHECK(cudaMemcpyAsync(scratch.host_count, slots_of + items, 2 * sizeof(std::int64_t),
-                                    cudaMemcpyDeviceToHost, stream));
+  PULSAR_CUDA_CHECK(
+      cudaMemcpyAsync(scratch.host_count, slots_of + items, 2 * sizeof(std::int64_t), cudaMemcpyDeviceToHost, stream));
   PULSAR_CUDA_CHECK(cudaEventRecord(scratch.count_ready, stream));
   // Each item's slots need only the scan: the device computes them while the host waits
   // for the count and launches what follows, so the one host synchronisation leaves the
@@ -436,15 +444,15 @@ void cuda_finish_binning(const RendererConfig& config, const SceneArgs& scene, c
   ranges_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream>>>(count, keys.Current(), ranges);
   PULSAR_CUDA_LAUNCH_CHECK("ranges_kernel");
   // The keys are done with: the maps overwrite their buffers (InstanceArena).
-  maps_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream>>>(
-      count, slots.Current(), slot_sphere, scratch.entry_sphere(), scratch.entry_slot());
+  maps_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream>>>(count, slots.Current(), slot_sphere,
+                                                                    scratch.entry_sphere(), scratch.entry_slot());
   PULSAR_CUDA_LAUNCH_CHECK("maps_kernel");
 }
 
-template void cuda_begin_binning<float>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
-                                        cudaStream_t, CudaScratch&);
-template void cuda_begin_binning<double>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
-                                         cudaStream_t, CudaScratch&);
+template void cuda_begin_binning<float>(const RendererConfig&, const SceneArgs&, const RenderOptions&, cudaStream_t,
+                                        CudaScratch&);
+template void cuda_begin_binning<double>(const RendererConfig&, const SceneArgs&, const RenderOptions&, cudaStream_t,
+                                         CudaScratch&);
 template void cuda_finish_binning<float>(const RendererConfig&, const SceneArgs&, cudaStream_t, CudaScratch&);
 template void cuda_finish_binning<double>(const RendererConfig&, const SceneArgs&, cudaStream_t, CudaScratch&);
 

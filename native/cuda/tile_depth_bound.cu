@@ -145,17 +145,16 @@ struct CoverJob {
 // pointer to the kernel's parameter would put the parameters on every thread's stack.)
 template <typename T>
 __device__ CoverJob cover_job(const RendererConfig& config, const RenderOptions& options, const GpuSphere<T>& g,
-                              const CameraFrame<T>& cam, int b, const DepthRange& range, int bucket,
-                              CoverPass pass) {
+                              const CameraFrame<T>& cam, int b, const DepthRange& range, int bucket, CoverPass pass) {
   CoverJob job;
   if (g.x0 > g.x1 || g.y0 > g.y1) return job;
   if (!may_cover_tiles(cam, g.radius, g.dist, g.opacity)) return job;
   // core_region_bounds wants centre - eye in world units; orthographic records keep the
   // camera-frame coordinates, which map back through the frame's unit axes.
-  const Vec3<T> c_world = cam.orthographic ? g.cx * cam.x_unit + g.cy * cam.y_unit + g.cz * cam.z_axis
-                                           : make_vec3(g.cx, g.cy, g.cz);
-  const PixelBounds core = clamp_bounds(core_region_bounds(cam, c_world, g.dist, g.radius, config.width,
-                                                           config.height), config.width, config.height);
+  const Vec3<T> c_world =
+      cam.orthographic ? g.cx * cam.x_unit + g.cy * cam.y_unit + g.cz * cam.z_axis : make_vec3(g.cx, g.cy, g.cz);
+  const PixelBounds core = clamp_bounds(core_region_bounds(cam, c_world, g.dist, g.radius, config.width, config.height),
+                                        config.width, config.height);
   if (core.empty()) return job;
   // Tiles from the first starting inside the core to the last ending inside it (a tile
   // clipped by the image's last row or column ends there).
@@ -184,8 +183,7 @@ __device__ CoverJob cover_job(const RendererConfig& config, const RenderOptions&
 // for a later pass, a tile whose bound the passes before left unsettled.
 __device__ inline bool cover_pass_needed(const std::uint32_t* camera_words, int b, int pass) {
   const std::uint32_t* words = camera_words + b * CameraWords::kCount;
-  return words[CameraWords::kCoverCandidates] != 0u &&
-         (pass == 0 || words[CameraWords::kUnsettled + pass - 1] != 0u);
+  return words[CameraWords::kCoverCandidates] != 0u && (pass == 0 || words[CameraWords::kUnsettled + pass - 1] != 0u);
 }
 
 // One thread per depth rank finds its sphere's job when its zc lies in the pass's
@@ -197,11 +195,10 @@ __device__ inline bool cover_pass_needed(const std::uint32_t* camera_words, int 
 // pass before reading any record, those whose ranks lie outside the pass's buckets after
 // reading their keys, and those whose spheres cover no tile.
 template <typename T>
-__global__ void cover_kernel(RendererConfig config, SceneArgs scene, RenderOptions options,
-                             const GpuSphere<T>* spheres, const std::int32_t* order,
-                             const std::uint32_t* rank_keys, const std::uint32_t* camera_words,
-                             const std::uint8_t* settled, unsigned long long* histogram, int buckets,
-                             CoverPass pass) {
+__global__ void cover_kernel(RendererConfig config, SceneArgs scene, RenderOptions options, const GpuSphere<T>* spheres,
+                             const std::int32_t* order, const std::uint32_t* rank_keys,
+                             const std::uint32_t* camera_words, const std::uint8_t* settled,
+                             unsigned long long* histogram, int buckets, CoverPass pass) {
   constexpr unsigned kFullMask = 0xffffffffu;
   const std::int64_t n = scene.n_spheres;
   const std::int64_t rank = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -281,9 +278,8 @@ __global__ void cover_kernel(RendererConfig config, SceneArgs scene, RenderOptio
 // bound final.
 template <typename T>
 __global__ void tile_bound_kernel(RendererConfig config, SceneArgs scene, RenderOptions options,
-                                  std::uint32_t* camera_words, const unsigned long long* histogram,
-                                  int buckets, std::int64_t n_tiles, CoverPass pass, float* bound,
-                                  std::uint8_t* settled) {
+                                  std::uint32_t* camera_words, const unsigned long long* histogram, int buckets,
+                                  std::int64_t n_tiles, CoverPass pass, float* bound, std::uint8_t* settled) {
   constexpr unsigned kFullMask = 0xffffffffu;
   const std::int64_t item = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = int(threadIdx.x % 32);
@@ -358,9 +354,9 @@ __global__ void tile_bound_kernel(RendererConfig config, SceneArgs scene, Render
 }  // namespace
 
 template <typename T>
-const float* cuda_tile_depth_bound(const RendererConfig& config, const SceneArgs& scene,
-                                   const RenderOptions& options, cudaStream_t stream, CudaScratch& scratch,
-                                   const std::int32_t* order, const std::uint32_t* rank_keys) {
+const float* cuda_tile_depth_bound(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
+                                   cudaStream_t stream, CudaScratch& scratch, const std::int32_t* order,
+                                   const std::uint32_t* rank_keys) {
   if (!(options.percent_allowed_difference > 0) || scene.n_spheres == 0) return nullptr;
   const Tiling tiling = Tiling::of(config.width, config.height);
   const std::int64_t n_tiles = tiling.n_tiles();

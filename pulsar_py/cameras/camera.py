@@ -28,9 +28,17 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import torch
 
 from .. import _checks
-from .params import (VALID_PARAM_LENGTHS, NativeCamera, axis_angle_to_matrix, cross3, dot3, matvec3,
-                            normalize3, rotation_6d_to_matrix)
 from .look_at import up_for_view
+from .params import (
+    VALID_PARAM_LENGTHS,
+    NativeCamera,
+    axis_angle_to_matrix,
+    cross3,
+    dot3,
+    matvec3,
+    normalize3,
+    rotation_6d_to_matrix,
+)
 from .rotations import ROTATION_SHAPES, check_rotation_repr, matrix_to_rotation, rotation_to_matrix
 
 #: Default distance of the native film from the eye, in world units (perspective). Any
@@ -57,8 +65,11 @@ def _tan_half_fov(name: str, degrees: float) -> float:
 
 
 def _check_image_size(image_size: object) -> ImageSize:
-    if (not isinstance(image_size, (tuple, list)) or len(image_size) != 2
-            or any(isinstance(s, bool) or not isinstance(s, numbers.Integral) for s in image_size)):
+    if (
+        not isinstance(image_size, (tuple, list))
+        or len(image_size) != 2
+        or any(isinstance(s, bool) or not isinstance(s, numbers.Integral) for s in image_size)
+    ):
         raise TypeError(f"image_size: expected (height, width) as two ints, got {image_size!r}")
     image_size = (int(image_size[0]), int(image_size[1]))
     height = _checks.check_int("image_size[0] (height)", image_size[0], 1, _checks.MAX_IMAGE_SIDE)
@@ -74,16 +85,18 @@ def _as_tensor(name: str, value: object, like: torch.Tensor) -> torch.Tensor:
         if value.dtype != like.dtype:
             raise TypeError(f"{name}: expected dtype {like.dtype} like the other camera tensors, got {value.dtype}")
         if value.device != like.device:
-            raise ValueError(f"{name}: expected a tensor on {like.device} like the other camera tensors, "
-                             f"got {value.device}")
+            raise ValueError(
+                f"{name}: expected a tensor on {like.device} like the other camera tensors, got {value.device}"
+            )
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float, Sequence)):
         raise TypeError(f"{name}: expected a tensor or numbers, got {type(value).__name__}")
     return torch.as_tensor(value, dtype=like.dtype, device=like.device)
 
 
-def _reference_tensor(*values: object, dtype: Optional[torch.dtype] = None,
-                      device: Optional[Union[str, torch.device]] = None) -> torch.Tensor:
+def _reference_tensor(
+    *values: object, dtype: Optional[torch.dtype] = None, device: Optional[Union[str, torch.device]] = None
+) -> torch.Tensor:
     """The first tensor argument (dtype and device of the camera); with none, an empty
     tensor of ``dtype`` (default: torch's default dtype) on ``device`` (default: CPU)."""
     for v in values:
@@ -111,13 +124,16 @@ def _batch_fields(fields: Dict[str, Tuple[torch.Tensor, int]]) -> Tuple[Dict[str
         if t.dim() == rank + 1:
             sizes[name] = t.shape[0]
         elif t.dim() != rank:
-            raise ValueError(f"{name}: expected {rank} dims (one camera) or {rank + 1} (a batch), "
-                             f"got shape {tuple(t.shape)}")
+            raise ValueError(
+                f"{name}: expected {rank} dims (one camera) or {rank + 1} (a batch), got shape {tuple(t.shape)}"
+            )
     batch = max(sizes.values(), default=1)
     for name, size in sizes.items():
         if size not in (1, batch):
-            raise ValueError(f"{name}: expected a batch of {batch} cameras like "
-                             f"{', '.join(n for n, s in sizes.items() if s == batch)}, got {size}")
+            raise ValueError(
+                f"{name}: expected a batch of {batch} cameras like "
+                f"{', '.join(n for n, s in sizes.items() if s == batch)}, got {size}"
+            )
     out = {}
     for name, (t, rank) in fields.items():
         t = t if t.dim() == rank + 1 else t.unsqueeze(0)
@@ -173,9 +189,11 @@ class Camera:
         if not isinstance(translation, torch.Tensor):
             raise TypeError(f"translation: expected a torch.Tensor, got {type(translation).__name__}")
         rot_shape = ROTATION_SHAPES[self.rotation_repr]
-        if tuple(rotation.shape[rotation.dim() - len(rot_shape):]) != rot_shape or rotation.dim() < len(rot_shape):
-            raise ValueError(f"rotation: expected shape [B?, {', '.join(map(str, rot_shape))}] for rotation_repr "
-                             f"{self.rotation_repr!r}, got {tuple(rotation.shape)}")
+        if tuple(rotation.shape[rotation.dim() - len(rot_shape) :]) != rot_shape or rotation.dim() < len(rot_shape):
+            raise ValueError(
+                f"rotation: expected shape [B?, {', '.join(map(str, rot_shape))}] for rotation_repr "
+                f"{self.rotation_repr!r}, got {tuple(rotation.shape)}"
+            )
         if translation.shape[-1:] != (3,):
             raise ValueError(f"translation: expected shape [B?, 3], got {tuple(translation.shape)}")
         if film_distance is None:
@@ -232,15 +250,27 @@ class Camera:
         if not bool((K[..., 2, :].detach() == last_row).all()):
             raise ValueError(f"K: expected a last row (0, 0, 1), got {K[..., 2, :].detach().tolist()}")
         if bool((K[..., 0, 1].detach() != 0).any()) or bool((K[..., 1, 0].detach() != 0).any()):
-            raise ValueError(f"K: expected no skew (K[0, 1] = K[1, 0] = 0), got {K[..., 0, 1].detach().tolist()}, "
-                             f"{K[..., 1, 0].detach().tolist()}")
+            raise ValueError(
+                f"K: expected no skew (K[0, 1] = K[1, 0] = 0), got {K[..., 0, 1].detach().tolist()}, "
+                f"{K[..., 1, 0].detach().tolist()}"
+            )
         if bool((K[..., 0, 0].detach() <= 0).any()) or bool((K[..., 1, 1].detach() <= 0).any()):
-            raise ValueError(f"K: expected fx = K[0, 0] > 0 and fy = K[1, 1] > 0, got "
-                             f"{K[..., 0, 0].detach().tolist()}, {K[..., 1, 1].detach().tolist()}")
+            raise ValueError(
+                f"K: expected fx = K[0, 0] > 0 and fy = K[1, 1] > 0, got "
+                f"{K[..., 0, 0].detach().tolist()}, {K[..., 1, 1].detach().tolist()}"
+            )
         _check_rotation_matrix("R", R, K)
-        return cls(matrix_to_rotation(R, check_rotation_repr("rotation_repr", rotation_repr)), t,
-                   K[..., 0, 0], K[..., 1, 1], K[..., 0, 2], K[..., 1, 2], image_size,
-                   rotation_repr=rotation_repr, film_distance=film_distance)
+        return cls(
+            matrix_to_rotation(R, check_rotation_repr("rotation_repr", rotation_repr)),
+            t,
+            K[..., 0, 0],
+            K[..., 1, 1],
+            K[..., 0, 2],
+            K[..., 1, 2],
+            image_size,
+            rotation_repr=rotation_repr,
+            film_distance=film_distance,
+        )
 
     @classmethod
     def from_orthographic(
@@ -269,10 +299,18 @@ class Camera:
         """
         height, width = _check_image_size(image_size)
         _check_rotation_matrix("R", R, _reference_tensor(R, t))
-        return cls(matrix_to_rotation(R, check_rotation_repr("rotation_repr", rotation_repr)), t, fx,
-                   fx if fy is None else fy, (width - 1) / 2 if cx is None else cx,
-                   (height - 1) / 2 if cy is None else cy, (height, width), rotation_repr=rotation_repr,
-                   orthographic=True, right_handed=right_handed)
+        return cls(
+            matrix_to_rotation(R, check_rotation_repr("rotation_repr", rotation_repr)),
+            t,
+            fx,
+            fx if fy is None else fy,
+            (width - 1) / 2 if cx is None else cx,
+            (height - 1) / 2 if cy is None else cy,
+            (height, width),
+            rotation_repr=rotation_repr,
+            orthographic=True,
+            right_handed=right_handed,
+        )
 
     @classmethod
     def look_at(
@@ -355,13 +393,23 @@ class Camera:
         elif fov_y is not None or fov_x is not None:
             fovs = {name: value for name, value in (("fov_y", fov_y), ("fov_x", fov_x)) if value is not None}
             given = ", ".join(f"{name}={value}" for name, value in fovs.items())
-            raise ValueError(f"{', '.join(fovs)}: give either a field of view or fx/fy, got {given} and fx={fx}, "
-                             f"fy={fy}")
+            raise ValueError(
+                f"{', '.join(fovs)}: give either a field of view or fx/fy, got {given} and fx={fx}, fy={fy}"
+            )
         fx, fy = (fy if fx is None else fx), (fx if fy is None else fy)
-        return cls(matrix_to_rotation(matrix, check_rotation_repr("rotation_repr", rotation_repr)), translation,
-                   fx, fy, (width - 1) / 2 if cx is None else cx, (height - 1) / 2 if cy is None else cy,
-                   (height, width), rotation_repr=rotation_repr, orthographic=orthographic,
-                   right_handed=right_handed, film_distance=film_distance)
+        return cls(
+            matrix_to_rotation(matrix, check_rotation_repr("rotation_repr", rotation_repr)),
+            translation,
+            fx,
+            fy,
+            (width - 1) / 2 if cx is None else cx,
+            (height - 1) / 2 if cy is None else cy,
+            (height, width),
+            rotation_repr=rotation_repr,
+            orthographic=orthographic,
+            right_handed=right_handed,
+            film_distance=film_distance,
+        )
 
     @classmethod
     def from_params(
@@ -386,10 +434,11 @@ class Camera:
         params = _checks.check_tensor("cam_params", cam_params, dims=(1, 2))
         length = params.shape[-1]
         if length not in VALID_PARAM_LENGTHS:
-            raise ValueError(f"cam_params: expected a last dimension of 8, 10, 11 or 13 values, "
-                             f"got shape {tuple(params.shape)}")
+            raise ValueError(
+                f"cam_params: expected a last dimension of 8, 10, 11 or 13 values, got shape {tuple(params.shape)}"
+            )
         n_rot = 6 if length in (11, 13) else 3
-        rot = params[..., 3: 3 + n_rot]
+        rot = params[..., 3 : 3 + n_rot]
         m = rotation_6d_to_matrix(rot) if n_rot == 6 else axis_angle_to_matrix(rot)
         position = params[..., 0:3]
         if first_R_then_T:
@@ -407,9 +456,18 @@ class Camera:
         # Pulsar's offsets move the optical axis left/up from the image centre.
         cx, cy = (width - 1) / 2 - offset_x, (height - 1) / 2 - offset_y
         f_px = pixels_per_unit if orthogonal else focal * pixels_per_unit
-        camera = cls(_world_to_camera_to_rotation(world_to_camera, right_handed), translation, f_px, f_px, cx, cy,
-                     (height, width), orthographic=orthogonal, right_handed=right_handed,
-                     film_distance=None if orthogonal else focal)
+        camera = cls(
+            _world_to_camera_to_rotation(world_to_camera, right_handed),
+            translation,
+            f_px,
+            f_px,
+            cx,
+            cy,
+            (height, width),
+            orthographic=orthogonal,
+            right_handed=right_handed,
+            film_distance=None if orthogonal else focal,
+        )
         return camera
 
     # ---------------------------------------------------------------- geometry
@@ -474,8 +532,10 @@ class Camera:
         lengths are in pixels of that size).
         """
         if (height, width) != self.image_size:
-            raise ValueError(f"camera: expected image_size (height, width) = ({height}, {width}) like the renderer, "
-                             f"got {self.image_size}")
+            raise ValueError(
+                f"camera: expected image_size (height, width) = ({height}, {width}) like the renderer, "
+                f"got {self.image_size}"
+            )
         axes = self.world_to_camera()
         right, down, forward = axes[:, 0], axes[:, 1], axes[:, 2]
         eye = self.centre()
@@ -490,8 +550,15 @@ class Camera:
             pdy = down * (film / self.fy)[:, None]
             # Pixel (i, j) sits at film * (x, y, 1) in camera axes, x = (i - cx) / fx.
             p00_rel = film[:, None] * forward - self.cx[:, None] * pdx - self.cy[:, None] * pdy
-        return NativeCamera(eye=eye, p00_rel=p00_rel, pdx=pdx, pdy=pdy, focal=film,
-                            right_handed=self.right_handed, orthographic=self.orthographic)
+        return NativeCamera(
+            eye=eye,
+            p00_rel=p00_rel,
+            pdx=pdx,
+            pdy=pdy,
+            focal=film,
+            right_handed=self.right_handed,
+            orthographic=self.orthographic,
+        )
 
     # ---------------------------------------------------------------- conversions back
     def to_opencv(self) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -499,8 +566,10 @@ class Camera:
         if self.orthographic:
             raise ValueError("camera: to_opencv needs a perspective camera, got an orthographic one")
         if not self.right_handed:
-            raise ValueError("camera: to_opencv needs a right-handed camera (OpenCV's world is right-handed), "
-                             "got right_handed=False; mirror the world's z to convert")
+            raise ValueError(
+                "camera: to_opencv needs a right-handed camera (OpenCV's world is right-handed), "
+                "got right_handed=False; mirror the world's z to convert"
+            )
         zero, one = torch.zeros_like(self.fx), torch.ones_like(self.fx)
         K = torch.stack([self.fx, zero, self.cx, zero, self.fy, self.cy, zero, zero, one], -1).reshape(-1, 3, 3)
         return self._unbatch(K), self._unbatch(self.rotation_matrix()), self._unbatch(self.translation)
@@ -521,8 +590,10 @@ class Camera:
         if rotation not in ("axis_angle", "6d"):
             raise ValueError(f"rotation: expected 'axis_angle' or '6d', got {rotation!r}")
         if not torch.allclose(self.fx.detach(), self.fy.detach(), rtol=1e-6, atol=0):
-            raise ValueError(f"camera: Pulsar vectors need square pixels (fx == fy), got fx={self.fx.tolist()}, "
-                             f"fy={self.fy.tolist()}")
+            raise ValueError(
+                f"camera: Pulsar vectors need square pixels (fx == fy), got fx={self.fx.tolist()}, "
+                f"fy={self.fy.tolist()}"
+            )
         height, width = self.image_size
         axes = self.world_to_camera()
         signs = torch.tensor([1.0, -1.0, -1.0 if self.right_handed else 1.0], dtype=axes.dtype, device=axes.device)
@@ -535,8 +606,11 @@ class Camera:
             focal = torch.zeros_like(self.fx)
             sensor_width = width / self.fx
         else:
-            focal = self.film_distance if focal_length is None else torch.as_tensor(
-                focal_length, dtype=self.dtype, device=self.device).expand_as(self.fx)
+            focal = (
+                self.film_distance
+                if focal_length is None
+                else torch.as_tensor(focal_length, dtype=self.dtype, device=self.device).expand_as(self.fx)
+            )
             sensor_width = width * focal / self.fx
         offsets = torch.stack([(width - 1) / 2 - self.cx, (height - 1) / 2 - self.cy], -1)
         params = torch.cat([self.centre(), rot, focal[:, None], sensor_width[:, None], offsets], -1)
@@ -546,14 +620,22 @@ class Camera:
         """The same camera with its rotation stored as ``rotation_repr`` (converted with
         torch code; differentiable away from the conversion's branch switches)."""
         rotation_repr = check_rotation_repr("rotation_repr", rotation_repr)
-        return self._replace(rotation=matrix_to_rotation(self.rotation_matrix(), rotation_repr),
-                             rotation_repr=rotation_repr)
+        return self._replace(
+            rotation=matrix_to_rotation(self.rotation_matrix(), rotation_repr), rotation_repr=rotation_repr
+        )
 
     # ---------------------------------------------------------------- tensor plumbing
     def tensors(self) -> Dict[str, torch.Tensor]:
         """The camera's tensors by name (each [B, ...])."""
-        return dict(rotation=self.rotation, translation=self.translation, fx=self.fx, fy=self.fy, cx=self.cx,
-                    cy=self.cy, film_distance=self.film_distance)
+        return dict(
+            rotation=self.rotation,
+            translation=self.translation,
+            fx=self.fx,
+            fy=self.fy,
+            cx=self.cx,
+            cy=self.cy,
+            film_distance=self.film_distance,
+        )
 
     def parameters(self, film_distance: bool = False) -> List[torch.Tensor]:
         """The tensors an optimiser updates: rotation, translation, fx, fy, cx, cy (and
@@ -595,9 +677,11 @@ class Camera:
     def __repr__(self) -> str:
         kind = "orthographic" if self.orthographic else "perspective"
         hand = "right-handed" if self.right_handed else "left-handed"
-        return (f"Camera(B={self.batch_size}{'' if self.batched else ' (unbatched)'}, {kind}, {hand}, "
-                f"image_size={self.image_size}, rotation_repr={self.rotation_repr!r}, dtype={self.dtype}, "
-                f"device={self.device})")
+        return (
+            f"Camera(B={self.batch_size}{'' if self.batched else ' (unbatched)'}, {kind}, {hand}, "
+            f"image_size={self.image_size}, rotation_repr={self.rotation_repr!r}, dtype={self.dtype}, "
+            f"device={self.device})"
+        )
 
     # ---------------------------------------------------------------- validation
     def add_value_checks(self, checks: "_checks.DeferredValueChecks") -> None:
@@ -607,21 +691,33 @@ class Camera:
             checks.finite(f"camera.{name}", t)
         for name in ("fx", "fy"):
             t = getattr(self, name)
-            checks.add((t <= 0).any(), lambda t=t, name=name: _checks.fail(
-                f"camera.{name}: expected values > 0, got {t.min().item()}"))
+            checks.add(
+                (t <= 0).any(),
+                lambda t=t, name=name: _checks.fail(f"camera.{name}: expected values > 0, got {t.min().item()}"),
+            )
         if not self.orthographic:
             film = self.film_distance
-            checks.add((film <= 0).any(), lambda: _checks.fail(
-                f"camera.film_distance: expected values > 0 for a perspective camera, got {film.min().item()}"))
+            checks.add(
+                (film <= 0).any(),
+                lambda: _checks.fail(
+                    f"camera.film_distance: expected values > 0 for a perspective camera, got {film.min().item()}"
+                ),
+            )
         if self.rotation_repr == "matrix":
             error = _orthonormality_error(self.rotation.detach())
-            checks.add(error > ORTHONORMAL_TOLERANCE, lambda: _checks.fail(
-                f"camera.rotation: expected a rotation matrix (|R R^T - I| <= {ORTHONORMAL_TOLERANCE}, det > 0), "
-                f"got an error of {error.item():.3g}; optimise a quaternion, axis_angle or 6d rotation instead "
-                "(Camera.with_rotation_repr)"))
+            checks.add(
+                error > ORTHONORMAL_TOLERANCE,
+                lambda: _checks.fail(
+                    f"camera.rotation: expected a rotation matrix (|R R^T - I| <= {ORTHONORMAL_TOLERANCE}, det > 0), "
+                    f"got an error of {error.item():.3g}; optimise a quaternion, axis_angle or 6d rotation instead "
+                    "(Camera.with_rotation_repr)"
+                ),
+            )
         elif self.rotation_repr == "quaternion":
-            checks.add((self.rotation == 0).all(-1).any(),
-                       lambda: _checks.fail("camera.rotation: expected non-zero quaternions"))
+            checks.add(
+                (self.rotation == 0).all(-1).any(),
+                lambda: _checks.fail("camera.rotation: expected non-zero quaternions"),
+            )
 
     def validate(self) -> "Camera":
         """Run the value checks now (ValueError naming the field); returns self."""
@@ -672,5 +768,7 @@ def _check_rotation_matrix(name: str, matrix: object, like: torch.Tensor) -> Non
     _checks.check_finite(name, matrix.detach())
     error = float(_orthonormality_error(matrix.detach()))
     if error > ORTHONORMAL_TOLERANCE:
-        raise ValueError(f"{name}: expected a rotation matrix (|R R^T - I| <= {ORTHONORMAL_TOLERANCE}, det > 0), "
-                         f"got an error of {error:.3g}")
+        raise ValueError(
+            f"{name}: expected a rotation matrix (|R R^T - I| <= {ORTHONORMAL_TOLERANCE}, det > 0), "
+            f"got an error of {error:.3g}"
+        )

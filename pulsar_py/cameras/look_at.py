@@ -63,8 +63,13 @@ def _as_vector(name: str, value: VectorLike, dtype: torch.dtype) -> torch.Tensor
     return t
 
 
-def look_at_matrix(eye: VectorLike, target: VectorLike, up: VectorLike = (0.0, 1.0, 0.0),
-                   right_handed: bool = False, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+def look_at_matrix(
+    eye: VectorLike,
+    target: VectorLike,
+    up: VectorLike = (0.0, 1.0, 0.0),
+    right_handed: bool = False,
+    dtype: torch.dtype = torch.float64,
+) -> torch.Tensor:
     """The rotation M of a camera at ``eye`` looking at ``target``. [..., 3] -> [..., 3, 3].
 
     ``up`` is the world direction that appears upwards in the image; where it is parallel
@@ -109,14 +114,27 @@ def rotation_angle_deg(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     relative = a.transpose(-1, -2) @ b
     cos = ((relative[..., 0, 0] + relative[..., 1, 1] + relative[..., 2, 2] - 1) / 2).clamp(-1.0, 1.0)
     # acos loses precision near 0: use atan2 of the skew part's norm and the cosine.
-    skew = torch.stack([relative[..., 2, 1] - relative[..., 1, 2], relative[..., 0, 2] - relative[..., 2, 0],
-                        relative[..., 1, 0] - relative[..., 0, 1]], -1)
+    skew = torch.stack(
+        [
+            relative[..., 2, 1] - relative[..., 1, 2],
+            relative[..., 0, 2] - relative[..., 2, 0],
+            relative[..., 1, 0] - relative[..., 0, 1],
+        ],
+        -1,
+    )
     return torch.rad2deg(torch.atan2(skew.norm(dim=-1) / 2, cos))
 
 
-def look_at_params(eye: VectorLike, target: VectorLike, up: VectorLike = (0.0, 1.0, 0.0),
-                   focal_length: float = 1.0, sensor_width: float = 1.0, right_handed: bool = False,
-                   rotation: str = "axis_angle", dtype: torch.dtype = torch.float64) -> torch.Tensor:
+def look_at_params(
+    eye: VectorLike,
+    target: VectorLike,
+    up: VectorLike = (0.0, 1.0, 0.0),
+    focal_length: float = 1.0,
+    sensor_width: float = 1.0,
+    right_handed: bool = False,
+    rotation: str = "axis_angle",
+    dtype: torch.dtype = torch.float64,
+) -> torch.Tensor:
     """A Pulsar camera vector for a camera at ``eye`` looking at ``target``.
 
     Args:

@@ -22,7 +22,6 @@ import torch
 from .._checks import VALID_PARAM_LENGTHS
 
 
-
 # 3-vector helpers over the last dim, written element by element: unlike matmul or a
 # reduction kernel, their rounding does not depend on the batch size, so a batch of
 # cameras converts exactly like its items do one by one (bitwise, on every device).
@@ -31,9 +30,14 @@ def dot3(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def cross3(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return torch.stack([a[..., 1] * b[..., 2] - a[..., 2] * b[..., 1],
-                        a[..., 2] * b[..., 0] - a[..., 0] * b[..., 2],
-                        a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]], -1)
+    return torch.stack(
+        [
+            a[..., 1] * b[..., 2] - a[..., 2] * b[..., 1],
+            a[..., 2] * b[..., 0] - a[..., 0] * b[..., 2],
+            a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0],
+        ],
+        -1,
+    )
 
 
 def normalize3(v: torch.Tensor) -> torch.Tensor:
@@ -71,22 +75,37 @@ class NativeCamera:
     @classmethod
     def from_packed(cls, packed: torch.Tensor, right_handed: bool, orthographic: bool) -> "NativeCamera":
         """The cameras of packed cameras [B, 15] (include/pulsar/camera.h), as views."""
-        return cls(eye=packed[:, 0:3], p00_rel=packed[:, 3:6], pdx=packed[:, 6:9], pdy=packed[:, 9:12],
-                   focal=packed[:, 12], right_handed=right_handed, orthographic=orthographic)
+        return cls(
+            eye=packed[:, 0:3],
+            p00_rel=packed[:, 3:6],
+            pdx=packed[:, 6:9],
+            pdy=packed[:, 9:12],
+            focal=packed[:, 12],
+            right_handed=right_handed,
+            orthographic=orthographic,
+        )
 
     def pack(self, near: torch.Tensor, far: torch.Tensor) -> torch.Tensor:
         """Packed cameras [B, 15]: eye, p00_rel, pdx, pdy, focal, near [B], far [B]: the
         layout the native core reads (include/pulsar/camera.h), differentiable."""
-        return torch.cat([self.eye, self.p00_rel, self.pdx, self.pdy, self.focal[:, None], near[:, None],
-                          far[:, None]], dim=-1)
+        return torch.cat(
+            [self.eye, self.p00_rel, self.pdx, self.pdy, self.focal[:, None], near[:, None], far[:, None]], dim=-1
+        )
 
     def expand(self, batch: int) -> "NativeCamera":
         """The cameras repeated to a batch of ``batch`` (from 1 camera; views)."""
         if self.batch_size == batch:
             return self
         grow = lambda t: t.expand((batch,) + tuple(t.shape[1:]))  # noqa: E731
-        return NativeCamera(eye=grow(self.eye), p00_rel=grow(self.p00_rel), pdx=grow(self.pdx), pdy=grow(self.pdy),
-                            focal=grow(self.focal), right_handed=self.right_handed, orthographic=self.orthographic)
+        return NativeCamera(
+            eye=grow(self.eye),
+            p00_rel=grow(self.p00_rel),
+            pdx=grow(self.pdx),
+            pdy=grow(self.pdy),
+            focal=grow(self.focal),
+            right_handed=self.right_handed,
+            orthographic=self.orthographic,
+        )
 
     @property
     def batch_size(self) -> int:
@@ -156,9 +175,7 @@ def camera_from_params(
     """
     length = cam_params.shape[-1]
     if length not in VALID_PARAM_LENGTHS:
-        raise ValueError(
-            f"cam_params: expected a last dimension of 8, 10, 11 or 13 values, got {length}"
-        )
+        raise ValueError(f"cam_params: expected a last dimension of 8, 10, 11 or 13 values, got {length}")
     n_rot = 6 if length in (11, 13) else 3
     pos = cam_params[..., 0:3]
     rot = cam_params[..., 3 : 3 + n_rot]

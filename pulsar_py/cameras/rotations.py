@@ -31,6 +31,7 @@ def _normalize4(q: torch.Tensor) -> torch.Tensor:
     squared = q[..., 0] * q[..., 0] + q[..., 1] * q[..., 1] + q[..., 2] * q[..., 2] + q[..., 3] * q[..., 3]
     return q / squared.sqrt()[..., None]
 
+
 #: Trailing shape of each rotation parametrisation.
 ROTATION_SHAPES: Dict[str, Tuple[int, ...]] = {
     "matrix": (3, 3),
@@ -51,9 +52,15 @@ def quaternion_to_matrix(quaternion: torch.Tensor) -> torch.Tensor:
     """(w, x, y, z) [..., 4], any non-zero length -> rotation matrices [..., 3, 3]."""
     w, x, y, z = _normalize4(quaternion).unbind(-1)
     rows = [
-        1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y),
-        2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x),
-        2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y),
+        1 - 2 * (y * y + z * z),
+        2 * (x * y - w * z),
+        2 * (x * z + w * y),
+        2 * (x * y + w * z),
+        1 - 2 * (x * x + z * z),
+        2 * (y * z - w * x),
+        2 * (x * z - w * y),
+        2 * (y * z + w * x),
+        1 - 2 * (x * x + y * y),
     ]
     return torch.stack(rows, -1).reshape(quaternion.shape[:-1] + (3, 3))
 
@@ -68,17 +75,21 @@ def matrix_to_quaternion(matrix: torch.Tensor) -> torch.Tensor:
     m = matrix
     m00, m11, m22 = m[..., 0, 0], m[..., 1, 1], m[..., 2, 2]
     # 4 q_k^2 for k = w, x, y, z; clamped: rounding may make them slightly negative.
-    four_sq = torch.stack([1 + m00 + m11 + m22, 1 + m00 - m11 - m22,
-                           1 - m00 + m11 - m22, 1 - m00 - m11 + m22], -1).clamp_min(1e-12)
+    four_sq = torch.stack(
+        [1 + m00 + m11 + m22, 1 + m00 - m11 - m22, 1 - m00 + m11 - m22, 1 - m00 - m11 + m22], -1
+    ).clamp_min(1e-12)
     # Row k: 4 q_k * (w, x, y, z), from the symmetric and antisymmetric parts of m.
     d21, d02, d10 = m[..., 2, 1] - m[..., 1, 2], m[..., 0, 2] - m[..., 2, 0], m[..., 1, 0] - m[..., 0, 1]
     s10, s02, s21 = m[..., 1, 0] + m[..., 0, 1], m[..., 0, 2] + m[..., 2, 0], m[..., 2, 1] + m[..., 1, 2]
-    candidates = torch.stack([
-        torch.stack([four_sq[..., 0], d21, d02, d10], -1),
-        torch.stack([d21, four_sq[..., 1], s10, s02], -1),
-        torch.stack([d02, s10, four_sq[..., 2], s21], -1),
-        torch.stack([d10, s02, s21, four_sq[..., 3]], -1),
-    ], -2)  # [..., 4, 4]
+    candidates = torch.stack(
+        [
+            torch.stack([four_sq[..., 0], d21, d02, d10], -1),
+            torch.stack([d21, four_sq[..., 1], s10, s02], -1),
+            torch.stack([d02, s10, four_sq[..., 2], s21], -1),
+            torch.stack([d10, s02, s21, four_sq[..., 3]], -1),
+        ],
+        -2,
+    )  # [..., 4, 4]
     candidates = candidates / (2 * four_sq.sqrt())[..., None]
     best = four_sq.argmax(-1)
     q = torch.gather(candidates, -2, best[..., None, None].expand(best.shape + (1, 4)))[..., 0, :]

@@ -17,8 +17,15 @@ import torch.distributed as dist
 
 Tensor = torch.Tensor
 
-_FIELDS = ("camera count", "camera values", "background", "background values",
-           "settings or sphere batch shape", "cameras.requires_grad", "background.requires_grad")
+_FIELDS = (
+    "camera count",
+    "camera values",
+    "background",
+    "background values",
+    "settings or sphere batch shape",
+    "cameras.requires_grad",
+    "background.requires_grad",
+)
 
 
 def _checksums(t: Optional[Tensor], device: torch.device) -> Tensor:
@@ -32,8 +39,9 @@ def _checksums(t: Optional[Tensor], device: torch.device) -> Tensor:
     return torch.stack((x.sum(), x.square().sum(), (weights * x).sum()))
 
 
-def check_ranks_agree(cameras: Tensor, background: Optional[Tensor], settings: Sequence[float],
-                      group: Optional[dist.ProcessGroup]) -> None:
+def check_ranks_agree(
+    cameras: Tensor, background: Optional[Tensor], settings: Sequence[float], group: Optional[dist.ProcessGroup]
+) -> None:
     """Raises ValueError, on every rank alike, when the ranks' calls differ in what
     ShardedRenderer requires to be equal (module docstring). ``settings``: the call's
     non-tensor settings and the spheres' batch shape, as numbers."""
@@ -56,6 +64,9 @@ def check_ranks_agree(cameras: Tensor, background: Optional[Tensor], settings: S
     if bool(differ.any()):
         sizes = [p.numel() for p in parts]
         names = [name for name, flags in zip(_FIELDS, differ.split(sizes)) if bool(flags.any())]
-        raise ValueError("ShardedRenderer: the ranks' calls differ in " + ", ".join(names) +
-                         "; every rank must pass the same cameras, background, settings, sphere batch "
-                         "shape and requires_grad of the cameras and the background (docs/distributed.md)")
+        raise ValueError(
+            "ShardedRenderer: the ranks' calls differ in "
+            + ", ".join(names)
+            + "; every rank must pass the same cameras, background, settings, sphere batch "
+            "shape and requires_grad of the cameras and the background (docs/distributed.md)"
+        )

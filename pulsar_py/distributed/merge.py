@@ -26,8 +26,13 @@ from ..outputs import forward_info_ids, ids_of_slots, slots_of_ids
 Tensor = torch.Tensor
 
 
-def merge_partial_states(partial: Tensor, state: Tensor, background: Tensor, bg_exponent: Union[float, Tensor],
-                         group: Optional[dist.ProcessGroup]) -> Tuple[Tensor, Tensor]:
+def merge_partial_states(
+    partial: Tensor,
+    state: Tensor,
+    background: Tensor,
+    bg_exponent: Union[float, Tensor],
+    group: Optional[dist.ProcessGroup],
+) -> Tuple[Tensor, Tensor]:
     """The image and the merged blend state of every rank's share.
 
     Args:
@@ -59,8 +64,9 @@ def merge_partial_states(partial: Tensor, state: Tensor, background: Tensor, bg_
     return image, merged
 
 
-def merge_depth_statistics(moments: Tensor, state: Tensor, merged_state: Tensor,
-                           group: Optional[dist.ProcessGroup]) -> Tensor:
+def merge_depth_statistics(
+    moments: Tensor, state: Tensor, merged_state: Tensor, group: Optional[dist.ProcessGroup]
+) -> Tensor:
     """The depth statistics of every rank's share merged (docs/model.md section 5,
     "Shares"): the coverage, mean and variance of all the pixel's hits.
 
@@ -101,8 +107,9 @@ def share_offset(n_spheres: int, device: torch.device, group: Optional[dist.Proc
     return sum(counts[:rank], torch.zeros(1, dtype=torch.int64, device=device))
 
 
-def merge_forward_info(info: Tensor, merged_state: Tensor, offset: Tensor,
-                       group: Optional[dist.ProcessGroup]) -> Tensor:
+def merge_forward_info(
+    info: Tensor, merged_state: Tensor, offset: Tensor, group: Optional[dist.ProcessGroup]
+) -> Tensor:
     """Forward info [..., 3 + 2K] of the whole scene from every rank's share of it.
 
     Args:
@@ -125,8 +132,8 @@ def merge_forward_info(info: Tensor, merged_state: Tensor, offset: Tensor,
     dist.all_gather(gathered, mine, group=group)
     every = torch.stack(gathered, dim=-2)  # [..., R, 1 + 2K]
     max_closest = every[..., 0].amax(dim=-1, keepdim=True)
-    all_ids = ids_of_slots(every[..., 1:1 + k]).flatten(-2)  # [..., R K], rank-major
-    all_depths = every[..., 1 + k:].flatten(-2)
+    all_ids = ids_of_slots(every[..., 1 : 1 + k]).flatten(-2)  # [..., R K], rank-major
+    all_depths = every[..., 1 + k :].flatten(-2)
     key = torch.where(all_ids >= 0, all_depths, torch.full_like(all_depths, float("inf")))
     order = torch.sort(key, dim=-1, stable=True).indices[..., :k]
     ids = all_ids.gather(-1, order)

@@ -16,9 +16,24 @@ from .merge import merge_depth_statistics, merge_forward_info, merge_partial_sta
 Tensor = torch.Tensor
 
 # The settings every rank's call must share (ops.RenderSettings fields).
-_AGREED = ("width", "height", "n_track", "orthographic", "background_normalized_depth", "gamma",
-           "percent_allowed_difference", "max_n_hits", "right_handed", "want_forward_info", "want_depth_moments",
-           "batch_dim", "camera_length", "first_R_then_T", "min_depth", "max_depth")
+_AGREED = (
+    "width",
+    "height",
+    "n_track",
+    "orthographic",
+    "background_normalized_depth",
+    "gamma",
+    "percent_allowed_difference",
+    "max_n_hits",
+    "right_handed",
+    "want_forward_info",
+    "want_depth_moments",
+    "batch_dim",
+    "camera_length",
+    "first_R_then_T",
+    "min_depth",
+    "max_depth",
+)
 
 
 class ShardedRenderer(Renderer):
@@ -70,8 +85,10 @@ class ShardedRenderer(Renderer):
 
     def _check_gradient_scaling(self) -> None:
         if self._pulsar_gradients:
-            raise ValueError('ShardedRenderer: gradient_scaling: expected "exact" (Pulsar\'s gradient scale is '
-                             'per sphere over the pixels of one process), got "pulsar"')
+            raise ValueError(
+                'ShardedRenderer: gradient_scaling: expected "exact" (Pulsar\'s gradient scale is '
+                'per sphere over the pixels of one process), got "pulsar"'
+            )
 
     def forward(
         self,
@@ -97,32 +114,54 @@ class ShardedRenderer(Renderer):
         Forward info holds global sphere ids (shares numbered in rank order); mode 1 gives
         the hit counts summed over the ranks.
         """
-        out = super().forward(vert_pos, vert_col, vert_rad, cam_params, gamma, max_depth, min_depth, bg_col,
-                              opacity, percent_allowed_difference, max_n_hits, mode, return_forward_info,
-                              first_R_then_T)
+        out = super().forward(
+            vert_pos,
+            vert_col,
+            vert_rad,
+            cam_params,
+            gamma,
+            max_depth,
+            min_depth,
+            bg_col,
+            opacity,
+            percent_allowed_difference,
+            max_n_hits,
+            mode,
+            return_forward_info,
+            first_R_then_T,
+        )
         if mode == 1:
             hits = out[0] if isinstance(out, tuple) else out
             dist.all_reduce(hits, group=self.process_group)
         return out
 
-    def _render(self, positions, features, radii, opacities, background, cameras,
-                settings: ops.RenderSettings) -> Tuple[Tensor, ...]:
+    def _render(
+        self, positions, features, radii, opacities, background, cameras, settings: ops.RenderSettings
+    ) -> Tuple[Tensor, ...]:
         self._check_gradient_scaling()
         if not dist.is_available() or not dist.is_initialized():
-            raise RuntimeError("ShardedRenderer: torch.distributed is not initialised: call "
-                               "torch.distributed.init_process_group first")
+            raise RuntimeError(
+                "ShardedRenderer: torch.distributed is not initialised: call torch.distributed.init_process_group first"
+            )
         if settings.check_values:
             batch = positions.shape[0] if positions.dim() == 3 else 0
-            check_ranks_agree(cameras, background, [*(getattr(settings, name) for name in _AGREED), batch],
-                              self.process_group)
-        return sharded_render(positions, features, radii, opacities, background, cameras, settings,
-                              self.process_group)
+            check_ranks_agree(
+                cameras, background, [*(getattr(settings, name) for name in _AGREED), batch], self.process_group
+            )
+        return sharded_render(positions, features, radii, opacities, background, cameras, settings, self.process_group)
 
 
 @torch.compiler.disable
-def sharded_render(positions: Tensor, features: Tensor, radii: Tensor, opacities: Optional[Tensor],
-                   background: Optional[Tensor], cameras: Tensor, settings: ops.RenderSettings,
-                   group: Optional[dist.ProcessGroup]) -> Tuple[Optional[Tensor], ...]:
+def sharded_render(
+    positions: Tensor,
+    features: Tensor,
+    radii: Tensor,
+    opacities: Optional[Tensor],
+    background: Optional[Tensor],
+    cameras: Tensor,
+    settings: ops.RenderSettings,
+    group: Optional[dist.ProcessGroup],
+) -> Tuple[Optional[Tensor], ...]:
     """The render operator's outputs (ops.render_call) for this rank's share of the spheres:
     (image, merged blend state, this share's counts, merged forward info or None, None)."""
     inputs = (positions, features, radii, opacities, background, cameras)
@@ -134,7 +173,8 @@ def sharded_render(positions: Tensor, features: Tensor, radii: Tensor, opacities
 
 def _forward(positions, features, radii, opacities, background, cameras, settings, group):
     (partial, state, counts, info, moments), call = ops._render_forward(
-        positions, features, radii, opacities, background, cameras, settings)
+        positions, features, radii, opacities, background, cameras, settings
+    )
     bg = background if background is not None else ops._ones(features.shape[-1], partial.dtype, partial.device)
     bg_exponent = settings.background_normalized_depth / settings.gamma  # as the native blend's s_bg
     image, merged = merge_partial_states(partial, state, bg, bg_exponent, group)
@@ -153,8 +193,7 @@ class _ShardedRender(torch.autograd.Function):
     @staticmethod
     def forward(ctx, positions, features, radii, opacities, background, cameras, settings, group):
         outputs, ctx.call = _forward(positions, features, radii, opacities, background, cameras, settings, group)
-        ops._render_setup_context(ctx, (positions, features, radii, opacities, background, cameras, settings),
-                                  outputs)
+        ops._render_setup_context(ctx, (positions, features, radii, opacities, background, cameras, settings), outputs)
         ctx.group = group
         return outputs
 

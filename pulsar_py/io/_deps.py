@@ -31,4 +31,6 @@ def require(module: str, purpose: str, package: Optional[str] = None) -> ModuleT
             raise  # something the package itself imports is missing: its own error says more
         raise MissingDependency(
             f"pulsar_py needs the package {name!r} {purpose}: pip install {name} "
-            f"(or pip install \"pulsar_py[{EXTRA}]\" for every tool's packages)", name=name) from None
+            f'(or pip install "pulsar_py[{EXTRA}]" for every tool\'s packages)',
+            name=name,
+        ) from None

@@ -70,11 +70,11 @@ def _pixels(image: torch.Tensor) -> np.ndarray:
 def _extension(path: PathLike, allowed: Sequence[str] = ()) -> str:
     extension = os.path.splitext(os.fspath(path))[1].lower()
     if not extension:
-        raise ValueError(f"{os.fspath(path)!r}: expected a file name with an extension that names the format "
-                         f"(.png, .jpg, ...)")
+        raise ValueError(
+            f"{os.fspath(path)!r}: expected a file name with an extension that names the format (.png, .jpg, ...)"
+        )
     if allowed and extension not in allowed:
-        raise ValueError(f"{os.fspath(path)!r}: expected one of the extensions {', '.join(allowed)}, "
-                         f"got {extension!r}")
+        raise ValueError(f"{os.fspath(path)!r}: expected one of the extensions {', '.join(allowed)}, got {extension!r}")
     return extension
 
 
@@ -94,8 +94,10 @@ def _check_known(path: PathLike, extension: str) -> None:
     from imageio.config import known_extensions
 
     if extension not in known_extensions:
-        raise ValueError(f"{os.fspath(path)!r}: imageio cannot write this format: {extension!r} is no image "
-                         f"format it knows (.png, .jpg, .bmp, .tif, .webp, ...)")
+        raise ValueError(
+            f"{os.fspath(path)!r}: imageio cannot write this format: {extension!r} is no image "
+            f"format it knows (.png, .jpg, .bmp, .tif, .webp, ...)"
+        )
 
 
 def write_image(path: PathLike, image: torch.Tensor) -> None:
@@ -109,8 +111,10 @@ def write_image(path: PathLike, image: torch.Tensor) -> None:
     options = {}
     if extension in JPEG_EXTENSIONS:
         if pixels.ndim == 3 and pixels.shape[2] in (2, 4):
-            raise ValueError(f"{os.fspath(path)!r}: JPEG has no alpha channel; got an image with "
-                             f"{pixels.shape[2]} channels (write .png instead)")
+            raise ValueError(
+                f"{os.fspath(path)!r}: JPEG has no alpha channel; got an image with "
+                f"{pixels.shape[2]} channels (write .png instead)"
+            )
         options["quality"] = JPEG_QUALITY
     iio = _imageio()
     _check_known(path, extension)
@@ -134,12 +138,12 @@ def _as_tensor(pixels: np.ndarray) -> torch.Tensor:
 def read_image(path: PathLike) -> torch.Tensor:
     """Read an 8-bit image file to uint8 [H, W, C] (the first frame of an animation)."""
     iio = _imageio()
-    return _as_tensor(iio.imread(path, index=0) if _extension(path) in ANIMATION_EXTENSIONS
-                      else iio.imread(path))
+    return _as_tensor(iio.imread(path, index=0) if _extension(path) in ANIMATION_EXTENSIONS else iio.imread(path))
 
 
-def write_animation(path: PathLike, frames: Sequence[torch.Tensor],
-                    frame_ms: Union[float, Sequence[float]] = 100.0, loop: int = 0) -> None:
+def write_animation(
+    path: PathLike, frames: Sequence[torch.Tensor], frame_ms: Union[float, Sequence[float]] = 100.0, loop: int = 0
+) -> None:
     """Write RGB ``frames`` (each [H, W, 3], see ``to_uint8``; all of one size) as an
     animation: ``.gif`` (a 256-colour palette per frame, ``loop`` 0 repeats forever) or
     ``.mp4`` (needs imageio's ffmpeg or PyAV plugin). ``frame_ms``: display time of every
@@ -149,8 +153,9 @@ def write_animation(path: PathLike, frames: Sequence[torch.Tensor],
     extension = _extension(path, ANIMATION_EXTENSIONS)
     if len(frames) == 0:
         raise ValueError("frames: expected at least one frame, got none")
-    durations = [float(frame_ms)] * len(frames) if isinstance(frame_ms, (int, float)) else \
-        [float(ms) for ms in frame_ms]
+    durations = (
+        [float(frame_ms)] * len(frames) if isinstance(frame_ms, (int, float)) else [float(ms) for ms in frame_ms]
+    )
     if len(durations) != len(frames):
         raise ValueError(f"frame_ms: expected one duration per frame ({len(frames)}), got {len(durations)}")
     if not all(ms > 0 for ms in durations):

@@ -50,7 +50,10 @@ from ._deps import require
 PathLike = Union[str, "os.PathLike[str]"]
 
 _COLOUR_NAMES: Tuple[Tuple[str, str, str], ...] = (
-    ("red", "green", "blue"), ("r", "g", "b"), ("diffuse_red", "diffuse_green", "diffuse_blue"))
+    ("red", "green", "blue"),
+    ("r", "g", "b"),
+    ("diffuse_red", "diffuse_green", "diffuse_blue"),
+)
 _RADIUS_NAMES = ("radius", "scale")
 _OPACITY_NAMES = ("opacity", "alpha")
 _GAUSSIAN_SCALES = ("scale_0", "scale_1", "scale_2")
@@ -66,7 +69,8 @@ EXPECTED_LAYOUTS = (
     "expected a point cloud (x, y, z; optional red, green, blue or r, g, b or diffuse_red, "
     "diffuse_green, diffuse_blue; optional radius or scale; optional opacity or alpha) or a 3D "
     "Gaussian Splatting scene (x, y, z, f_dc_0, f_dc_1, f_dc_2, optional f_rest_0 ... f_rest_{R-1} "
-    "with R = 9, 24 or 45, opacity, scale_0, scale_1, scale_2, rot_0 ... rot_3)")
+    "with R = 9, 24 or 45, opacity, scale_0, scale_1, scale_2, rot_0 ... rot_3)"
+)
 
 
 @dataclass
@@ -95,8 +99,10 @@ class PointCloud:
         if self.radii is not None and not bool((self.radii > 0).all()):
             raise ValueError(f"ply radii: expected values > 0, got a minimum of {float(self.radii.min())}")
         if self.opacity is not None and not bool(((self.opacity >= 0) & (self.opacity <= 1)).all()):
-            raise ValueError(f"ply opacity: expected values in [0, 1], got [{float(self.opacity.min())}, "
-                             f"{float(self.opacity.max())}]")
+            raise ValueError(
+                f"ply opacity: expected values in [0, 1], got [{float(self.opacity.min())}, "
+                f"{float(self.opacity.max())}]"
+            )
 
     def __len__(self) -> int:
         return int(self.positions.shape[0])
@@ -183,14 +189,15 @@ class _Vertices:
 
 def _sh_rest(vertices: _Vertices) -> Optional[np.ndarray]:
     """f_rest_* as [N, K, 3] (K = (degree + 1)^2 - 1), or None without them."""
-    rest = sorted((int(m.group(1)), name) for name in vertices.names
-                  if (m := re.fullmatch(r"f_rest_(\d+)", name)))
+    rest = sorted((int(m.group(1)), name) for name in vertices.names if (m := re.fullmatch(r"f_rest_(\d+)", name)))
     if not rest:
         return None
     count = len(rest)
     if [k for k, _ in rest] != list(range(count)) or count not in (9, 24, 45):
-        raise vertices.error(f"expected f_rest_0 ... f_rest_{{R-1}} with R = 9, 24 or 45 (SH degree 1, 2 or 3), "
-                             f"got {count} f_rest properties numbered {rest[0][0]} to {rest[-1][0]}")
+        raise vertices.error(
+            f"expected f_rest_0 ... f_rest_{{R-1}} with R = 9, 24 or 45 (SH degree 1, 2 or 3), "
+            f"got {count} f_rest properties numbered {rest[0][0]} to {rest[-1][0]}"
+        )
     per_channel = count // 3
     values = np.stack([vertices.column(name).astype(np.float64) for _, name in rest], axis=-1)
     # 3DGS stores the coefficients channel by channel: [N, 3, K] -> [N, K, 3].
@@ -207,8 +214,13 @@ def _gaussian_scene(vertices: _Vertices, positions: np.ndarray) -> PointCloud:
         opacity = 1.0 / (1.0 + np.exp(-vertices.column("opacity").astype(np.float64)))
     log_scales = vertices.group(_GAUSSIAN_SCALES, "Gaussian scales")
     radii = None if log_scales is None else gaussian_radius(torch.from_numpy(log_scales)).numpy()
-    return PointCloud(_tensor(positions), _tensor(colours), None if radii is None else _tensor(radii),
-                      None if opacity is None else _tensor(opacity), _tensor(coefficients))
+    return PointCloud(
+        _tensor(positions),
+        _tensor(colours),
+        None if radii is None else _tensor(radii),
+        None if opacity is None else _tensor(opacity),
+        _tensor(coefficients),
+    )
 
 
 def _point_cloud(vertices: _Vertices, positions: np.ndarray) -> PointCloud:
@@ -223,9 +235,12 @@ def _point_cloud(vertices: _Vertices, positions: np.ndarray) -> PointCloud:
             break
     radius_name = next((n for n in _RADIUS_NAMES if n in vertices), None)
     opacity_name = next((n for n in _OPACITY_NAMES if n in vertices), None)
-    return PointCloud(_tensor(positions), None if colours is None else _tensor(colours),
-                      None if radius_name is None else _tensor(vertices.column(radius_name)),
-                      None if opacity_name is None else _tensor(_unit_scale(vertices.column(opacity_name))))
+    return PointCloud(
+        _tensor(positions),
+        None if colours is None else _tensor(colours),
+        None if radius_name is None else _tensor(vertices.column(radius_name)),
+        None if opacity_name is None else _tensor(_unit_scale(vertices.column(opacity_name))),
+    )
 
 
 class IgnoredElementsWarning(UserWarning):
@@ -235,16 +250,24 @@ class IgnoredElementsWarning(UserWarning):
 
 def _warn_ignored(data: Any) -> None:
     """IgnoredElementsWarning naming the rows of every non-empty element but the vertices."""
-    ignored = [(element.name, element.count) for element in data.elements
-               if element.name != "vertex" and element.count > 0]
+    ignored = [
+        (element.name, element.count) for element in data.elements if element.name != "vertex" and element.count > 0
+    ]
     if ignored:
+
         def counted(count: int, one: str, many: str) -> str:
             return f"{count} {one if count == 1 else many}"
 
-        listed = ", ".join(counted(count, "face", "faces") if name == "face"
-                           else f"{counted(count, 'row', 'rows')} of '{name}'" for name, count in ignored)
-        warnings.warn(f"ply: ignored the file's {listed}: only its {counted(data['vertex'].count, 'vertex', 'vertices')} "
-                      f"are read, each drawn as a sphere (no mesh surface)", IgnoredElementsWarning, stacklevel=5)
+        listed = ", ".join(
+            counted(count, "face", "faces") if name == "face" else f"{counted(count, 'row', 'rows')} of '{name}'"
+            for name, count in ignored
+        )
+        warnings.warn(
+            f"ply: ignored the file's {listed}: only its {counted(data['vertex'].count, 'vertex', 'vertices')} "
+            f"are read, each drawn as a sphere (no mesh surface)",
+            IgnoredElementsWarning,
+            stacklevel=5,
+        )
 
 
 def _from_plydata(data: Any) -> PointCloud:
@@ -267,8 +290,10 @@ def _smallest_row(plyfile: Any, element: Any, text: bool) -> int:
     length field."""
     if text:
         return 2 * len(element.properties)
-    return sum(np.dtype(p.len_dtype if isinstance(p, plyfile.PlyListProperty) else p.val_dtype).itemsize
-               for p in element.properties)
+    return sum(
+        np.dtype(p.len_dtype if isinstance(p, plyfile.PlyListProperty) else p.val_dtype).itemsize
+        for p in element.properties
+    )
 
 
 def _check_counts(plyfile: Any, stream: Any) -> None:
@@ -292,10 +317,13 @@ def _check_counts(plyfile: Any, stream: Any) -> None:
     # The last row of an ASCII file may end the file without its newline.
     needed = sum(need for need, _ in needs) - (1 if header.text else 0)
     if needed > available:
-        described = ", ".join(f"{element.count} '{element.name}' rows (at least {need} bytes)"
-                              for need, element in needs if need)
-        raise ValueError(f"ply: the header declares {described}, but the file holds {available} bytes after its "
-                         f"header: a damaged header or a truncated file")
+        described = ", ".join(
+            f"{element.count} '{element.name}' rows (at least {need} bytes)" for need, element in needs if need
+        )
+        raise ValueError(
+            f"ply: the header declares {described}, but the file holds {available} bytes after its "
+            f"header: a damaged header or a truncated file"
+        )
 
 
 def _parse(source: Any) -> PointCloud:
@@ -334,11 +362,19 @@ def _column(name: str, t: Optional[torch.Tensor], n: int, width: int) -> Optiona
     return t.detach().cpu().double().numpy()
 
 
-def _plydata(positions: torch.Tensor, colours: Optional[torch.Tensor], radii: Optional[torch.Tensor],
-             opacity: Optional[torch.Tensor], binary: bool, colour_type: str) -> Any:
+def _plydata(
+    positions: torch.Tensor,
+    colours: Optional[torch.Tensor],
+    radii: Optional[torch.Tensor],
+    opacity: Optional[torch.Tensor],
+    binary: bool,
+    colour_type: str,
+) -> Any:
     if not isinstance(positions, torch.Tensor) or positions.dim() != 2 or positions.shape[1] != 3:
-        raise ValueError(f"positions: expected a tensor of shape [N, 3], got "
-                         f"{tuple(positions.shape) if isinstance(positions, torch.Tensor) else type(positions).__name__}")
+        raise ValueError(
+            f"positions: expected a tensor of shape [N, 3], got "
+            f"{tuple(positions.shape) if isinstance(positions, torch.Tensor) else type(positions).__name__}"
+        )
     if colour_type not in ("uchar", "float"):
         raise ValueError(f"colour_type: expected 'uchar' or 'float', got {colour_type!r}")
     n = int(positions.shape[0])
@@ -346,8 +382,7 @@ def _plydata(positions: torch.Tensor, colours: Optional[torch.Tensor], radii: Op
     col = _column("colours", colours, n, 3)
     rad = _column("radii", radii, n, 1)
     opa = _column("opacity", opacity, n, 1)
-    fields: List[Tuple[str, str, np.ndarray]] = [("x", "f4", pos[:, 0]), ("y", "f4", pos[:, 1]),
-                                                 ("z", "f4", pos[:, 2])]
+    fields: List[Tuple[str, str, np.ndarray]] = [("x", "f4", pos[:, 0]), ("y", "f4", pos[:, 1]), ("z", "f4", pos[:, 2])]
     if col is not None:
         colour_code = "u1" if colour_type == "uchar" else "f4"
         if colour_type == "uchar":
@@ -365,9 +400,14 @@ def _plydata(positions: torch.Tensor, colours: Optional[torch.Tensor], radii: Op
     return plyfile.PlyData([vertex], text=not binary, byte_order="<", comments=["written by pulsar_py"])
 
 
-def encode_ply(positions: torch.Tensor, colours: Optional[torch.Tensor] = None,
-               radii: Optional[torch.Tensor] = None, opacity: Optional[torch.Tensor] = None,
-               binary: bool = True, colour_type: str = "uchar") -> bytes:
+def encode_ply(
+    positions: torch.Tensor,
+    colours: Optional[torch.Tensor] = None,
+    radii: Optional[torch.Tensor] = None,
+    opacity: Optional[torch.Tensor] = None,
+    binary: bool = True,
+    colour_type: str = "uchar",
+) -> bytes:
     """The bytes of a PLY point cloud with one vertex per point.
 
     Args:
@@ -383,9 +423,15 @@ def encode_ply(positions: torch.Tensor, colours: Optional[torch.Tensor] = None,
     return buffer.getvalue()
 
 
-def write_ply(path: PathLike, positions: torch.Tensor, colours: Optional[torch.Tensor] = None,
-              radii: Optional[torch.Tensor] = None, opacity: Optional[torch.Tensor] = None,
-              binary: bool = True, colour_type: str = "uchar") -> None:
+def write_ply(
+    path: PathLike,
+    positions: torch.Tensor,
+    colours: Optional[torch.Tensor] = None,
+    radii: Optional[torch.Tensor] = None,
+    opacity: Optional[torch.Tensor] = None,
+    binary: bool = True,
+    colour_type: str = "uchar",
+) -> None:
     """Write a point cloud to ``path`` (see ``encode_ply``); parent folders are created."""
     data = _plydata(positions, colours, radii, opacity, binary, colour_type)
     folder = os.path.dirname(os.fspath(path))
@@ -395,5 +441,14 @@ def write_ply(path: PathLike, positions: torch.Tensor, colours: Optional[torch.T
         data.write(f)
 
 
-__all__ = ["PointCloud", "IgnoredElementsWarning", "read_ply", "decode_ply", "write_ply", "encode_ply", "gaussian_radius",
-           "GAUSSIAN_RADIUS_FACTOR", "EXPECTED_LAYOUTS"]
+__all__ = [
+    "PointCloud",
+    "IgnoredElementsWarning",
+    "read_ply",
+    "decode_ply",
+    "write_ply",
+    "encode_ply",
+    "gaussian_radius",
+    "GAUSSIAN_RADIUS_FACTOR",
+    "EXPECTED_LAYOUTS",
+]

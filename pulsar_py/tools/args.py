@@ -47,9 +47,12 @@ def command_device(name: str) -> "torch.device":
         raise ValueError(f"--device: expected cpu or cuda, got {name!r}")
     if device.type == "cuda":
         if "cuda" not in build_info()["backends"]:
-            raise ValueError(f"--device {name}: this build of pulsar_py has no CUDA backend "
-                             "(rebuild on a machine with nvcc; README.md, 'GPU build')")
+            raise ValueError(
+                f"--device {name}: this build of pulsar_py has no CUDA backend "
+                "(rebuild on a machine with nvcc; README.md, 'GPU build')"
+            )
         if not torch.cuda.is_available():
-            raise ValueError(f"--device {name}: torch sees no CUDA device (torch {torch.__version__}, "
-                             f"CUDA {torch.version.cuda})")
+            raise ValueError(
+                f"--device {name}: torch sees no CUDA device (torch {torch.__version__}, CUDA {torch.version.cuda})"
+            )
     return device

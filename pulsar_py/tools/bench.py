@@ -73,15 +73,19 @@ class Workload:
         return size if self.views == 1 else f"{size}x{self.views}"
 
 
-WORKLOADS: Dict[str, Workload] = {w.name: w for w in [
-    Workload("W1", "pulsar_bm", 1_000_000, 1000, 1000, 1.0, 0.0, None, 1, PulsarFigures(12.6, 17.7, 700)),
-    Workload("W2", "pulsar_bm_opacity", 1_000_000, 1000, 1000, 1.0, 0.0, (0.1, 1.0), 1,
-             PulsarFigures(39.7, 45.2, 430)),
-    Workload("W3", "small", 10_000, 512, 512, 1.0, 0.0, (0.1, 1.0), 1, PulsarFigures(4.4, 8.8, 40)),
-    Workload("W4", "dense_1m", 1_000_000, 1024, 1024, 0.038, 0.5, (0.1, 0.9), 1, PulsarFigures(13.7, 18.2, 434)),
-    Workload("W5", "dense_4m", 4_000_000, 1024, 1024, 0.019, 0.5, (0.1, 0.9), 1, PulsarFigures(37.5, 42.7, 1334)),
-    Workload("W6", "multiview", 400_000, 512, 512, 0.05, 0.5, (0.1, 0.9), 8, PulsarFigures(57.8, 65.3, 1508)),
-]}
+WORKLOADS: Dict[str, Workload] = {
+    w.name: w
+    for w in [
+        Workload("W1", "pulsar_bm", 1_000_000, 1000, 1000, 1.0, 0.0, None, 1, PulsarFigures(12.6, 17.7, 700)),
+        Workload(
+            "W2", "pulsar_bm_opacity", 1_000_000, 1000, 1000, 1.0, 0.0, (0.1, 1.0), 1, PulsarFigures(39.7, 45.2, 430)
+        ),
+        Workload("W3", "small", 10_000, 512, 512, 1.0, 0.0, (0.1, 1.0), 1, PulsarFigures(4.4, 8.8, 40)),
+        Workload("W4", "dense_1m", 1_000_000, 1024, 1024, 0.038, 0.5, (0.1, 0.9), 1, PulsarFigures(13.7, 18.2, 434)),
+        Workload("W5", "dense_4m", 4_000_000, 1024, 1024, 0.019, 0.5, (0.1, 0.9), 1, PulsarFigures(37.5, 42.7, 1334)),
+        Workload("W6", "multiview", 400_000, 512, 512, 0.05, 0.5, (0.1, 0.9), 8, PulsarFigures(57.8, 65.3, 1508)),
+    ]
+}
 
 
 # ----------------------------------------------------------------------------------------
@@ -100,12 +104,16 @@ class Inputs:
     cam_params: torch.Tensor
 
     def tensors(self) -> List[torch.Tensor]:
-        return [t for t in (self.positions, self.colours, self.radii, self.opacity, self.cam_params)
-                if t is not None]
+        return [t for t in (self.positions, self.colours, self.radii, self.opacity, self.cam_params) if t is not None]
 
     def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> "Inputs":
-        return Inputs(fn(self.positions), fn(self.colours), fn(self.radii),
-                      None if self.opacity is None else fn(self.opacity), fn(self.cam_params))
+        return Inputs(
+            fn(self.positions),
+            fn(self.colours),
+            fn(self.radii),
+            None if self.opacity is None else fn(self.opacity),
+            fn(self.cam_params),
+        )
 
 
 def workload_cameras(workload: Workload) -> torch.Tensor:
@@ -164,10 +172,12 @@ def _native_counter(renderer: torch.nn.Module, device: torch.device, name: str) 
     if renderer_id is None:
         return None
     kind = _native.DeviceKind.cuda if device.type == "cuda" else _native.DeviceKind.cpu
-    index = device.index if device.index is not None else (
-        torch.cuda.current_device() if device.type == "cuda" else 0)
-    natives = [n for n in ops.natives_of(renderer_id)
-               if n.config.device == kind and (device.type != "cuda" or n.config.device_index == index)]
+    index = device.index if device.index is not None else (torch.cuda.current_device() if device.type == "cuda" else 0)
+    natives = [
+        n
+        for n in ops.natives_of(renderer_id)
+        if n.config.device == kind and (device.type != "cuda" or n.config.device_index == index)
+    ]
     if not natives:
         return None
     native = natives[-1]
@@ -195,8 +205,14 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_runs(device: torch.device, run: Callable[[], Any], prepare: Callable[[], None],
-              warmup: int, repeats: int, progress: Callable[[str], None]) -> List[float]:
+def time_runs(
+    device: torch.device,
+    run: Callable[[], Any],
+    prepare: Callable[[], None],
+    warmup: int,
+    repeats: int,
+    progress: Callable[[str], None],
+) -> List[float]:
     """Milliseconds of ``repeats`` calls of ``run`` after ``warmup`` untimed ones;
     ``prepare`` runs before each call, outside the timed region. CUDA: events on the
     current stream; CPU: time.perf_counter."""
@@ -264,23 +280,31 @@ class Measurement:
     fwd_bwd_ms: float
     fwd_times_ms: List[float]
     fwd_bwd_times_ms: List[float]
-    memory_mib: Optional[float]            # allocator peak growth (fwd+bwd) + scratch
+    memory_mib: Optional[float]  # allocator peak growth (fwd+bwd) + scratch
     allocator_peak_fwd_mib: Optional[float]
     allocator_peak_fwd_bwd_mib: Optional[float]
     scratch_mib: Optional[float]
     device_used_growth_mib: Optional[float]
     binned_instances: Optional[int] = None  # (tile, sphere) instances of the last binning
-    image: Optional[torch.Tensor] = None   # last forward image (for the peer comparison)
+    image: Optional[torch.Tensor] = None  # last forward image (for the peer comparison)
 
 
 def _render_args(inputs: Inputs) -> Dict[str, Any]:
-    return dict(gamma=GAMMA, max_depth=MAX_DEPTH, opacity=inputs.opacity,
-                percent_allowed_difference=PERCENT_ALLOWED_DIFFERENCE)
+    return dict(
+        gamma=GAMMA, max_depth=MAX_DEPTH, opacity=inputs.opacity, percent_allowed_difference=PERCENT_ALLOWED_DIFFERENCE
+    )
 
 
-def measure(renderer_factory: Callable[[], torch.nn.Module], inputs: Inputs, device: torch.device,
-            warmup_fwd: int, warmup_bwd: int, repeats: int, progress: Callable[[str], None],
-            keep_image: bool = False) -> Measurement:
+def measure(
+    renderer_factory: Callable[[], torch.nn.Module],
+    inputs: Inputs,
+    device: torch.device,
+    warmup_fwd: int,
+    warmup_bwd: int,
+    repeats: int,
+    progress: Callable[[str], None],
+    keep_image: bool = False,
+) -> Measurement:
     """Time the forward (no gradients) and forward+backward (every input requires a
     gradient; dL/dimage is a fixed random tensor) of a renderer made by
     ``renderer_factory`` on ``inputs``."""
@@ -293,12 +317,10 @@ def measure(renderer_factory: Callable[[], torch.nn.Module], inputs: Inputs, dev
 
     def forward() -> torch.Tensor:
         with torch.no_grad():
-            return renderer(inputs.positions, inputs.colours, inputs.radii, inputs.cam_params,
-                            **_render_args(inputs))
+            return renderer(inputs.positions, inputs.colours, inputs.radii, inputs.cam_params, **_render_args(inputs))
 
     probe.start()
-    fwd_times = time_runs(device, forward, lambda: None, warmup_fwd, repeats,
-                          lambda s: progress(f"forward {s}"))
+    fwd_times = time_runs(device, forward, lambda: None, warmup_fwd, repeats, lambda s: progress(f"forward {s}"))
     peak_fwd = probe.peak_growth()
     image = forward() if keep_image else None
 
@@ -318,30 +340,40 @@ def measure(renderer_factory: Callable[[], torch.nn.Module], inputs: Inputs, dev
 
     clear_grads()
     probe.start()
-    bwd_times = time_runs(device, forward_backward, clear_grads, warmup_bwd, repeats,
-                          lambda s: progress(f"forward+backward {s}"))
+    bwd_times = time_runs(
+        device, forward_backward, clear_grads, warmup_bwd, repeats, lambda s: progress(f"forward+backward {s}")
+    )
     peak_bwd = probe.peak_growth()
-    missing = [name for name, t in zip(("positions", "colours", "radii", "opacity", "cam_params"),
-                                        (leaves.positions, leaves.colours, leaves.radii, leaves.opacity,
-                                         leaves.cam_params))
-               if t is not None and t.grad is None]
+    missing = [
+        name
+        for name, t in zip(
+            ("positions", "colours", "radii", "opacity", "cam_params"),
+            (leaves.positions, leaves.colours, leaves.radii, leaves.opacity, leaves.cam_params),
+        )
+        if t is not None and t.grad is None
+    ]
     if missing:
         raise RuntimeError(f"benchmark: the backward produced no gradient for {', '.join(missing)}")
     used_after = probe.device_used()
     scratch = scratch_bytes(renderer, device)
     instances = binned_instances(renderer, device)
-    del renderer
     memory = None
     if peak_bwd is not None or scratch is not None:
         memory = ((peak_bwd or 0) + (scratch or 0)) / MIB
     mib = lambda v: None if v is None else v / MIB  # noqa: E731
     return Measurement(
-        fwd_ms=statistics.median(fwd_times), fwd_bwd_ms=statistics.median(bwd_times),
-        fwd_times_ms=fwd_times, fwd_bwd_times_ms=bwd_times, memory_mib=memory,
-        allocator_peak_fwd_mib=mib(peak_fwd), allocator_peak_fwd_bwd_mib=mib(peak_bwd),
+        fwd_ms=statistics.median(fwd_times),
+        fwd_bwd_ms=statistics.median(bwd_times),
+        fwd_times_ms=fwd_times,
+        fwd_bwd_times_ms=bwd_times,
+        memory_mib=memory,
+        allocator_peak_fwd_mib=mib(peak_fwd),
+        allocator_peak_fwd_bwd_mib=mib(peak_bwd),
         scratch_mib=mib(scratch),
         device_used_growth_mib=None if used_before is None else (used_after - used_before) / MIB,
-        binned_instances=instances, image=image)
+        binned_instances=instances,
+        image=image,
+    )
 
 
 # ----------------------------------------------------------------------------------------
@@ -365,8 +397,13 @@ def peer_inputs(inputs: Inputs) -> Inputs:
         return inputs
     views = inputs.cam_params.shape[0]
     rep = lambda t: t[None].expand(views, *t.shape).contiguous()  # noqa: E731
-    return Inputs(rep(inputs.positions), rep(inputs.colours), rep(inputs.radii),
-                  None if inputs.opacity is None else rep(inputs.opacity), inputs.cam_params)
+    return Inputs(
+        rep(inputs.positions),
+        rep(inputs.colours),
+        rep(inputs.radii),
+        None if inputs.opacity is None else rep(inputs.opacity),
+        inputs.cam_params,
+    )
 
 
 # ----------------------------------------------------------------------------------------
@@ -378,12 +415,16 @@ def git_commit(start: Path) -> Optional[str]:
     changes), or None outside a checkout."""
     for folder in (start, Path.cwd()):
         try:
-            head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True,
-                                  text=True, timeout=10)
+            head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, timeout=10)
             if head.returncode != 0:
                 continue
-            dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=folder,
-                                   capture_output=True, text=True, timeout=10)
+            dirty = subprocess.run(
+                ["git", "status", "--porcelain", "--untracked-files=no"],
+                cwd=folder,
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
             return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
         except (OSError, subprocess.SubprocessError):
             continue
@@ -396,8 +437,12 @@ def driver_version(device: torch.device) -> Optional[str]:
     if device.type != "cuda":
         return None
     try:
-        done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=20)
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     lines = [line.strip() for line in done.stdout.splitlines() if line.strip()]
@@ -435,26 +480,37 @@ def format_table(rows: List[Dict[str, Any]], peer_ran: bool, device: torch.devic
         header += ["Pulsar H100 fwd / fwd+bwd ms (ref)"]
     lines = []
     for r in rows:
-        line = [f"{r['workload']} {r['label']}", f"{r['n_spheres']:,}", r["image"],
-                _fmt(r["fwd_ms"]), _fmt(r["fwd_bwd_ms"]), _fmt(r["memory_mib"], 1)]
+        line = [
+            f"{r['workload']} {r['label']}",
+            f"{r['n_spheres']:,}",
+            r["image"],
+            _fmt(r["fwd_ms"]),
+            _fmt(r["fwd_bwd_ms"]),
+            _fmt(r["memory_mib"], 1),
+        ]
         if cuda:
             line.append(_fmt(r.get("device_used_growth_mib"), 1))
         if peer_ran:
             p = r.get("peer") or {}
-            line += [_fmt(p.get("fwd_ms")), _fmt(p.get("fwd_bwd_ms")), _fmt(p.get("device_used_growth_mib"), 1),
-                     _fmt(p.get("speedup_fwd")) + "x" if p.get("speedup_fwd") else "-",
-                     _fmt(p.get("speedup_fwd_bwd")) + "x" if p.get("speedup_fwd_bwd") else "-"]
+            line += [
+                _fmt(p.get("fwd_ms")),
+                _fmt(p.get("fwd_bwd_ms")),
+                _fmt(p.get("device_used_growth_mib"), 1),
+                _fmt(p.get("speedup_fwd")) + "x" if p.get("speedup_fwd") else "-",
+                _fmt(p.get("speedup_fwd_bwd")) + "x" if p.get("speedup_fwd_bwd") else "-",
+            ]
         else:
             ref = r["pulsar_reference_h100"]
             line.append(f"{ref['fwd_ms']} / {ref['fwd_bwd_ms']}")
         lines.append(line)
     widths = [max(len(header[i]), *(len(line[i]) for line in lines)) for i in range(len(header))]
-    out = ["  ".join(h.ljust(w) for h, w in zip(header, widths)),
-           "  ".join("-" * w for w in widths)]
+    out = ["  ".join(h.ljust(w) for h, w in zip(header, widths)), "  ".join("-" * w for w in widths)]
     out += ["  ".join(c.ljust(w) for c, w in zip(line, widths)) for line in lines]
     if cuda:
-        out.append("memory: allocator peak growth over forward+backward + the renderer's scratch; device: "
-                   "growth of the device's used memory over the whole measurement (performance.md's measure)")
+        out.append(
+            "memory: allocator peak growth over forward+backward + the renderer's scratch; device: "
+            "growth of the device's used memory over the whole measurement (performance.md's measure)"
+        )
     else:
         out.append("memory on the CPU: the renderer's scratch only (PyTorch's CPU allocator is not tracked)")
     return "\n".join(out)
@@ -464,8 +520,7 @@ def _parse_workloads(text: str) -> List[Workload]:
     names = [s.strip().upper() for s in text.split(",") if s.strip()]
     unknown = [s for s in names if s not in WORKLOADS]
     if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"expected a comma-separated list of {', '.join(WORKLOADS)}, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of {', '.join(WORKLOADS)}, got {text!r}")
     return [WORKLOADS[s] for s in names]
 
 
@@ -473,21 +528,37 @@ def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m pulsar_py bench",
         description="Benchmark pulsar_py on the standard workloads W1-W6 (docs/benchmarks.md); "
-                    "compares with PyTorch3D's Pulsar when pytorch3d is importable.")
-    parser.add_argument("--workloads", type=_parse_workloads, default=list(WORKLOADS.values()),
-                        help="comma-separated subset, e.g. W3,W4 (default: all)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                        help="cpu or cuda (default: cuda when available)")
+        "compares with PyTorch3D's Pulsar when pytorch3d is importable.",
+    )
+    parser.add_argument(
+        "--workloads",
+        type=_parse_workloads,
+        default=list(WORKLOADS.values()),
+        help="comma-separated subset, e.g. W3,W4 (default: all)",
+    )
+    parser.add_argument(
+        "--device",
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        help="cpu or cuda (default: cuda when available)",
+    )
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help="timed runs per measurement (default: 20 on CUDA, 5 on the CPU)")
-    parser.add_argument("--warmup", type=int, default=None,
-                        help="untimed runs first (default on CUDA: 3 forward, 10 forward+backward; CPU: 1)")
+    parser.add_argument(
+        "--repeats", type=int, default=None, help="timed runs per measurement (default: 20 on CUDA, 5 on the CPU)"
+    )
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=None,
+        help="untimed runs first (default on CUDA: 3 forward, 10 forward+backward; CPU: 1)",
+    )
     parser.add_argument("--json", dest="json_path", default=None, help="write the results as JSON here")
     parser.add_argument("--no-peer", action="store_true", help="do not run PyTorch3D's Pulsar even if installed")
-    parser.add_argument("--check-values", action="store_true",
-                        help="keep the renderer's per-call value checks (NaN/Inf and range checks; "
-                             "on CUDA they synchronise the host). Default: off, the steady-state path")
+    parser.add_argument(
+        "--check-values",
+        action="store_true",
+        help="keep the renderer's per-call value checks (NaN/Inf and range checks; "
+        "on CUDA they synchronise the host). Default: off, the steady-state path",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     return parser
 
@@ -521,8 +592,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if not args.quiet:
             print(text, file=sys.stderr, flush=True)
 
-    say(f"pulsar_py {info['version']} on {device_name(device)}; {args.dtype}; "
-        f"{repeats} timed runs, warm-up {warmup_fwd} (fwd) / {warmup_bwd} (fwd+bwd)")
+    say(
+        f"pulsar_py {info['version']} on {device_name(device)}; {args.dtype}; "
+        f"{repeats} timed runs, warm-up {warmup_fwd} (fwd) / {warmup_bwd} (fwd+bwd)"
+    )
     load_start = host_load()
     rows = []
     for w in args.workloads:
@@ -534,28 +607,49 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             r.check_values = bool(args.check_values)
             return r
 
-        mine = measure(ours, inputs, device, warmup_fwd, warmup_bwd, repeats,
-                       lambda s, w=w: say(f"  {w.name} pulsar_py {s}"), keep_image=peer_cls is not None)
+        mine = measure(
+            ours,
+            inputs,
+            device,
+            warmup_fwd,
+            warmup_bwd,
+            repeats,
+            lambda s, w=w: say(f"  {w.name} pulsar_py {s}"),
+            keep_image=peer_cls is not None,
+        )
         row: Dict[str, Any] = dict(
-            workload=w.name, label=w.label, n_spheres=w.n_spheres, image=w.image_text,
-            width=w.width, height=w.height, views=w.views, has_opacity=w.opacity_range is not None,
+            workload=w.name,
+            label=w.label,
+            n_spheres=w.n_spheres,
+            image=w.image_text,
+            width=w.width,
+            height=w.height,
+            views=w.views,
+            has_opacity=w.opacity_range is not None,
             pulsar_reference_h100=asdict(w.reference),
-            **{k: v for k, v in asdict(mine).items() if k != "image"})
+            **{k: v for k, v in asdict(mine).items() if k != "image"},
+        )
         if peer_cls is not None:
             pin = peer_inputs(inputs)
 
             def peer() -> torch.nn.Module:
-                return peer_cls(w.width, w.height, max_num_balls=w.n_spheres, n_channels=3,
-                                n_track=N_TRACK).to(device)
+                return peer_cls(w.width, w.height, max_num_balls=w.n_spheres, n_channels=3, n_track=N_TRACK).to(device)
 
             try:
-                theirs = measure(peer, pin, device, warmup_fwd, warmup_bwd, repeats,
-                                 lambda s, w=w: say(f"  {w.name} Pulsar {s}"), keep_image=True)
+                theirs = measure(
+                    peer,
+                    pin,
+                    device,
+                    warmup_fwd,
+                    warmup_bwd,
+                    repeats,
+                    lambda s, w=w: say(f"  {w.name} Pulsar {s}"),
+                    keep_image=True,
+                )
                 p = {k: v for k, v in asdict(theirs).items() if k != "image"}
                 p["speedup_fwd"] = theirs.fwd_ms / mine.fwd_ms
                 p["speedup_fwd_bwd"] = theirs.fwd_bwd_ms / mine.fwd_bwd_ms
-                p["max_abs_image_difference"] = float((theirs.image.reshape(mine.image.shape)
-                                                       - mine.image).abs().max())
+                p["max_abs_image_difference"] = float((theirs.image.reshape(mine.image.shape) - mine.image).abs().max())
                 row["peer"] = p
             except Exception as exc:  # the peer failing must not lose our figures
                 row["peer"] = {"error": f"{type(exc).__name__}: {exc}"}
@@ -567,8 +661,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     peer_ran = any("peer" in r and "error" not in r["peer"] for r in rows)
     print(format_table(rows, peer_ran, device))
     if peer_cls is None:
-        print(f"PyTorch3D's Pulsar was not run ({peer_version}); the reference column gives Pulsar's "
-              "figures on an H100 from performance.md (comparable only on that GPU).")
+        print(
+            f"PyTorch3D's Pulsar was not run ({peer_version}); the reference column gives Pulsar's "
+            "figures on an H100 from performance.md (comparable only on that GPU)."
+        )
     report = dict(
         device=device_name(device),
         driver=driver_version(device),
@@ -579,12 +675,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         python=platform.python_version(),
         host_load_average=dict(start=load_start, end=host_load()),
         build={k: list(v) if isinstance(v, tuple) else v for k, v in info.items()},
-        settings=dict(device_type=device.type, dtype=args.dtype, repeats=repeats, warmup_fwd=warmup_fwd,
-                      warmup_fwd_bwd=warmup_bwd, check_values=bool(args.check_values), gamma=GAMMA,
-                      max_depth=MAX_DEPTH, percent_allowed_difference=PERCENT_ALLOWED_DIFFERENCE,
-                      n_track=N_TRACK, seed=SEED),
+        settings=dict(
+            device_type=device.type,
+            dtype=args.dtype,
+            repeats=repeats,
+            warmup_fwd=warmup_fwd,
+            warmup_fwd_bwd=warmup_bwd,
+            check_values=bool(args.check_values),
+            gamma=GAMMA,
+            max_depth=MAX_DEPTH,
+            percent_allowed_difference=PERCENT_ALLOWED_DIFFERENCE,
+            n_track=N_TRACK,
+            seed=SEED,
+        ),
         peer=dict(available=peer_cls is not None, version=peer_version),
-        rows=rows)
+        rows=rows,
+    )
     if args.json_path:
         folder = os.path.dirname(args.json_path)
         if folder:

@@ -29,17 +29,24 @@ from .args import SCRIPT, positive_int
 # command name is handed over unchanged (so ``bench --help`` shows the driver's help).
 # command -> (module under pulsar_py.tools, help line)
 _FORWARDED: Dict[str, Tuple[str, str]] = {
-    "demo": ("demo", "joint camera + sphere optimisation demo (writes PNGs, a GIF, a loss plot, "
-                     "summary.json); see 'demo --help'"),
-    "render": ("render", "render a PLY point cloud or 3D Gaussian Splatting scene to an image; "
-                         "see 'render --help'"),
-    "selftest": ("selftest", "render built-in scenes on every backend and compare with stored reference "
-                             "output; see 'selftest --help'"),
-    "gradcheck": ("gradcheck", "finite-difference check of every gradient (pulsar_py.gradcheck); "
-                               "see 'gradcheck --help'"),
+    "demo": (
+        "demo",
+        "joint camera + sphere optimisation demo (writes PNGs, a GIF, a loss plot, summary.json); see 'demo --help'",
+    ),
+    "render": ("render", "render a PLY point cloud or 3D Gaussian Splatting scene to an image; see 'render --help'"),
+    "selftest": (
+        "selftest",
+        "render built-in scenes on every backend and compare with stored reference output; see 'selftest --help'",
+    ),
+    "gradcheck": (
+        "gradcheck",
+        "finite-difference check of every gradient (pulsar_py.gradcheck); see 'gradcheck --help'",
+    ),
     "bench": ("bench", "benchmark driver, workloads W1-W6 (pulsar_py.tools.bench); see 'bench --help'"),
-    "view": ("viewer.command", "show a PLY file or the demo's scene in the browser, rendered by pulsar_py; "
-                               "see 'view --help'"),
+    "view": (
+        "viewer.command",
+        "show a PLY file or the demo's scene in the browser, rendered by pulsar_py; see 'view --help'",
+    ),
 }
 
 
@@ -66,18 +73,23 @@ class _VersionAction(argparse.Action):
 
 def _build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=prog,
-        description="pulsar_py: differentiable sphere renderer with exact gradients (Pulsar-compatible).")
+        prog=prog, description="pulsar_py: differentiable sphere renderer with exact gradients (Pulsar-compatible)."
+    )
     parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
     commands = parser.add_subparsers(dest="command", metavar="<command>")
     commands.required = True
 
-    sample = commands.add_parser("sample", help="render the built-in sample scene to an image",
-                                 description="Render the built-in sample scene (a shaded trefoil knot "
-                                             "of spheres) with pulsar_py.Renderer and write an image.")
-    sample.add_argument("--out", required=True,
-                        help="image file to write, its format from the extension: .png, .jpg, ... "
-                             "(folders are created)")
+    sample = commands.add_parser(
+        "sample",
+        help="render the built-in sample scene to an image",
+        description="Render the built-in sample scene (a shaded trefoil knot "
+        "of spheres) with pulsar_py.Renderer and write an image.",
+    )
+    sample.add_argument(
+        "--out",
+        required=True,
+        help="image file to write, its format from the extension: .png, .jpg, ... (folders are created)",
+    )
     sample.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     sample.add_argument("--width", type=positive_int, default=512, help="image width in pixels (default 512)")
     sample.add_argument("--height", type=positive_int, default=384, help="image height in pixels (default 384)")
@@ -121,8 +133,10 @@ def _cmd_sample(args: argparse.Namespace) -> int:
         write_image(args.out, image)
     except (OSError, ValueError) as exc:
         raise CommandError(f"--out: cannot write {args.out!r}: {exc}") from None
-    print(f"wrote {args.out} ({scene.width}x{scene.height}, {scene.n_spheres} spheres, {device.type}); "
-          f"render took {seconds * 1000:.1f} ms")
+    print(
+        f"wrote {args.out} ({scene.width}x{scene.height}, {scene.n_spheres} spheres, {device.type}); "
+        f"render took {seconds * 1000:.1f} ms"
+    )
     return 0
 
 

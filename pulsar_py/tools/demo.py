@@ -66,6 +66,7 @@ GIF_HOLD_MS = 2500.0
 # ---------------------------------------------------------------------------------------
 # Schedules and the loss
 
+
 def learning_rate_factor(settings: DemoSettings, step: int) -> float:
     """Multiplier of every learning rate at ``step``: 1, then a cosine decay."""
     progress = min(step, settings.steps) / max(settings.steps, 1)
@@ -133,6 +134,7 @@ def psnr_db(images: torch.Tensor, targets: torch.Tensor) -> float:
 # ---------------------------------------------------------------------------------------
 # Pictures
 
+
 def side_by_side(images: Sequence[torch.Tensor], gap: int = 2, gap_value: float = 1.0) -> torch.Tensor:
     """[H, W, 3] images next to each other with ``gap`` columns of ``gap_value`` between."""
     parts: List[torch.Tensor] = []
@@ -175,9 +177,17 @@ class AnimationFrames:
         self.figure = _figure(total_w, self.CAPTION_PX)
         self.figure.patch.set_facecolor("white")
         self.captions = [
-            self.figure.text((k * (self.panel[1] + self.GAP_PX) + self.panel[1] / 2) / total_w, 0.5, text,
-                             ha="center", va="center", fontsize=9, color="0.1")
-            for k, text in enumerate(("target", "", "difference \u00d74"))]
+            self.figure.text(
+                (k * (self.panel[1] + self.GAP_PX) + self.panel[1] / 2) / total_w,
+                0.5,
+                text,
+                ha="center",
+                va="center",
+                fontsize=9,
+                color="0.1",
+            )
+            for k, text in enumerate(("target", "", "difference \u00d74"))
+        ]
 
     def _caption(self, text: str) -> torch.Tensor:
         self.captions[1].set_text(text)
@@ -189,8 +199,10 @@ class AnimationFrames:
         target = target.detach().cpu().float().clamp(0, 1)
         current = current.detach().cpu().float().clamp(0, 1)
         difference = ((current - target).abs() * 4).clamp(0, 1)
-        panels = [(p * 255).round().to(torch.uint8).repeat_interleave(self.scale, 0)
-                  .repeat_interleave(self.scale, 1) for p in (target, current, difference)]
+        panels = [
+            (p * 255).round().to(torch.uint8).repeat_interleave(self.scale, 0).repeat_interleave(self.scale, 1)
+            for p in (target, current, difference)
+        ]
         gap = torch.full((self.panel[0], self.GAP_PX, 3), 255, dtype=torch.uint8)
         row = torch.cat([panels[0], gap, panels[1], gap, panels[2]], dim=1)
         return torch.cat([self._caption(f"step {step}/{steps}"), row], dim=0)
@@ -220,8 +232,15 @@ def loss_figure(path: str, mse: Sequence[float], errors: Dict[str, Sequence[floa
             # within two, 1 and 3 within four, else the powers of ten.
             positive = [v * factor for v in values if v > 0]
             decades = math.log10(max(positive) / min(positive)) if positive else 0.0
-            subs = ((1, 2, 3, 4, 5, 6, 7, 8, 9) if decades < 1 else (1, 2, 5) if decades < 2
-                    else (1, 3) if decades < 4 else (1,))
+            subs = (
+                (1, 2, 3, 4, 5, 6, 7, 8, 9)
+                if decades < 1
+                else (1, 2, 5)
+                if decades < 2
+                else (1, 3)
+                if decades < 4
+                else (1,)
+            )
             ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=subs))
             ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
             ax.yaxis.set_minor_formatter(ticker.NullFormatter())
@@ -238,17 +257,26 @@ def loss_figure(path: str, mse: Sequence[float], errors: Dict[str, Sequence[floa
 # ---------------------------------------------------------------------------------------
 # The run
 
+
 def _progress_bar(total: int, label: str, enabled: bool):
     """A tqdm bar on stderr (disabled: draws nothing). Redrawn at most 10 times a second
     on a terminal; in a log or pipe every 5 seconds, so the log stays short."""
     tqdm = require("tqdm", "for the demo's progress bar").tqdm
     interactive = bool(getattr(sys.stderr, "isatty", None) and sys.stderr.isatty())
-    return tqdm(total=total, desc=label, unit="step", file=sys.stderr, disable=not enabled,
-                mininterval=0.1 if interactive else 5.0, dynamic_ncols=interactive)
+    return tqdm(
+        total=total,
+        desc=label,
+        unit="step",
+        file=sys.stderr,
+        disable=not enabled,
+        mininterval=0.1 if interactive else 5.0,
+        dynamic_ncols=interactive,
+    )
 
 
-def _render_views(renderer, scene: DemoScene, settings: DemoSettings, params: DemoParameters,
-                  view0_weight: float = 1.0) -> torch.Tensor:
+def _render_views(
+    renderer, scene: DemoScene, settings: DemoSettings, params: DemoParameters, view0_weight: float = 1.0
+) -> torch.Tensor:
     """[V, H, W, 3] the current images of all views, in one native call."""
     positions, colours, radii = params.sphere_position, params.sphere_colour, params.radii()
     if view0_weight != 1.0:
@@ -258,16 +286,29 @@ def _render_views(renderer, scene: DemoScene, settings: DemoSettings, params: De
             return torch.stack([scale_gradient(t, view0_weight)] + [t] * (settings.views - 1))
 
         positions, colours, radii = per_view(positions), per_view(colours), per_view(radii)
-    return renderer(positions, colours, radii, params.cam_params(), gamma=settings.gamma,
-                    max_depth=settings.max_depth, min_depth=settings.min_depth, bg_col=scene.bg_col)
+    return renderer(
+        positions,
+        colours,
+        radii,
+        params.cam_params(),
+        gamma=settings.gamma,
+        max_depth=settings.max_depth,
+        min_depth=settings.min_depth,
+        bg_col=scene.bg_col,
+    )
 
 
 #: ``run_demo``'s per-step callback: (step, ground truth, current parameters, losses).
 StepCallback = Callable[[int, DemoScene, DemoParameters, Dict[str, float]], None]
 
 
-def run_demo(settings: DemoSettings, device: torch.device, out_dir: Optional[str] = None,
-             progress: bool = True, on_step: Optional[StepCallback] = None) -> Dict[str, object]:
+def run_demo(
+    settings: DemoSettings,
+    device: torch.device,
+    out_dir: Optional[str] = None,
+    progress: bool = True,
+    on_step: Optional[StepCallback] = None,
+) -> Dict[str, object]:
     """Run the demo on ``device``; write its files to ``out_dir`` (None: none) and
     return the summary (the content of summary.json). ``on_step`` is called after every
     step with the losses {"loss": the blurred loss optimised, "mse": the plain one}."""
@@ -278,11 +319,21 @@ def run_demo(settings: DemoSettings, device: torch.device, out_dir: Optional[str
     scene = build_scene(settings, device)
     renderer = Renderer(settings.width, settings.height, n_channels=3).to(device)
     with torch.no_grad():
-        targets = renderer(scene.positions, scene.colours, scene.radii, scene.cam_params, gamma=settings.gamma,
-                           max_depth=settings.max_depth, min_depth=settings.min_depth, bg_col=scene.bg_col)
+        targets = renderer(
+            scene.positions,
+            scene.colours,
+            scene.radii,
+            scene.cam_params,
+            gamma=settings.gamma,
+            max_depth=settings.max_depth,
+            min_depth=settings.min_depth,
+            bg_col=scene.bg_col,
+        )
     params = perturb(scene, settings)
-    optimiser = torch.optim.Adam([{"params": [getattr(params, name)], "lr": lr}
-                                  for name, lr in settings.learning_rates.items()], betas=(0.9, 0.99))
+    optimiser = torch.optim.Adam(
+        [{"params": [getattr(params, name)], "lr": lr} for name, lr in settings.learning_rates.items()],
+        betas=(0.9, 0.99),
+    )
     schedule = torch.optim.lr_scheduler.LambdaLR(optimiser, lambda step: learning_rate_factor(settings, step))
 
     with torch.no_grad():
@@ -293,8 +344,9 @@ def run_demo(settings: DemoSettings, device: torch.device, out_dir: Optional[str
     snapshots: List[Tuple[int, torch.Tensor]] = []  # (step, view 0's image) for the animation
     mse: List[float] = []  # plain mean squared error of all views, per step
     # Pose errors before each step's update: the initial ones first.
-    errors: Dict[str, List[float]] = {key: [initial[key]]
-                                      for key in ("rotation_error_deg", "translation_error", "focal_error")}
+    errors: Dict[str, List[float]] = {
+        key: [initial[key]] for key in ("rotation_error_deg", "translation_error", "focal_error")
+    }
     bar = _progress_bar(settings.steps, f"demo ({device.type})", progress)
     for step in range(settings.steps):
         optimiser.zero_grad(set_to_none=True)
@@ -311,8 +363,9 @@ def run_demo(settings: DemoSettings, device: torch.device, out_dir: Optional[str
             snapshots.append((step, images[0].detach().cpu()))
         if on_step is not None:
             on_step(step, scene, params, {"loss": float(loss.detach()), "mse": mse[-1]})
-        bar.set_postfix_str(f"mse {mse[-1]:.2e}, rotation error {errors['rotation_error_deg'][-1]:5.2f} deg",
-                            refresh=False)
+        bar.set_postfix_str(
+            f"mse {mse[-1]:.2e}, rotation error {errors['rotation_error_deg'][-1]:5.2f} deg", refresh=False
+        )
         bar.update(1)
     bar.close()
 
@@ -329,16 +382,28 @@ def run_demo(settings: DemoSettings, device: torch.device, out_dir: Optional[str
         animation = AnimationFrames(settings.height, settings.width)
         target0 = targets[0].cpu()
         # Every frame 100 ms; the last, the result, is held for GIF_HOLD_MS before the loop restarts.
-        write_animation(os.path.join(out_dir, "optimisation.gif"),
-                        [animation.frame(target0, image, step, settings.steps) for step, image in snapshots],
-                        frame_ms=[GIF_FRAME_MS] * (len(snapshots) - 1) + [GIF_HOLD_MS])
+        write_animation(
+            os.path.join(out_dir, "optimisation.gif"),
+            [animation.frame(target0, image, step, settings.steps) for step, image in snapshots],
+            frame_ms=[GIF_FRAME_MS] * (len(snapshots) - 1) + [GIF_HOLD_MS],
+        )
         loss_figure(os.path.join(out_dir, "loss.png"), mse, errors)
         positions = params.sphere_position.detach().cpu().clone()
         positions[:, 2].neg_()  # Pulsar's left-handed world -> right-handed (module docstring)
-        write_ply(os.path.join(out_dir, "scene.ply"), positions, params.sphere_colour.detach(),
-                  params.radii().detach(), colour_type="float")
-    summary: Dict[str, object] = {"initial": initial, "final": final, "steps": settings.steps,
-                                  "seconds": round(time.perf_counter() - start, 3), "device": device.type}
+        write_ply(
+            os.path.join(out_dir, "scene.ply"),
+            positions,
+            params.sphere_colour.detach(),
+            params.radii().detach(),
+            colour_type="float",
+        )
+    summary: Dict[str, object] = {
+        "initial": initial,
+        "final": final,
+        "steps": settings.steps,
+        "seconds": round(time.perf_counter() - start, 3),
+        "device": device.type,
+    }
     if out_dir is not None:
         with open(os.path.join(out_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)
@@ -349,14 +414,17 @@ def run_demo(settings: DemoSettings, device: torch.device, out_dir: Optional[str
 # ---------------------------------------------------------------------------------------
 # Command line
 
+
 def summary_line(summary: Dict[str, object]) -> str:
     """The figures of a summary (summary.json's content) as the command prints them:
     "rotation error 8.00 -> 0.108 deg, translation error ..., PSNR 15.2 -> 40.7 dB"."""
     initial, final = summary["initial"], summary["final"]
-    return (f"rotation error {initial['rotation_error_deg']:.2f} -> {final['rotation_error_deg']:.3f} deg, "
-            f"translation error {initial['translation_error']:.3f} -> {final['translation_error']:.3f}, "
-            f"focal error {100 * initial['focal_error']:.1f} -> {100 * final['focal_error']:.1f} %, "
-            f"PSNR {initial['psnr_db']:.1f} -> {final['psnr_db']:.1f} dB")
+    return (
+        f"rotation error {initial['rotation_error_deg']:.2f} -> {final['rotation_error_deg']:.3f} deg, "
+        f"translation error {initial['translation_error']:.3f} -> {final['translation_error']:.3f}, "
+        f"focal error {100 * initial['focal_error']:.1f} -> {100 * final['focal_error']:.1f} %, "
+        f"PSNR {initial['psnr_db']:.1f} -> {final['psnr_db']:.1f} dB"
+    )
 
 
 def _default_device() -> str:
@@ -373,27 +441,42 @@ def _build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=command_prog("demo", prog),
         description="Joint optimisation of a camera (rotation, position, focal length) and thousands of "
-                    "spheres (positions, colours, radii) from three views. Writes target.png, initial.png, "
-                    "final.png, optimisation.gif, loss.png, scene.ply and summary.json to --out.")
-    parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
-                        help="backend (default: cuda when this build has it and a GPU is present, else cpu)")
+        "spheres (positions, colours, radii) from three views. Writes target.png, initial.png, "
+        "final.png, optimisation.gif, loss.png, scene.ply and summary.json to --out.",
+    )
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default=None,
+        help="backend (default: cuda when this build has it and a GPU is present, else cpu)",
+    )
     parser.add_argument("--out", default="pulsar_demo", help="output folder (default: ./pulsar_demo)")
-    parser.add_argument("--steps", type=positive_int, default=defaults.steps,
-                        help=f"optimisation steps (default {defaults.steps})")
+    parser.add_argument(
+        "--steps", type=positive_int, default=defaults.steps, help=f"optimisation steps (default {defaults.steps})"
+    )
     parser.add_argument("--seed", type=int, default=defaults.seed, help="seed of the scene and perturbations")
     parser.add_argument("--width", type=positive_int, default=defaults.width, help="image width (default 160)")
     parser.add_argument("--height", type=positive_int, default=defaults.height, help="image height (default 120)")
-    parser.add_argument("--spheres", type=positive_int, default=defaults.n_spheres,
-                        help=f"spheres on the knot (default {defaults.n_spheres}; the floor adds about 2000)")
+    parser.add_argument(
+        "--spheres",
+        type=positive_int,
+        default=defaults.n_spheres,
+        help=f"spheres on the knot (default {defaults.n_spheres}; the floor adds about 2000)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     view = parser.add_argument_group(f"browser view (needs viser: {INSTALL})")
-    view.add_argument("--view", action="store_true",
-                      help="show the spheres in the browser while they train, with the losses and a pause button; "
-                           "keeps serving after the run until Ctrl-C (docs/viewer.md)")
-    view.add_argument("--port", type=int, default=DEFAULT_PORT,
-                      help=f"--view: port to serve on (default {DEFAULT_PORT})")
-    view.add_argument("--host", default=DEFAULT_HOST,
-                      help=f"--view: address to listen on (default {DEFAULT_HOST}: this machine only)")
+    view.add_argument(
+        "--view",
+        action="store_true",
+        help="show the spheres in the browser while they train, with the losses and a pause button; "
+        "keeps serving after the run until Ctrl-C (docs/viewer.md)",
+    )
+    view.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"--view: port to serve on (default {DEFAULT_PORT})"
+    )
+    view.add_argument(
+        "--host", default=DEFAULT_HOST, help=f"--view: address to listen on (default {DEFAULT_HOST}: this machine only)"
+    )
     return parser
 
 
@@ -401,8 +484,9 @@ def _live_view(args: argparse.Namespace, settings: DemoSettings) -> Tuple[object
     """(LiveViewer, run_demo's on_step that updates it) for ``--view``."""
     from .viewer import LiveViewer
 
-    viewer = LiveViewer(args.port, args.host, gamma=settings.gamma, right_handed=False, title="pulsar_py demo",
-                        announce=False)
+    viewer = LiveViewer(
+        args.port, args.host, gamma=settings.gamma, right_handed=False, title="pulsar_py demo", announce=False
+    )
 
     def on_step(step: int, scene: DemoScene, params: DemoParameters, losses: Dict[str, float]) -> None:
         if step == 0:
@@ -421,8 +505,9 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
     except ValueError as exc:
         print(f"demo: {exc}", file=sys.stderr)
         return 1
-    settings = DemoSettings(width=args.width, height=args.height, n_spheres=args.spheres, steps=args.steps,
-                            seed=args.seed)
+    settings = DemoSettings(
+        width=args.width, height=args.height, n_spheres=args.spheres, steps=args.steps, seed=args.seed
+    )
     viewer, on_step, finished = None, None, False
     try:
         settings.check()
@@ -445,8 +530,10 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
         if viewer is not None and not finished:
             viewer.close()
     print(f"{summary_line(summary)}; {summary['steps']} steps on {summary['device']} in {summary['seconds']:.1f} s")
-    print(f"wrote target.png, initial.png, final.png, optimisation.gif, loss.png, scene.ply, summary.json to "
-          f"{args.out}", flush=True)
+    print(
+        f"wrote target.png, initial.png, final.png, optimisation.gif, loss.png, scene.ply, summary.json to {args.out}",
+        flush=True,
+    )
     if viewer is not None:
         print(f"demo: the viewer goes on at {viewer.url} (Ctrl-C to stop)", flush=True)
         try:

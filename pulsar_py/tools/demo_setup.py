@@ -15,8 +15,8 @@ from typing import Dict, Tuple
 
 import torch
 
-from ..cameras.params import axis_angle_to_matrix
 from ..cameras.look_at import look_at_matrix, rotation_angle_deg, rotation_from_params, sensor_width_for_fov
+from ..cameras.params import axis_angle_to_matrix
 from ..cameras.rotations import matrix_to_rotation_6d
 from .sample_scene import KNOT_DEPTH, make_sample_scene
 
@@ -82,14 +82,16 @@ class DemoSettings:
     trust_full_fraction: float = 0.8
     #: Adam learning rates per parameter group (about the step size per iteration, in
     #: the group's units).
-    learning_rates: Dict[str, float] = field(default_factory=lambda: {
-        "camera_rotation": 3e-3,    # radians
-        "camera_offset": 2e-2,      # world units
-        "camera_log_focal": 3e-3,   # log of the focal length
-        "sphere_position": 3e-3,    # world units
-        "sphere_colour": 1e-2,      # colour units (RGB in [0, 1])
-        "sphere_log_radius": 1e-2,  # log of the radius
-    })
+    learning_rates: Dict[str, float] = field(
+        default_factory=lambda: {
+            "camera_rotation": 3e-3,  # radians
+            "camera_offset": 2e-2,  # world units
+            "camera_log_focal": 3e-3,  # log of the focal length
+            "sphere_position": 3e-3,  # world units
+            "sphere_colour": 1e-2,  # colour units (RGB in [0, 1])
+            "sphere_log_radius": 1e-2,  # log of the radius
+        }
+    )
     #: Every learning rate stays constant until ``decay_start_fraction`` of the steps,
     #: then decays (cosine) to ``final_lr_fraction`` of its start at the end.
     decay_start_fraction: float = 0.5
@@ -107,8 +109,14 @@ class DemoSettings:
             raise ValueError(f"n_spheres: expected at least 12 (one ring of the knot), got {self.n_spheres}")
         if not 1e-5 <= self.gamma <= 1:
             raise ValueError(f"gamma: expected a value in [1e-5, 1], got {self.gamma}")
-        missing = {"camera_rotation", "camera_offset", "camera_log_focal", "sphere_position", "sphere_colour",
-                   "sphere_log_radius"} - set(self.learning_rates)
+        missing = {
+            "camera_rotation",
+            "camera_offset",
+            "camera_log_focal",
+            "sphere_position",
+            "sphere_colour",
+            "sphere_log_radius",
+        } - set(self.learning_rates)
         if missing:
             raise ValueError(f"learning_rates: missing groups {sorted(missing)}")
 
@@ -118,11 +126,11 @@ class DemoScene:
     """Ground truth (float32, on the demo's device). cam_params [V, 11]: position, 6D
     rotation, focal length, sensor width (Pulsar's 11-value camera vectors)."""
 
-    positions: torch.Tensor   # [N, 3] world units
-    colours: torch.Tensor     # [N, 3] RGB in [0, 1]
-    radii: torch.Tensor       # [N] world units
+    positions: torch.Tensor  # [N, 3] world units
+    colours: torch.Tensor  # [N, 3] RGB in [0, 1]
+    radii: torch.Tensor  # [N] world units
     cam_params: torch.Tensor  # [V, 11]
-    bg_col: torch.Tensor      # [3]
+    bg_col: torch.Tensor  # [3]
 
 
 def make_floor(radius: float, spacing: float, height: float) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -131,8 +139,11 @@ def make_floor(radius: float, spacing: float, height: float) -> Tuple[torch.Tens
     Returns positions [M, 3], colours [M, 3], radii [M] (float64)."""
     rows = int(math.ceil(radius / (spacing * math.sqrt(3) / 2)))
     cols = int(math.ceil(radius / spacing)) + 1
-    j, i = torch.meshgrid(torch.arange(-rows, rows + 1, dtype=torch.float64),
-                          torch.arange(-cols, cols + 1, dtype=torch.float64), indexing="ij")
+    j, i = torch.meshgrid(
+        torch.arange(-rows, rows + 1, dtype=torch.float64),
+        torch.arange(-cols, cols + 1, dtype=torch.float64),
+        indexing="ij",
+    )
     x = (i + 0.5 * (j % 2)) * spacing
     z = j * spacing * math.sqrt(3) / 2
     keep = (x * x + z * z) <= radius * radius
@@ -153,8 +164,9 @@ def build_scene(settings: DemoSettings, device: torch.device) -> DemoScene:
     elevation of 25 degrees (even k) or 15 degrees (odd k), ``camera_distance`` from the
     origin, looking at it with world +y up (Pulsar's default left-handed convention).
     """
-    sample = make_sample_scene(settings.width, settings.height, settings.n_spheres, seed=settings.seed,
-                               dtype=torch.float64)
+    sample = make_sample_scene(
+        settings.width, settings.height, settings.n_spheres, seed=settings.seed, dtype=torch.float64
+    )
     positions = sample.positions - torch.tensor(_KNOT_CENTRE, dtype=torch.float64)
     colours, radii = sample.colours, sample.radii
     if settings.floor_radius > 0:
@@ -167,7 +179,8 @@ def build_scene(settings: DemoSettings, device: torch.device) -> DemoScene:
         elevation = math.radians(25.0 if k % 2 == 0 else 15.0)
         eye = settings.camera_distance * torch.tensor(
             [math.cos(elevation) * math.sin(azimuth), math.sin(elevation), -math.cos(elevation) * math.cos(azimuth)],
-            dtype=torch.float64)
+            dtype=torch.float64,
+        )
         matrix = look_at_matrix(eye, torch.zeros(3, dtype=torch.float64))
         rows.append(torch.cat([eye, matrix_to_rotation_6d(matrix), torch.tensor([1.0, sensor], dtype=torch.float64)]))
 
@@ -191,8 +204,14 @@ class DemoParameters(torch.nn.Module):
     stay positive; colours are clamped to [0, 1] after every step (``project``).
     """
 
-    def __init__(self, camera: torch.Tensor, reference_cameras: torch.Tensor, positions: torch.Tensor,
-                 colours: torch.Tensor, radii: torch.Tensor) -> None:
+    def __init__(
+        self,
+        camera: torch.Tensor,
+        reference_cameras: torch.Tensor,
+        positions: torch.Tensor,
+        colours: torch.Tensor,
+        radii: torch.Tensor,
+    ) -> None:
         super().__init__()
         self.register_buffer("initial_rotation", rotation_from_params(camera[None])[0].detach().clone())
         self.register_buffer("sensor_width", camera[10:11].detach().clone())
@@ -219,8 +238,14 @@ class DemoParameters(torch.nn.Module):
 
     def cam_params(self) -> torch.Tensor:
         """[V, 11] all cameras: view 0 (differentiable), then the fixed reference views."""
-        view0 = torch.cat([self.camera_position(), matrix_to_rotation_6d(self.camera_matrix()),
-                           self.camera_log_focal.exp(), self.sensor_width])
+        view0 = torch.cat(
+            [
+                self.camera_position(),
+                matrix_to_rotation_6d(self.camera_matrix()),
+                self.camera_log_focal.exp(),
+                self.sensor_width,
+            ]
+        )
         return torch.cat([view0[None], self.reference_cameras], dim=0)
 
     def radii(self) -> torch.Tensor:
@@ -257,7 +282,7 @@ def perturb(scene: DemoScene, settings: DemoSettings) -> DemoParameters:
     # Log-normal factors with mean 1 (exp(s n - s^2 / 2)): a biased factor would make
     # every sphere fatter on average, which view 0 could mistake for a closer camera.
     log_factor = settings.radius_noise * torch.randn(n, generator=gen, dtype=f64)
-    radii = scene.radii.cpu().double() * torch.exp(log_factor - settings.radius_noise ** 2 / 2)
+    radii = scene.radii.cpu().double() * torch.exp(log_factor - settings.radius_noise**2 / 2)
     colours = (1 - settings.colour_fade) * scene.colours.cpu().double() + settings.colour_fade * 0.5
     colours = (colours + settings.colour_noise * torch.randn(n, 3, generator=gen, dtype=f64)).clamp(0, 1)
 

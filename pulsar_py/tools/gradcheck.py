@@ -28,10 +28,12 @@ class BuiltinScene:
     def describe(self) -> str:
         r, c = self.renderer_kwargs, self.call_kwargs
         shape = tuple(c["vert_pos"].shape)
-        return (f"{r['width']}x{r['height']}, {shape[-2]} spheres"
-                f"{'' if len(shape) == 2 else f' x {shape[0]} batch'}, C={r['n_channels']}, "
-                f"cam_params[{c['cam_params'].shape[-1]}], gamma={c['gamma']:g}, "
-                f"opacity={'yes' if c['opacity'] is not None else 'no'}")
+        return (
+            f"{r['width']}x{r['height']}, {shape[-2]} spheres"
+            f"{'' if len(shape) == 2 else f' x {shape[0]} batch'}, C={r['n_channels']}, "
+            f"cam_params[{c['cam_params'].shape[-1]}], gamma={c['gamma']:g}, "
+            f"opacity={'yes' if c['opacity'] is not None else 'no'}"
+        )
 
 
 def _random_camera(gen: torch.Generator, length: int, orthographic: bool, width: int) -> torch.Tensor:
@@ -52,10 +54,23 @@ def _random_camera(gen: torch.Generator, length: int, orthographic: bool, width:
     return torch.cat(parts)
 
 
-def _builtin_scene(name: str, gen: torch.Generator, *, width: int = 20, height: int = 15, n_spheres: int = 8,
-                   n_channels: int = 3, orthographic: bool = False, right_handed: bool = False,
-                   cam_length: int = 8, with_opacity: bool = True, gamma: float = 0.1, min_depth: float = -1.0,
-                   first_R_then_T: bool = False, batch: Optional[int] = None) -> BuiltinScene:
+def _builtin_scene(
+    name: str,
+    gen: torch.Generator,
+    *,
+    width: int = 20,
+    height: int = 15,
+    n_spheres: int = 8,
+    n_channels: int = 3,
+    orthographic: bool = False,
+    right_handed: bool = False,
+    cam_length: int = 8,
+    with_opacity: bool = True,
+    gamma: float = 0.1,
+    min_depth: float = -1.0,
+    first_R_then_T: bool = False,
+    batch: Optional[int] = None,
+) -> BuiltinScene:
     """Spheres placed through the camera (random film position, depth, radius 2-5 px)."""
     u = lambda *shape: torch.rand(shape, generator=gen, dtype=torch.float64)  # noqa: E731
     cam = _random_camera(gen, cam_length, orthographic, width)
@@ -88,12 +103,25 @@ def _builtin_scene(name: str, gen: torch.Generator, *, width: int = 20, height: 
         jitter = torch.zeros(batch, cam.numel(), dtype=torch.float64)
         jitter[1:, :n_pose] = 0.02 * (u(batch - 1, n_pose) - 0.5)
         cam = cam[None] + jitter
-    call = dict(vert_pos=vert_pos, vert_col=u(*lead, n_channels), vert_rad=vert_rad, cam_params=cam,
-                gamma=gamma, max_depth=far, min_depth=0.0 if min_depth == 0 else near,
-                bg_col=u(n_channels), opacity=(0.3 + 0.7 * u(*lead)) if with_opacity else None,
-                first_R_then_T=first_R_then_T)
-    renderer = dict(width=width, height=height, orthogonal_projection=orthographic,
-                    right_handed_system=right_handed, n_channels=n_channels)
+    call = dict(
+        vert_pos=vert_pos,
+        vert_col=u(*lead, n_channels),
+        vert_rad=vert_rad,
+        cam_params=cam,
+        gamma=gamma,
+        max_depth=far,
+        min_depth=0.0 if min_depth == 0 else near,
+        bg_col=u(n_channels),
+        opacity=(0.3 + 0.7 * u(*lead)) if with_opacity else None,
+        first_R_then_T=first_R_then_T,
+    )
+    renderer = dict(
+        width=width,
+        height=height,
+        orthogonal_projection=orthographic,
+        right_handed_system=right_handed,
+        n_channels=n_channels,
+    )
     return BuiltinScene(name, renderer, call)
 
 
@@ -106,10 +134,10 @@ def builtin_scenes(seed: int = 0) -> List[BuiltinScene]:
         _builtin_scene("right-handed, principal point", gen, right_handed=True, cam_length=10, gamma=0.3),
         _builtin_scene("6D camera, principal point, R then T", gen, cam_length=13, first_R_then_T=True),
         _builtin_scene("8 channels, no opacity", gen, n_channels=8, with_opacity=False, gamma=0.5),
-        _builtin_scene("no opacity, min_depth 0, gamma 0.05", gen, with_opacity=False, min_depth=0.0,
-                       gamma=0.05),
-        _builtin_scene("orthographic right-handed 6D, gamma 1", gen, orthographic=True, right_handed=True,
-                       cam_length=11, gamma=1.0),
+        _builtin_scene("no opacity, min_depth 0, gamma 0.05", gen, with_opacity=False, min_depth=0.0, gamma=0.05),
+        _builtin_scene(
+            "orthographic right-handed 6D, gamma 1", gen, orthographic=True, right_handed=True, cam_length=11, gamma=1.0
+        ),
         _builtin_scene("batch of 2", gen, batch=2, cam_length=10),
     ]
 
@@ -118,13 +146,22 @@ def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m pulsar_py gradcheck",
         description="Check every gradient of the renderer against central finite differences (float64) "
-                    "on built-in random scenes. Exit status 0 when all pass, 1 otherwise.")
+        "on built-in random scenes. Exit status 0 when all pass, 1 otherwise.",
+    )
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="backend to check (default cpu)")
-    parser.add_argument("--dtype", choices=("float64", "float32"), default="float64",
-                        help="dtype of the analytic gradient; finite differences are float64 (default float64)")
+    parser.add_argument(
+        "--dtype",
+        choices=("float64", "float32"),
+        default="float64",
+        help="dtype of the analytic gradient; finite differences are float64 (default float64)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random scenes (default 0)")
-    parser.add_argument("--max-entries", type=int, default=None,
-                        help="check at most this many entries per parameter group (default: all)")
+    parser.add_argument(
+        "--max-entries",
+        type=int,
+        default=None,
+        help="check at most this many entries per parameter group (default: all)",
+    )
     return parser.parse_args(argv)
 
 
@@ -149,11 +186,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"[{i}/{len(scenes)}] {scene.name}: {scene.describe()} ...", flush=True)
         t0 = time.perf_counter()
         renderer = Renderer(**scene.renderer_kwargs).to(args.device)
-        report = gradcheck(renderer, **scene.call_kwargs, analytic_dtype=dtype, max_entries=args.max_entries,
-                           seed=args.seed)
+        report = gradcheck(
+            renderer, **scene.call_kwargs, analytic_dtype=dtype, max_entries=args.max_entries, seed=args.seed
+        )
         print(report.table())
-        print(f"[{i}/{len(scenes)}] {scene.name}: {'passed' if report.passed else 'FAILED'} "
-              f"in {time.perf_counter() - t0:.2f} s\n", flush=True)
+        print(
+            f"[{i}/{len(scenes)}] {scene.name}: {'passed' if report.passed else 'FAILED'} "
+            f"in {time.perf_counter() - t0:.2f} s\n",
+            flush=True,
+        )
         if not report.passed:
             failed.append(scene.name)
     total = time.perf_counter() - start

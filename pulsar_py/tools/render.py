@@ -104,16 +104,21 @@ def estimate_radius(positions: torch.Tensor, sample: int = 2048, seed: int = 0) 
     return 2.0 * spacing
 
 
-def half_angles(width: int, height: int, fov_y_deg: Optional[float] = None,
-                fov_x_deg: Optional[float] = None) -> Tuple[float, float]:
+def half_angles(
+    width: int, height: int, fov_y_deg: Optional[float] = None, fov_x_deg: Optional[float] = None
+) -> Tuple[float, float]:
     """(horizontal, vertical) half fields of view in radians of a ``width`` x ``height``
     image with square pixels, from its vertical field of view ``fov_y_deg`` or its
     horizontal one ``fov_x_deg`` (degrees; neither: ``DEFAULT_FOV_Y``, both: ValueError)."""
     if fov_y_deg is not None and fov_x_deg is not None:
-        raise ValueError(f"fov_y_deg, fov_x_deg: give one field of view (square pixels), got {fov_y_deg} and "
-                         f"{fov_x_deg}")
-    name, value = ("fov_x_deg", fov_x_deg) if fov_x_deg is not None else (
-        "fov_y_deg", DEFAULT_FOV_Y if fov_y_deg is None else fov_y_deg)
+        raise ValueError(
+            f"fov_y_deg, fov_x_deg: give one field of view (square pixels), got {fov_y_deg} and {fov_x_deg}"
+        )
+    name, value = (
+        ("fov_x_deg", fov_x_deg)
+        if fov_x_deg is not None
+        else ("fov_y_deg", DEFAULT_FOV_Y if fov_y_deg is None else fov_y_deg)
+    )
     if not 0 < value < 180:
         raise ValueError(f"{name}: expected degrees in (0, 180), got {value}")
     half = math.radians(value) / 2
@@ -137,9 +142,17 @@ def _depth_range(distance: float, focal: float, frame: CloudFrame) -> Tuple[floa
     return max(distance - frame.radius * 1.01, focal * 1.001 + 1e-6), distance + frame.radius * 1.01
 
 
-def fit_camera(frame: CloudFrame, width: int, height: int, fov_y_deg: Optional[float], azimuth_deg: float,
-               elevation_deg: float, up: Sequence[float], right_handed: bool,
-               fov_x_deg: Optional[float] = None) -> Tuple[torch.Tensor, float, float]:
+def fit_camera(
+    frame: CloudFrame,
+    width: int,
+    height: int,
+    fov_y_deg: Optional[float],
+    azimuth_deg: float,
+    elevation_deg: float,
+    up: Sequence[float],
+    right_handed: bool,
+    fov_x_deg: Optional[float] = None,
+) -> Tuple[torch.Tensor, float, float]:
     """A look-at camera showing the whole bounding sphere.
 
     The camera sits on a sphere around the cloud's centre: azimuth 0, elevation 0 is
@@ -168,14 +181,28 @@ def fit_camera(frame: CloudFrame, width: int, height: int, fov_y_deg: Optional[f
     return cam, near, far
 
 
-def render_point_cloud(cloud: PointCloud, width: int = 640, height: int = 480, device: "str | torch.device" = "cpu",
-                       cam_params: Optional[Sequence[float]] = None, eye: Optional[Sequence[float]] = None,
-                       target: Optional[Sequence[float]] = None, up: Sequence[float] = (0.0, 1.0, 0.0),
-                       fov_y_deg: Optional[float] = None, azimuth_deg: float = 0.0, elevation_deg: float = 0.0,
-                       radius: Optional[float] = None, radius_scale: float = 1.0, gamma: float = 1e-3,
-                       background: Sequence[float] = (1.0, 1.0, 1.0), right_handed: bool = True,
-                       min_depth: Optional[float] = None, max_depth: Optional[float] = None,
-                       fov_x_deg: Optional[float] = None, fov_deg: Optional[float] = None) -> torch.Tensor:
+def render_point_cloud(
+    cloud: PointCloud,
+    width: int = 640,
+    height: int = 480,
+    device: "str | torch.device" = "cpu",
+    cam_params: Optional[Sequence[float]] = None,
+    eye: Optional[Sequence[float]] = None,
+    target: Optional[Sequence[float]] = None,
+    up: Sequence[float] = (0.0, 1.0, 0.0),
+    fov_y_deg: Optional[float] = None,
+    azimuth_deg: float = 0.0,
+    elevation_deg: float = 0.0,
+    radius: Optional[float] = None,
+    radius_scale: float = 1.0,
+    gamma: float = 1e-3,
+    background: Sequence[float] = (1.0, 1.0, 1.0),
+    right_handed: bool = True,
+    min_depth: Optional[float] = None,
+    max_depth: Optional[float] = None,
+    fov_x_deg: Optional[float] = None,
+    fov_deg: Optional[float] = None,
+) -> torch.Tensor:
     """Render ``cloud`` to an image [height, width, 3] (float32, CPU).
 
     Colours: the cloud's spherical-harmonics coefficients where it has some of degree >= 1
@@ -190,8 +217,12 @@ def render_point_cloud(cloud: PointCloud, width: int = 640, height: int = 480, d
     from .. import Renderer
 
     if fov_deg is not None:
-        warnings.warn("render_point_cloud(fov_deg=) is deprecated: it is the horizontal field of view, now "
-                      "fov_x_deg (fov_y_deg gives the vertical one)", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "render_point_cloud(fov_deg=) is deprecated: it is the horizontal field of view, now "
+            "fov_x_deg (fov_y_deg gives the vertical one)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         if fov_x_deg is not None:
             raise ValueError(f"fov_deg, fov_x_deg: give one, got {fov_deg} and {fov_x_deg}")
         fov_x_deg = fov_deg
@@ -225,8 +256,9 @@ def render_point_cloud(cloud: PointCloud, width: int = 640, height: int = 480, d
         cam = look_at_params(eye_t, target_t, up, focal, 2 * focal * math.tan(half_h), right_handed=right_handed)
         near, far = _depth_range(distance, focal, frame)
     else:
-        cam, near, far = fit_camera(frame, width, height, fov_y_deg, azimuth_deg, elevation_deg, up, right_handed,
-                                    fov_x_deg=fov_x_deg)
+        cam, near, far = fit_camera(
+            frame, width, height, fov_y_deg, azimuth_deg, elevation_deg, up, right_handed, fov_x_deg=fov_x_deg
+        )
     focal = float(cam[9] if cam.shape[0] in (11, 13) else cam[6])
     if cloud.colours is not None:
         colours = cloud.colours.double()
@@ -242,15 +274,27 @@ def render_point_cloud(cloud: PointCloud, width: int = 640, height: int = 480, d
     far = max_depth if max_depth is not None else max(far, (near or focal) + 1e-3)
     renderer = Renderer(width, height, right_handed_system=right_handed, n_channels=3).to(device)
     f32 = dict(dtype=torch.float32, device=device)
-    scene = dict(gamma=gamma, max_depth=float(far), min_depth=float(near), bg_col=torch.tensor(list(background), **f32),
-                 opacity=None if opacity is None else opacity.to(**f32))
+    scene = dict(
+        gamma=gamma,
+        max_depth=float(far),
+        min_depth=float(near),
+        bg_col=torch.tensor(list(background), **f32),
+        opacity=None if opacity is None else opacity.to(**f32),
+    )
     with torch.no_grad():
         if cloud.sh_coefficients is not None and cloud.sh_degree >= 1:
-            image = renderer.render(positions.to(**f32), cloud.sh_coefficients.to(**f32).contiguous(),
-                                    radii.to(**f32), cam.to(**f32), sh_degree=cloud.sh_degree, **scene).image
+            image = renderer.render(
+                positions.to(**f32),
+                cloud.sh_coefficients.to(**f32).contiguous(),
+                radii.to(**f32),
+                cam.to(**f32),
+                sh_degree=cloud.sh_degree,
+                **scene,
+            ).image
         else:
-            image = renderer(positions.to(**f32), colours.to(**f32).contiguous(), radii.to(**f32), cam.to(**f32),
-                             **scene)
+            image = renderer(
+                positions.to(**f32), colours.to(**f32).contiguous(), radii.to(**f32), cam.to(**f32), **scene
+            )
     return image.cpu()
 
 
@@ -258,47 +302,101 @@ def _build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=command_prog("render", prog),
         description="Render a PLY file as spheres to an image: a point cloud (ascii or binary; x y z, optional "
-                    "red green blue, radius or scale, opacity or alpha) or a 3D Gaussian Splatting scene "
-                    "(f_dc_*, f_rest_* as view-dependent colour, opacity as a logit, scale_* as logs; "
-                    "rot_* ignored: spheres are isotropic). Default camera: the whole cloud in view from "
-                    "the +z side.")
+        "red green blue, radius or scale, opacity or alpha) or a 3D Gaussian Splatting scene "
+        "(f_dc_*, f_rest_* as view-dependent colour, opacity as a logit, scale_* as logs; "
+        "rot_* ignored: spheres are isotropic). Default camera: the whole cloud in view from "
+        "the +z side.",
+    )
     parser.add_argument("--ply", required=True, help="input PLY file")
-    parser.add_argument("--out", required=True,
-                        help="image file to write, its format from the extension: .png, .jpg, ... "
-                             "(folders are created)")
+    parser.add_argument(
+        "--out",
+        required=True,
+        help="image file to write, its format from the extension: .png, .jpg, ... (folders are created)",
+    )
     parser.add_argument("--width", type=int, default=640, help="image width in pixels (default 640)")
     parser.add_argument("--height", type=int, default=480, help="image height in pixels (default 480)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     camera = parser.add_argument_group("camera (default: fit the cloud in view)")
-    camera.add_argument("--cam-params", type=_cam_params_arg, default=None, metavar="V1,V2,...",
-                        help="a Pulsar camera vector: 8, 10, 11 or 13 numbers (position, rotation, focal length, "
-                             "sensor width[, principal point])")
-    camera.add_argument("--eye", type=lambda t: _vector(t, 3, "--eye"), default=None, metavar="X,Y,Z",
-                        help="camera position of a look-at camera")
-    camera.add_argument("--target", type=lambda t: _vector(t, 3, "--target"), default=None, metavar="X,Y,Z",
-                        help="point the look-at camera looks at (default: the cloud's centre)")
-    camera.add_argument("--up", type=lambda t: _vector(t, 3, "--up"), default=(0.0, 1.0, 0.0), metavar="X,Y,Z",
-                        help="world direction shown upwards (default 0,1,0)")
+    camera.add_argument(
+        "--cam-params",
+        type=_cam_params_arg,
+        default=None,
+        metavar="V1,V2,...",
+        help="a Pulsar camera vector: 8, 10, 11 or 13 numbers (position, rotation, focal length, "
+        "sensor width[, principal point])",
+    )
+    camera.add_argument(
+        "--eye",
+        type=lambda t: _vector(t, 3, "--eye"),
+        default=None,
+        metavar="X,Y,Z",
+        help="camera position of a look-at camera",
+    )
+    camera.add_argument(
+        "--target",
+        type=lambda t: _vector(t, 3, "--target"),
+        default=None,
+        metavar="X,Y,Z",
+        help="point the look-at camera looks at (default: the cloud's centre)",
+    )
+    camera.add_argument(
+        "--up",
+        type=lambda t: _vector(t, 3, "--up"),
+        default=(0.0, 1.0, 0.0),
+        metavar="X,Y,Z",
+        help="world direction shown upwards (default 0,1,0)",
+    )
     fov = camera.add_mutually_exclusive_group()
-    fov.add_argument("--fov-y", type=float, default=None, metavar="DEG",
-                     help=f"vertical field of view in degrees (default {DEFAULT_FOV_Y:g})")
-    fov.add_argument("--fov-x", type=float, default=None, metavar="DEG",
-                     help="horizontal field of view in degrees, instead of --fov-y")
-    fov.add_argument("--fov", type=float, default=None, metavar="DEG", dest="fov_deprecated",
-                     help="deprecated: the horizontal field of view, now --fov-x")
-    camera.add_argument("--azimuth", type=float, default=0.0,
-                        help="fitted camera: degrees around the up axis (default 0)")
-    camera.add_argument("--elevation", type=float, default=0.0,
-                        help="fitted camera: degrees above the level (default 0; 90: straight above)")
-    camera.add_argument("--left-handed", action="store_true",
-                        help="Pulsar's default left-handed system instead of right-handed")
+    fov.add_argument(
+        "--fov-y",
+        type=float,
+        default=None,
+        metavar="DEG",
+        help=f"vertical field of view in degrees (default {DEFAULT_FOV_Y:g})",
+    )
+    fov.add_argument(
+        "--fov-x",
+        type=float,
+        default=None,
+        metavar="DEG",
+        help="horizontal field of view in degrees, instead of --fov-y",
+    )
+    fov.add_argument(
+        "--fov",
+        type=float,
+        default=None,
+        metavar="DEG",
+        dest="fov_deprecated",
+        help="deprecated: the horizontal field of view, now --fov-x",
+    )
+    camera.add_argument(
+        "--azimuth", type=float, default=0.0, help="fitted camera: degrees around the up axis (default 0)"
+    )
+    camera.add_argument(
+        "--elevation",
+        type=float,
+        default=0.0,
+        help="fitted camera: degrees above the level (default 0; 90: straight above)",
+    )
+    camera.add_argument(
+        "--left-handed", action="store_true", help="Pulsar's default left-handed system instead of right-handed"
+    )
     look = parser.add_argument_group("appearance")
-    look.add_argument("--radius", type=float, default=None,
-                      help="sphere radius in world units (default: the file's, else estimated from the spacing)")
+    look.add_argument(
+        "--radius",
+        type=float,
+        default=None,
+        help="sphere radius in world units (default: the file's, else estimated from the spacing)",
+    )
     look.add_argument("--radius-scale", type=float, default=1.0, help="multiply every radius (default 1)")
     look.add_argument("--gamma", type=float, default=1e-3, help="blending softness in [1e-5, 1] (default 1e-3)")
-    look.add_argument("--background", type=lambda t: _vector(t, 3, "--background"), default=(1.0, 1.0, 1.0),
-                      metavar="R,G,B", help="background colour in [0, 1] (default 1,1,1)")
+    look.add_argument(
+        "--background",
+        type=lambda t: _vector(t, 3, "--background"),
+        default=(1.0, 1.0, 1.0),
+        metavar="R,G,B",
+        help="background colour in [0, 1] (default 1,1,1)",
+    )
     look.add_argument("--min-depth", type=float, default=None, help="near depth (default: from the cloud)")
     look.add_argument("--max-depth", type=float, default=None, help="far depth (default: from the cloud)")
     return parser
@@ -313,8 +411,11 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
             print(f"render: {name}: expected a positive integer, got {value}", file=sys.stderr)
             return 2
     if args.fov_deprecated is not None:
-        print("render: warning: --fov is deprecated: it is the horizontal field of view, now --fov-x "
-              "(--fov-y gives the vertical one)", file=sys.stderr)
+        print(
+            "render: warning: --fov is deprecated: it is the horizontal field of view, now --fov-x "
+            "(--fov-y gives the vertical one)",
+            file=sys.stderr,
+        )
         args.fov_x = args.fov_deprecated
     for name, value in (("--fov-y", args.fov_y), ("--fov-x", args.fov_x)):
         if value is not None and not 0 < value < 180:
@@ -329,8 +430,10 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
         print(f"render: {exc}", file=sys.stderr)
         return 2
     if not os.path.splitext(args.out)[1]:
-        print(f"render: --out: expected a file name whose extension names the format (.png, .jpg, ...), "
-              f"got {args.out!r}", file=sys.stderr)
+        print(
+            f"render: --out: expected a file name whose extension names the format (.png, .jpg, ...), got {args.out!r}",
+            file=sys.stderr,
+        )
         return 2
     start = time.perf_counter()
     try:
@@ -347,11 +450,26 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
         return 1
     try:
         image = render_point_cloud(
-            cloud, args.width, args.height, device, cam_params=args.cam_params, eye=args.eye,
-            target=args.target, up=args.up, fov_y_deg=args.fov_y, fov_x_deg=args.fov_x, azimuth_deg=args.azimuth,
-            elevation_deg=args.elevation, radius=args.radius, radius_scale=args.radius_scale, gamma=args.gamma,
-            background=args.background, right_handed=not args.left_handed, min_depth=args.min_depth,
-            max_depth=args.max_depth)
+            cloud,
+            args.width,
+            args.height,
+            device,
+            cam_params=args.cam_params,
+            eye=args.eye,
+            target=args.target,
+            up=args.up,
+            fov_y_deg=args.fov_y,
+            fov_x_deg=args.fov_x,
+            azimuth_deg=args.azimuth,
+            elevation_deg=args.elevation,
+            radius=args.radius,
+            radius_scale=args.radius_scale,
+            gamma=args.gamma,
+            background=args.background,
+            right_handed=not args.left_handed,
+            min_depth=args.min_depth,
+            max_depth=args.max_depth,
+        )
     except ValueError as exc:
         print(f"render: {exc}", file=sys.stderr)
         return 1
@@ -363,6 +481,8 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
     except ValueError as exc:
         print(f"render: --out: {exc}", file=sys.stderr)
         return 1
-    print(f"wrote {args.out} ({args.width}x{args.height}, {len(cloud)} points, {device}) "
-          f"in {time.perf_counter() - start:.2f} s")
+    print(
+        f"wrote {args.out} ({args.width}x{args.height}, {len(cloud)} points, {device}) "
+        f"in {time.perf_counter() - start:.2f} s"
+    )
     return 0

@@ -62,33 +62,47 @@ class SampleScene:
         def move(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
             return None if t is None else t.to(device=device, dtype=dtype)
 
-        return replace(self, positions=move(self.positions), colours=move(self.colours),
-                       radii=move(self.radii), opacity=move(self.opacity),
-                       cam_params=move(self.cam_params), bg_col=move(self.bg_col))
+        return replace(
+            self,
+            positions=move(self.positions),
+            colours=move(self.colours),
+            radii=move(self.radii),
+            opacity=move(self.opacity),
+            cam_params=move(self.cam_params),
+            bg_col=move(self.bg_col),
+        )
 
     def render_kwargs(self) -> Dict[str, Any]:
         """Keyword arguments of ``Renderer.forward`` for this scene."""
-        return dict(vert_pos=self.positions, vert_col=self.colours, vert_rad=self.radii,
-                    cam_params=self.cam_params, gamma=self.gamma, max_depth=self.max_depth,
-                    min_depth=self.min_depth, bg_col=self.bg_col, opacity=self.opacity,
-                    percent_allowed_difference=self.percent_allowed_difference)
+        return dict(
+            vert_pos=self.positions,
+            vert_col=self.colours,
+            vert_rad=self.radii,
+            cam_params=self.cam_params,
+            gamma=self.gamma,
+            max_depth=self.max_depth,
+            min_depth=self.min_depth,
+            bg_col=self.bg_col,
+            opacity=self.opacity,
+            percent_allowed_difference=self.percent_allowed_difference,
+        )
 
 
 def _trefoil(t: torch.Tensor) -> torch.Tensor:
     """Points on a trefoil knot, [T] -> [T, 3] (extent about 3 world units)."""
-    return torch.stack([torch.sin(t) + 2 * torch.sin(2 * t),
-                        torch.cos(t) - 2 * torch.cos(2 * t),
-                        -torch.sin(3 * t)], dim=-1)
+    return torch.stack(
+        [torch.sin(t) + 2 * torch.sin(2 * t), torch.cos(t) - 2 * torch.cos(2 * t), -torch.sin(3 * t)], dim=-1
+    )
 
 
 def _trefoil_derivatives(t: torch.Tensor):
     """First and second derivatives of ``_trefoil`` with respect to t, each [T, 3]."""
-    d1 = torch.stack([torch.cos(t) + 4 * torch.cos(2 * t),
-                      -torch.sin(t) + 4 * torch.sin(2 * t),
-                      -3 * torch.cos(3 * t)], dim=-1)
-    d2 = torch.stack([-torch.sin(t) - 8 * torch.sin(2 * t),
-                      -torch.cos(t) + 8 * torch.cos(2 * t),
-                      9 * torch.sin(3 * t)], dim=-1)
+    d1 = torch.stack(
+        [torch.cos(t) + 4 * torch.cos(2 * t), -torch.sin(t) + 4 * torch.sin(2 * t), -3 * torch.cos(3 * t)], dim=-1
+    )
+    d2 = torch.stack(
+        [-torch.sin(t) - 8 * torch.sin(2 * t), -torch.cos(t) + 8 * torch.cos(2 * t), 9 * torch.sin(3 * t)], dim=-1
+    )
     return d1, d2
 
 
@@ -138,8 +152,9 @@ def make_sample_scene(
     # Ring k sits at parameter t_k; its spheres at angles phi_j around the tube, every
     # other ring turned by half a step so that the spheres interlock.
     t = torch.arange(rings, dtype=f64) * (2 * math.pi / rings)
-    phi = (torch.arange(RING_SIZE, dtype=f64)[None, :] + 0.5 * (torch.arange(rings) % 2)[:, None]) \
-        * (2 * math.pi / RING_SIZE)
+    phi = (torch.arange(RING_SIZE, dtype=f64)[None, :] + 0.5 * (torch.arange(rings) % 2)[:, None]) * (
+        2 * math.pi / RING_SIZE
+    )
     centre = _trefoil(t)
     d1, d2 = _trefoil_derivatives(t)
     tangent = torch.nn.functional.normalize(d1, dim=-1)
@@ -147,8 +162,9 @@ def make_sample_scene(
     # trefoil's curvature never vanishes), and the binormal completing the frame.
     normal = torch.nn.functional.normalize(d2 - (d2 * tangent).sum(-1, keepdim=True) * tangent, dim=-1)
     binormal = torch.cross(tangent, normal, dim=-1)
-    surface_normal = (torch.cos(phi)[..., None] * normal[:, None, :]
-                      + torch.sin(phi)[..., None] * binormal[:, None, :])  # [rings, RING_SIZE, 3]
+    surface_normal = (
+        torch.cos(phi)[..., None] * normal[:, None, :] + torch.sin(phi)[..., None] * binormal[:, None, :]
+    )  # [rings, RING_SIZE, 3]
     jitter = 0.04 * (torch.rand(rings, RING_SIZE, 3, generator=gen, dtype=f64) - 0.5)
     positions = centre[:, None, :] + TUBE_RADIUS * surface_normal + jitter
     radii = 0.2 * (0.85 + 0.3 * torch.rand(rings, RING_SIZE, generator=gen, dtype=f64))
@@ -171,7 +187,13 @@ def make_sample_scene(
     sensor_width = 2 * focal * extent / KNOT_DEPTH * max(1.0, width / height)
     cam_params = torch.tensor([0, 0, 0, 0, 0, 0, focal, sensor_width], dtype=f64)
     scene = SampleScene(
-        positions=positions.reshape(-1, 3), colours=colours.reshape(-1, 3).clamp(0, 1),
-        radii=radii.reshape(-1), opacity=None, cam_params=cam_params,
-        bg_col=torch.tensor([0.07, 0.08, 0.11], dtype=f64), width=width, height=height)
+        positions=positions.reshape(-1, 3),
+        colours=colours.reshape(-1, 3).clamp(0, 1),
+        radii=radii.reshape(-1),
+        opacity=None,
+        cam_params=cam_params,
+        bg_col=torch.tensor([0.07, 0.08, 0.11], dtype=f64),
+        width=width,
+        height=height,
+    )
     return scene.to(device=device, dtype=dtype)

@@ -69,10 +69,18 @@ def builtin_cases() -> List[SelftestCase]:
     opacity = 0.35 + 0.65 * torch.rand(scene.n_spheres, generator=gen, dtype=f64)
     common = dict(vert_pos=scene.positions, vert_col=scene.colours, vert_rad=scene.radii, bg_col=scene.bg_col)
     perspective = SelftestCase(
-        "perspective", dict(width=48, height=36),
-        dict(common, cam_params=scene.cam_params + torch.tensor([0.2, -0.1, 0.3, 0.02, -0.03, 0.01, 0, 0], dtype=f64),
-             opacity=opacity, gamma=0.05, max_depth=30.0, min_depth=0.0),
-        gradient_weight=torch.randn(36, 48, 3, generator=gen, dtype=f64))
+        "perspective",
+        dict(width=48, height=36),
+        dict(
+            common,
+            cam_params=scene.cam_params + torch.tensor([0.2, -0.1, 0.3, 0.02, -0.03, 0.01, 0, 0], dtype=f64),
+            opacity=opacity,
+            gamma=0.05,
+            max_depth=30.0,
+            min_depth=0.0,
+        ),
+        gradient_weight=torch.randn(36, 48, 3, generator=gen, dtype=f64),
+    )
     # Orthographic, right-handed: look at the knot (centre (0, 0.5, 20)) from behind,
     # turned about y by pi + 0.3 and about x by 0.2 (6D rotation, rows of the matrix).
     turn = torch.tensor([0.2, math.pi + 0.3, 0.0], dtype=f64)
@@ -81,17 +89,22 @@ def builtin_cases() -> List[SelftestCase]:
     eye = centre - 15.0 * (-matrix[:, 2])  # right-handed: the optical axis is -M z
     ortho_cam = torch.cat([eye, matrix[0], matrix[1], torch.tensor([0.0, 9.0], dtype=f64)])
     orthographic = SelftestCase(
-        "orthographic", dict(width=40, height=30, orthogonal_projection=True, right_handed_system=True),
-        dict(common, cam_params=ortho_cam, opacity=None, gamma=0.02, max_depth=30.0, min_depth=1.0))
+        "orthographic",
+        dict(width=40, height=30, orthogonal_projection=True, right_handed_system=True),
+        dict(common, cam_params=ortho_cam, opacity=None, gamma=0.02, max_depth=30.0, min_depth=1.0),
+    )
     rows = []
     for k, (angle, ox, oy) in enumerate(((0.15, 1.5, -2.25), (-0.2, -3.0, 0.5))):
         m = axis_angle_to_matrix(torch.tensor([[0.05 * k, angle, 0.0]], dtype=f64))[0]
         position = centre - 20.0 * m[:, 2]
-        rows.append(torch.cat([position, m[0], m[1], torch.tensor([1.0, scene.cam_params[7].item(), ox, oy],
-                                                                  dtype=f64)]))
+        rows.append(
+            torch.cat([position, m[0], m[1], torch.tensor([1.0, scene.cam_params[7].item(), ox, oy], dtype=f64)])
+        )
     batch = SelftestCase(
-        "batch", dict(width=32, height=24),
-        dict(common, cam_params=torch.stack(rows), opacity=opacity, gamma=0.1, max_depth=28.0, min_depth=12.0))
+        "batch",
+        dict(width=32, height=24),
+        dict(common, cam_params=torch.stack(rows), opacity=opacity, gamma=0.1, max_depth=28.0, min_depth=12.0),
+    )
     return [perspective, orthographic, batch]
 
 
@@ -113,11 +126,27 @@ def _reference_outputs(case: SelftestCase) -> Dict[str, np.ndarray]:
     cams = cams if cams.dim() == 2 else cams[None]
     images = []
     for b in range(cams.shape[0]):
-        camera = camera_from_params(cams[b:b + 1], width, height, bool(r.get("orthogonal_projection", False)),
-                                    bool(r.get("right_handed_system", False)))
-        result = render_reference(call["vert_pos"], call["vert_col"], call["vert_rad"], camera, width, height,
-                                  call["gamma"], call["max_depth"], call["min_depth"], bg_col=call["bg_col"],
-                                  opacity=call.get("opacity"), percent_allowed_difference=0.01)
+        camera = camera_from_params(
+            cams[b : b + 1],
+            width,
+            height,
+            bool(r.get("orthogonal_projection", False)),
+            bool(r.get("right_handed_system", False)),
+        )
+        result = render_reference(
+            call["vert_pos"],
+            call["vert_col"],
+            call["vert_rad"],
+            camera,
+            width,
+            height,
+            call["gamma"],
+            call["max_depth"],
+            call["min_depth"],
+            bg_col=call["bg_col"],
+            opacity=call.get("opacity"),
+            percent_allowed_difference=0.01,
+        )
         images.append(result.image)
     image = torch.stack(images) if case.call["cam_params"].dim() == 2 else images[0]
     out = {"image": image.detach().numpy()}
@@ -192,9 +221,12 @@ def _native_outputs(case: SelftestCase, device: torch.device, dtype: torch.dtype
     return out
 
 
-def run_checks(devices: Sequence[str], reference: Dict[str, np.ndarray],
-               dtypes: Sequence[torch.dtype] = (torch.float32, torch.float64),
-               cases: Optional[Sequence[SelftestCase]] = None) -> List[Check]:
+def run_checks(
+    devices: Sequence[str],
+    reference: Dict[str, np.ndarray],
+    dtypes: Sequence[torch.dtype] = (torch.float32, torch.float64),
+    cases: Optional[Sequence[SelftestCase]] = None,
+) -> List[Check]:
     """Render every case on every device and dtype; compare with ``reference``."""
     checks: List[Check] = []
     for device_name in devices:
@@ -216,8 +248,16 @@ def run_checks(devices: Sequence[str], reference: Dict[str, np.ndarray],
                         error = float((value - expected).norm()) / max(float(expected.norm()), 1e-30)
                     if not math.isfinite(float(value.abs().max())):
                         error = float("nan")
-                    checks.append(Check(device_name, str(dtype).replace("torch.", ""), case.name, quantity, error,
-                                        tol["image" if quantity == "image" else "gradient"]))
+                    checks.append(
+                        Check(
+                            device_name,
+                            str(dtype).replace("torch.", ""),
+                            case.name,
+                            quantity,
+                            error,
+                            tol["image" if quantity == "image" else "gradient"],
+                        )
+                    )
     return checks
 
 
@@ -239,8 +279,18 @@ def available_devices() -> Tuple[List[str], List[str]]:
 
 def format_table(checks: Sequence[Check]) -> str:
     header = ("backend", "dtype", "case", "quantity", "error", "tolerance", "result")
-    rows = [header] + [(c.device, c.dtype, c.case, c.quantity, f"{c.error:.2e}", f"{c.tolerance:.0e}",
-                        "ok" if c.passed else "MISMATCH") for c in checks]
+    rows = [header] + [
+        (
+            c.device,
+            c.dtype,
+            c.case,
+            c.quantity,
+            f"{c.error:.2e}",
+            f"{c.tolerance:.0e}",
+            "ok" if c.passed else "MISMATCH",
+        )
+        for c in checks
+    ]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -251,15 +301,21 @@ def _parse_args(argv: Optional[Sequence[str]], prog: Optional[str] = None) -> ar
     parser = argparse.ArgumentParser(
         prog=command_prog("selftest", prog),
         description="Render built-in scenes on every available backend (cpu; cuda when built and present), "
-                    "in float32 and float64, and compare images and gradients with the stored reference "
-                    "output of the pure-PyTorch reference renderer. Exit status 0 when all match, 1 otherwise.")
-    parser.add_argument("--device", choices=("all", "cpu", "cuda"), default="all",
-                        help="backend(s) to test (default: all available)")
-    parser.add_argument("--reference", default=REFERENCE_FILE,
-                        help="reference data file (default: the one installed with the package)")
-    parser.add_argument("--write-reference", metavar="PATH", default=None,
-                        help="maintainers: recompute the reference data with the reference renderer, write it "
-                             "to PATH, and exit")
+        "in float32 and float64, and compare images and gradients with the stored reference "
+        "output of the pure-PyTorch reference renderer. Exit status 0 when all match, 1 otherwise.",
+    )
+    parser.add_argument(
+        "--device", choices=("all", "cpu", "cuda"), default="all", help="backend(s) to test (default: all available)"
+    )
+    parser.add_argument(
+        "--reference", default=REFERENCE_FILE, help="reference data file (default: the one installed with the package)"
+    )
+    parser.add_argument(
+        "--write-reference",
+        metavar="PATH",
+        default=None,
+        help="maintainers: recompute the reference data with the reference renderer, write it to PATH, and exit",
+    )
     return parser.parse_args(argv)
 
 
@@ -277,8 +333,11 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
     devices, notes = available_devices()
     if args.device != "all":
         if args.device not in devices:
-            print(f"selftest: --device {args.device}: not available here "
-                  f"({'; '.join(notes) or 'backends: ' + ', '.join(build_info()['backends'])})", file=sys.stderr)
+            print(
+                f"selftest: --device {args.device}: not available here "
+                f"({'; '.join(notes) or 'backends: ' + ', '.join(build_info()['backends'])})",
+                file=sys.stderr,
+            )
             return 1
         devices, notes = [args.device], []
     try:
@@ -287,8 +346,7 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
         print(f"selftest: cannot read the reference data: {exc}", file=sys.stderr)
         return 1
     info = build_info()
-    print(f"pulsar_py {info['version']} selftest: backends {', '.join(info['backends'])}; testing "
-          f"{', '.join(devices)}")
+    print(f"pulsar_py {info['version']} selftest: backends {', '.join(info['backends'])}; testing {', '.join(devices)}")
     start = time.perf_counter()
     checks = run_checks(devices, reference)
     print(format_table(checks))
@@ -297,9 +355,11 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
     failed = [c for c in checks if not c.passed]
     seconds = time.perf_counter() - start
     if failed:
-        print(f"selftest: FAILED: {len(failed)} of {len(checks)} comparisons do not match the reference "
-              f"({seconds:.2f} s). This build renders wrong; please report it with the output of "
-              f"'pulsar-py info'.")
+        print(
+            f"selftest: FAILED: {len(failed)} of {len(checks)} comparisons do not match the reference "
+            f"({seconds:.2f} s). This build renders wrong; please report it with the output of "
+            f"'pulsar-py info'."
+        )
         return 1
     print(f"selftest: passed: all {len(checks)} comparisons match the reference ({seconds:.2f} s)")
     return 0

@@ -9,12 +9,11 @@ import warnings
 
 import pytest
 import torch
+from helpers import DEVICES
+from scenes import random_scene
 
 import pulsar_py
 from pulsar_py import Renderer
-
-from helpers import DEVICES
-from scenes import random_scene
 
 
 def _scene(**kwargs):
@@ -39,18 +38,37 @@ def test_build_info():
 def test_signatures_are_pulsars():
     """Names, order and defaults of Pulsar's constructor and forward."""
     init = inspect.signature(Renderer.__init__).parameters
-    expected_init = [("width", None), ("height", None), ("max_num_balls", None),
-                     ("orthogonal_projection", False), ("right_handed_system", False),
-                     ("background_normalized_depth", 1e-6), ("n_channels", 3), ("n_track", 5)]
+    expected_init = [
+        ("width", None),
+        ("height", None),
+        ("max_num_balls", None),
+        ("orthogonal_projection", False),
+        ("right_handed_system", False),
+        ("background_normalized_depth", 1e-6),
+        ("n_channels", 3),
+        ("n_track", 5),
+    ]
     names = [n for n in init if n != "self"]
     assert names[: len(expected_init)] == [n for n, _ in expected_init]
     for name, default in expected_init[2:]:
         assert init[name].default == default, name
     fwd = inspect.signature(Renderer.forward).parameters
-    expected_fwd = [("vert_pos", None), ("vert_col", None), ("vert_rad", None), ("cam_params", None),
-                    ("gamma", None), ("max_depth", None), ("min_depth", 0.0), ("bg_col", None),
-                    ("opacity", None), ("percent_allowed_difference", 0.01), ("max_n_hits", None),
-                    ("mode", 0), ("return_forward_info", False), ("first_R_then_T", False)]
+    expected_fwd = [
+        ("vert_pos", None),
+        ("vert_col", None),
+        ("vert_rad", None),
+        ("cam_params", None),
+        ("gamma", None),
+        ("max_depth", None),
+        ("min_depth", 0.0),
+        ("bg_col", None),
+        ("opacity", None),
+        ("percent_allowed_difference", 0.01),
+        ("max_n_hits", None),
+        ("mode", 0),
+        ("return_forward_info", False),
+        ("first_R_then_T", False),
+    ]
     names = [n for n in fwd if n != "self"]
     assert names[: len(expected_fwd)] == [n for n, _ in expected_fwd]
     for name, default in expected_fwd[6:]:
@@ -133,9 +151,15 @@ def test_reuse_across_growing_and_shrinking_calls(device):
     """One renderer called with changing sphere counts, batch sizes and dtypes gives what a
     fresh renderer gives for each call (buffers are grown and reused correctly)."""
     renderer = Renderer(24, 18, n_track=5).to(device)
-    calls = [dict(n_spheres=5), dict(n_spheres=60, radius_px=(3, 8)), dict(n_spheres=8),
-             dict(n_spheres=40, batch=3), dict(n_spheres=3), dict(n_spheres=25, batch=2, shared_spheres=True),
-             dict(n_spheres=1)]
+    calls = [
+        dict(n_spheres=5),
+        dict(n_spheres=60, radius_px=(3, 8)),
+        dict(n_spheres=8),
+        dict(n_spheres=40, batch=3),
+        dict(n_spheres=3),
+        dict(n_spheres=25, batch=2, shared_spheres=True),
+        dict(n_spheres=1),
+    ]
     for i, call in enumerate(calls):
         for dtype in (torch.float64, torch.float32):
             scene = random_scene(40 + i, n_track=5, **call)

@@ -19,17 +19,33 @@ from pathlib import Path
 
 import pytest
 import torch
+from camera_scenes import (
+    F64,
+    GRADIENT_KINDS,
+    assert_nonzero,
+    centroids,
+    fixed_weights,
+    gradient_setup,
+    place_spheres,
+    random_camera,
+    random_rotation,
+    sphere_attributes,
+    uniform,
+    unproject,
+)
+from helpers import DEVICES
+from scenes import random_scene
 
 from pulsar_py import Camera, Renderer
 from pulsar_py.cameras.params import axis_angle_to_matrix, camera_from_params
+from pulsar_py.cameras.rotations import (
+    ROTATION_SHAPES,
+    matrix_to_quaternion,
+    matrix_to_rotation,
+    quaternion_to_matrix,
+    rotation_to_matrix,
+)
 from pulsar_py.reference import render_reference
-from pulsar_py.cameras.rotations import (ROTATION_SHAPES, matrix_to_quaternion, matrix_to_rotation, quaternion_to_matrix,
-                                 rotation_to_matrix)
-
-from camera_scenes import (F64, GRADIENT_KINDS, assert_nonzero, centroids, fixed_weights, gradient_setup,
-                           place_spheres, random_camera, random_rotation, sphere_attributes, uniform, unproject)
-from helpers import DEVICES
-from scenes import random_scene
 
 REPRS = list(ROTATION_SHAPES)
 
@@ -74,27 +90,51 @@ def test_sphere_centroid_lands_on_opencv_projection(orthographic, dtype, device,
     projected, _ = camera.project(pos)
     torch.testing.assert_close(projected[0], uv)  # project() is the OpenCV formula
     n = pos.shape[0]
-    renderer = Renderer(camera.width, camera.height, right_handed_system=right_handed_system,
-                        orthogonal_projection=not orthographic).to(device)
+    renderer = Renderer(
+        camera.width, camera.height, right_handed_system=right_handed_system, orthogonal_projection=not orthographic
+    ).to(device)
     like = dict(dtype=dtype, device=device)
-    result = renderer.render(pos[:, None].to(**like), torch.ones(n, 1, 3, **like), rad[:, None].to(**like),
-                             camera.to(**like), gamma=1.0, max_depth=10.0, min_depth=0.5,
-                             bg_col=torch.zeros(3, **like), opacity=torch.full((n, 1), 0.05, **like))
+    result = renderer.render(
+        pos[:, None].to(**like),
+        torch.ones(n, 1, 3, **like),
+        rad[:, None].to(**like),
+        camera.to(**like),
+        gamma=1.0,
+        max_depth=10.0,
+        min_depth=0.5,
+        bg_col=torch.zeros(3, **like),
+        opacity=torch.full((n, 1), 0.05, **like),
+    )
     found = centroids(result.image).cpu()
     error = (found - uv).abs().max()
     assert float(error) < 0.1, f"centroid off by {float(error):.3f} px"
     # forward() agrees with render().
-    image = renderer(pos[:, None].to(**like), torch.ones(n, 1, 3, **like), rad[:, None].to(**like),
-                     camera.to(**like), gamma=1.0, max_depth=10.0, min_depth=0.5, bg_col=torch.zeros(3, **like),
-                     opacity=torch.full((n, 1), 0.05, **like))
+    image = renderer(
+        pos[:, None].to(**like),
+        torch.ones(n, 1, 3, **like),
+        rad[:, None].to(**like),
+        camera.to(**like),
+        gamma=1.0,
+        max_depth=10.0,
+        min_depth=0.5,
+        bg_col=torch.zeros(3, **like),
+        opacity=torch.full((n, 1), 0.05, **like),
+    )
     assert torch.equal(image, result.image)
 
 
 def test_look_at_conventions():
     """The target projects to the principal point, world up appears up, and in a
     right-handed world with +y up, looking along +z, world +x appears on the left."""
-    camera = Camera.look_at(torch.tensor([0.0, 0.0, -5.0], dtype=F64), torch.zeros(3, dtype=F64),
-                            (0.0, 1.0, 0.0), image_size=(30, 40), fov_y=50.0, cx=20.2, cy=14.1)
+    camera = Camera.look_at(
+        torch.tensor([0.0, 0.0, -5.0], dtype=F64),
+        torch.zeros(3, dtype=F64),
+        (0.0, 1.0, 0.0),
+        image_size=(30, 40),
+        fov_y=50.0,
+        cx=20.2,
+        cy=14.1,
+    )
     points = torch.tensor([[0.0, 0.0, 0.0], [0.0, 0.5, 0.0], [0.5, 0.0, 0.0]], dtype=F64)
     uv, z = camera.project(points)
     torch.testing.assert_close(uv[0, 0], torch.tensor([20.2, 14.1], dtype=F64))
@@ -146,11 +186,15 @@ def test_left_handed_camera_renders_the_mirrored_world():
     renders spheres X as the right-handed one renders their mirror image diag(1, 1, -1) X."""
     gen = torch.Generator().manual_seed(8)
     mirror = torch.tensor([1.0, 1.0, -1.0], dtype=F64)
-    eye, target, up = uniform(gen, -1, 1, (3,)) + torch.tensor([0, 0, -4.0], dtype=F64), \
-        uniform(gen, -0.3, 0.3, (3,)), torch.tensor([0.1, 1.0, 0.2], dtype=F64)
+    eye, target, up = (
+        uniform(gen, -1, 1, (3,)) + torch.tensor([0, 0, -4.0], dtype=F64),
+        uniform(gen, -0.3, 0.3, (3,)),
+        torch.tensor([0.1, 1.0, 0.2], dtype=F64),
+    )
     right = Camera.look_at(eye, target, up, image_size=(18, 24), fov_y=55.0)
-    left = Camera.look_at(eye * mirror, target * mirror, up * mirror, image_size=(18, 24), fov_y=55.0,
-                          right_handed=False)
+    left = Camera.look_at(
+        eye * mirror, target * mirror, up * mirror, image_size=(18, 24), fov_y=55.0, right_handed=False
+    )
     pos, rad = place_spheres(right, gen, 10)
     col, opacity = sphere_attributes(gen, 10)
     renderer = Renderer(24, 18)
@@ -172,8 +216,9 @@ PARAM_CASES = [(length, ortho, rh) for length in (8, 10, 11, 13) for ortho in (F
 
 @pytest.mark.parametrize("length,orthographic,right_handed", PARAM_CASES)
 def test_from_params_renders_like_cam_params(length, orthographic, right_handed):
-    scene = random_scene(40 + length, cam_length=length, orthographic=orthographic, right_handed=right_handed,
-                         n_spheres=10)
+    scene = random_scene(
+        40 + length, cam_length=length, orthographic=orthographic, right_handed=right_handed, n_spheres=10
+    )
     camera = Camera.from_params(scene.cam_params, scene.width, scene.height, orthographic, right_handed)
     expected = camera_from_params(scene.cam_params[None], scene.width, scene.height, orthographic, right_handed)
     native = camera.native(scene.width, scene.height)
@@ -182,9 +227,14 @@ def test_from_params_renders_like_cam_params(length, orthographic, right_handed)
     assert native.right_handed == right_handed and native.orthographic == orthographic
     reference = scene.renderer()(**scene.call_kwargs())
     # Any renderer flags: the Camera carries its projection and handedness.
-    other = Renderer(scene.width, scene.height, orthogonal_projection=not orthographic,
-                     right_handed_system=not right_handed, n_track=scene.n_track,
-                     background_normalized_depth=scene.beta)
+    other = Renderer(
+        scene.width,
+        scene.height,
+        orthogonal_projection=not orthographic,
+        right_handed_system=not right_handed,
+        n_track=scene.n_track,
+        background_normalized_depth=scene.beta,
+    )
     kwargs = scene.call_kwargs()
     kwargs.pop("first_R_then_T")
     kwargs["cam_params"] = camera
@@ -193,7 +243,8 @@ def test_from_params_renders_like_cam_params(length, orthographic, right_handed)
     params = camera.to_params("6d" if length in (11, 13) else "axis_angle")
     assert params.shape == ((13,) if length in (11, 13) else (10,))
     again = Camera.from_params(params, scene.width, scene.height, orthographic, right_handed).native(
-        scene.width, scene.height)
+        scene.width, scene.height
+    )
     for name in ("eye", "p00_rel", "pdx", "pdy", "focal"):
         torch.testing.assert_close(getattr(again, name), getattr(native, name), rtol=1e-12, atol=1e-13)
 
@@ -208,8 +259,9 @@ def test_from_params_first_R_then_T_and_batches():
     torch.testing.assert_close(scene.renderer()(**{**kwargs, "cam_params": camera}), expected, rtol=0, atol=1e-12)
     # Gradients reach the camera vectors through the Camera.
     params = scene.cam_params.clone().requires_grad_(True)
-    image = scene.renderer()(**{**kwargs, "cam_params": Camera.from_params(params, scene.width, scene.height,
-                                                                            first_R_then_T=True)})
+    image = scene.renderer()(
+        **{**kwargs, "cam_params": Camera.from_params(params, scene.width, scene.height, first_R_then_T=True)}
+    )
     direct = scene.cam_params.clone().requires_grad_(True)
     image_direct = scene.renderer()(**{**kwargs, "cam_params": direct, "first_R_then_T": True})
     weights = fixed_weights(image.shape)
@@ -239,8 +291,20 @@ def test_opencv_round_trip():
     square[1, 1] = square[0, 0]
     camera = Camera.from_opencv(square, R, t, image_size=(18, 25))
     for handed in (True, False):
-        cam = camera if handed else Camera(camera.rotation, camera.translation, camera.fx, camera.fy, camera.cx,
-                                           camera.cy, camera.image_size, right_handed=False)
+        cam = (
+            camera
+            if handed
+            else Camera(
+                camera.rotation,
+                camera.translation,
+                camera.fx,
+                camera.fy,
+                camera.cx,
+                camera.cy,
+                camera.image_size,
+                right_handed=False,
+            )
+        )
         params = cam.to_params()
         back = Camera.from_params(params, 25, 18, right_handed=handed).native(25, 18)
         native = cam.native(25, 18)
@@ -251,8 +315,13 @@ def test_opencv_round_trip():
 def test_rotation_parametrisations_round_trip():
     gen = torch.Generator().manual_seed(4)
     # Random rotations, the identity, half turns and a tiny angle.
-    angles = torch.cat([uniform(gen, -3.0, 3.0, (20, 3)), torch.zeros(1, 3, dtype=F64),
-                        torch.tensor([[math.pi, 0, 0], [0, -math.pi, 0], [1e-9, 0, 0]], dtype=F64)])
+    angles = torch.cat(
+        [
+            uniform(gen, -3.0, 3.0, (20, 3)),
+            torch.zeros(1, 3, dtype=F64),
+            torch.tensor([[math.pi, 0, 0], [0, -math.pi, 0], [1e-9, 0, 0]], dtype=F64),
+        ]
+    )
     matrices = axis_angle_to_matrix(angles)
     for rotation_repr in REPRS:
         rotation = matrix_to_rotation(matrices, rotation_repr)
@@ -267,8 +336,7 @@ def test_rotation_parametrisations_round_trip():
     for rotation_repr in REPRS:
         other = camera.with_rotation_repr(rotation_repr).native(20, 15)
         for name in ("eye", "p00_rel", "pdx", "pdy"):
-            torch.testing.assert_close(getattr(other, name), getattr(camera.native(20, 15), name), rtol=0,
-                                       atol=1e-12)
+            torch.testing.assert_close(getattr(other, name), getattr(camera.native(20, 15), name), rtol=0, atol=1e-12)
 
 
 def test_to_params_and_to_opencv_refuse_what_they_cannot_represent():
@@ -297,8 +365,16 @@ def test_batched_fields_broadcast_and_indexing():
     assert camera[-1].batch_size == 1 and camera[0:2].batch_size == 2 and camera[0:2].batched
     # The shared K gets the gradient summed over the cameras.
     pos = torch.tensor([[0.0, 0.0, 0.0], [0.3, 0.1, 0.2]], dtype=F64)
-    image = Renderer(20, 15)(pos, torch.ones(2, 3, dtype=F64), torch.tensor([0.3, 0.2], dtype=F64), camera,
-                             gamma=0.3, max_depth=10.0, min_depth=0.5, bg_col=torch.zeros(3, dtype=F64))
+    image = Renderer(20, 15)(
+        pos,
+        torch.ones(2, 3, dtype=F64),
+        torch.tensor([0.3, 0.2], dtype=F64),
+        camera,
+        gamma=0.3,
+        max_depth=10.0,
+        min_depth=0.5,
+        bg_col=torch.zeros(3, dtype=F64),
+    )
     assert image.shape == (3, 15, 20, 3)
     image.sum().backward()
     assert float(K.grad[0, 0].abs()) > 0 and float(K.grad[1, 2].abs()) > 0
@@ -326,26 +402,50 @@ def _errors():
         "R_not_rotation": (lambda: Camera.from_opencv(K, 2 * eye3, t, (15, 20)), ValueError, "R: expected a rotation"),
         "R_reflection": (lambda: Camera.from_opencv(K, -eye3, t, (15, 20)), ValueError, "R: expected a rotation"),
         "R_nan": (lambda: Camera.from_opencv(K, eye3 * float("nan"), t, (15, 20)), ValueError, "R: expected finite"),
-        "t_shape": (lambda: Camera.from_opencv(K, eye3, torch.zeros(4, dtype=F64), (15, 20)), ValueError,
-                    "translation"),
+        "t_shape": (
+            lambda: Camera.from_opencv(K, eye3, torch.zeros(4, dtype=F64), (15, 20)),
+            ValueError,
+            "translation",
+        ),
         "t_dtype": (lambda: Camera.from_opencv(K, eye3, torch.zeros(3), (15, 20)), TypeError, "dtype"),
         "image_size": (lambda: Camera.from_opencv(K, eye3, t, (15.0, 20)), TypeError, "image_size"),
         "image_size_zero": (lambda: Camera.from_opencv(K, eye3, t, (0, 20)), ValueError, "height"),
-        "repr": (lambda: Camera(eye3, t, 1.0, 1.0, 0.0, 0.0, (4, 4), rotation_repr="euler"), ValueError,
-                 "rotation_repr"),
-        "rotation_shape": (lambda: Camera(torch.zeros(3, dtype=F64), t, 1.0, 1.0, 0.0, 0.0, (4, 4),
-                                          rotation_repr="quaternion"), ValueError, "rotation: expected shape"),
+        "repr": (
+            lambda: Camera(eye3, t, 1.0, 1.0, 0.0, 0.0, (4, 4), rotation_repr="euler"),
+            ValueError,
+            "rotation_repr",
+        ),
+        "rotation_shape": (
+            lambda: Camera(torch.zeros(3, dtype=F64), t, 1.0, 1.0, 0.0, 0.0, (4, 4), rotation_repr="quaternion"),
+            ValueError,
+            "rotation: expected shape",
+        ),
         "look_at_same_point": (lambda: Camera.look_at(t, t, image_size=(4, 4)), ValueError, "eye, target"),
-        "look_at_zero_up": (lambda: Camera.look_at(t, torch.tensor([0.0, 2.0, 0.0], dtype=F64), (0.0, 0.0, 0.0),
-                                                   image_size=(4, 4)), ValueError, "up: expected a non-zero"),
-        "look_at_fov_x": (lambda: Camera.look_at(t, torch.ones(3, dtype=F64), image_size=(4, 4), fov_x=0.0),
-                          ValueError, "fov_x"),
-        "look_at_fov_and_fx": (lambda: Camera.look_at(t, torch.ones(3, dtype=F64), image_size=(4, 4), fov_y=50.0,
-                                                      fx=3.0), ValueError, "fov_y: give either"),
-        "look_at_ortho_scale": (lambda: Camera.look_at(t, torch.ones(3, dtype=F64), image_size=(4, 4),
-                                                       orthographic=True), ValueError, "fx"),
-        "look_at_fov": (lambda: Camera.look_at(t, torch.ones(3, dtype=F64), image_size=(4, 4), fov_y=180.0),
-                        ValueError, "fov_y"),
+        "look_at_zero_up": (
+            lambda: Camera.look_at(t, torch.tensor([0.0, 2.0, 0.0], dtype=F64), (0.0, 0.0, 0.0), image_size=(4, 4)),
+            ValueError,
+            "up: expected a non-zero",
+        ),
+        "look_at_fov_x": (
+            lambda: Camera.look_at(t, torch.ones(3, dtype=F64), image_size=(4, 4), fov_x=0.0),
+            ValueError,
+            "fov_x",
+        ),
+        "look_at_fov_and_fx": (
+            lambda: Camera.look_at(t, torch.ones(3, dtype=F64), image_size=(4, 4), fov_y=50.0, fx=3.0),
+            ValueError,
+            "fov_y: give either",
+        ),
+        "look_at_ortho_scale": (
+            lambda: Camera.look_at(t, torch.ones(3, dtype=F64), image_size=(4, 4), orthographic=True),
+            ValueError,
+            "fx",
+        ),
+        "look_at_fov": (
+            lambda: Camera.look_at(t, torch.ones(3, dtype=F64), image_size=(4, 4), fov_y=180.0),
+            ValueError,
+            "fov_y",
+        ),
         "params_length": (lambda: Camera.from_params(torch.zeros(9, dtype=F64), 4, 4), ValueError, "cam_params"),
     }
 
@@ -380,8 +480,7 @@ def test_render_time_errors_name_the_argument():
     with pytest.raises(ValueError, match="min_depth"):  # the near plane must lie beyond the film
         renderer(pos, col, rad, camera, min_depth=1e-4, **kwargs)
     with pytest.raises(ValueError, match="expected 1 camera or a batch of 2"):
-        batch = Camera(camera.rotation.expand(3, 3, 3), camera.translation.expand(3, 3), 20.0, 20.0, 9.0, 7.0,
-                       (15, 20))
+        batch = Camera(camera.rotation.expand(3, 3, 3), camera.translation.expand(3, 3), 20.0, 20.0, 9.0, 7.0, (15, 20))
         renderer(pos.expand(2, 2, 3), col.expand(2, 2, 3), rad.expand(2, 2), batch, **kwargs)
 
 
@@ -394,8 +493,18 @@ def _camera_fields(camera: Camera):
 
 def _rebuild(camera: Camera, fields) -> Camera:
     rotation, translation, fx, fy, cx, cy = fields
-    return Camera(rotation, translation, fx, fy, cx, cy, camera.image_size, rotation_repr=camera.rotation_repr,
-                  orthographic=camera.orthographic, right_handed=camera.right_handed)
+    return Camera(
+        rotation,
+        translation,
+        fx,
+        fy,
+        cx,
+        cy,
+        camera.image_size,
+        rotation_repr=camera.rotation_repr,
+        orthographic=camera.orthographic,
+        right_handed=camera.right_handed,
+    )
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -405,8 +514,13 @@ def test_camera_gradients_match_reference_and_finite_differences(kind, rotation_
     camera, pos, rad, col, opacity = gradient_setup(kind, rotation_repr)
     renderer = Renderer(camera.width, camera.height).to(device)
     names, fields = _camera_fields(camera)
-    settings = dict(gamma=0.3, max_depth=10.0, min_depth=0.5, opacity=opacity.to(device),
-                    bg_col=torch.tensor([0.2, 0.5, 0.9], dtype=F64, device=device))
+    settings = dict(
+        gamma=0.3,
+        max_depth=10.0,
+        min_depth=0.5,
+        opacity=opacity.to(device),
+        bg_col=torch.tensor([0.2, 0.5, 0.9], dtype=F64, device=device),
+    )
     scene = [t.to(device) for t in (pos, col, rad)]
     weights = fixed_weights((camera.height, camera.width, 3), device=device)
 
@@ -420,12 +534,21 @@ def test_camera_gradients_match_reference_and_finite_differences(kind, rotation_
     # Exact: autograd through the reference renderer, from the same camera tensors.
     ref_inputs = [f.clone().requires_grad_(True) for f in fields]
     ref_settings = {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in settings.items()}
-    ref = render_reference(pos, col, rad, _rebuild(camera, ref_inputs).native(camera.width, camera.height),
-                           camera.width, camera.height, bg_col=ref_settings.pop("bg_col"), **ref_settings)
+    ref = render_reference(
+        pos,
+        col,
+        rad,
+        _rebuild(camera, ref_inputs).native(camera.width, camera.height),
+        camera.width,
+        camera.height,
+        bg_col=ref_settings.pop("bg_col"),
+        **ref_settings,
+    )
     ref_grads = torch.autograd.grad((ref.image * weights.cpu()).sum(), ref_inputs)
     for name, got, want in zip(names, grads, ref_grads):
-        torch.testing.assert_close(got.cpu(), want, rtol=1e-8, atol=1e-10 * float(want.abs().max()) + 1e-14,
-                                   msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(
+            got.cpu(), want, rtol=1e-8, atol=1e-10 * float(want.abs().max()) + 1e-14, msg=lambda m: f"{name}: {m}"
+        )
     # Central finite differences of the native renderer.
     assert torch.autograd.gradcheck(loss, inputs, eps=1e-6, atol=1e-6, rtol=1e-4)
 

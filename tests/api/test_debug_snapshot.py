@@ -8,12 +8,10 @@ import re
 
 import pytest
 import torch
-
-import pulsar_py
-from pulsar_py.debug import replay
-
 from helpers import DEVICES, fail_native_calls
 from scenes import random_scene
+
+from pulsar_py.debug import replay
 
 F64 = torch.float64
 
@@ -116,12 +114,18 @@ def _edit(path: str, fn) -> str:
 
 
 EDITS = {
-    "camera_vector_too_short": (lambda s: s["tensors"].__setitem__("cameras", s["tensors"]["cameras"][:, :5]),
-                                "cameras"),
-    "positions_wrong_shape": (lambda s: s["tensors"].__setitem__("vert_pos", s["tensors"]["vert_pos"][:, :2]),
-                              "vert_pos"),
-    "colours_fewer_spheres": (lambda s: s["tensors"].__setitem__("vert_col", s["tensors"]["vert_col"][:-3]),
-                              "vert_col"),
+    "camera_vector_too_short": (
+        lambda s: s["tensors"].__setitem__("cameras", s["tensors"]["cameras"][:, :5]),
+        "cameras",
+    ),
+    "positions_wrong_shape": (
+        lambda s: s["tensors"].__setitem__("vert_pos", s["tensors"]["vert_pos"][:, :2]),
+        "vert_pos",
+    ),
+    "colours_fewer_spheres": (
+        lambda s: s["tensors"].__setitem__("vert_col", s["tensors"]["vert_col"][:-3]),
+        "vert_col",
+    ),
     "radii_float32": (lambda s: s["tensors"].__setitem__("vert_rad", s["tensors"]["vert_rad"].float()), "vert_rad"),
     "background_channels": (lambda s: s["tensors"].__setitem__("bg_col", s["tensors"]["bg_col"][:2]), "bg_col"),
     "camera_length_setting": (lambda s: s["settings"].__setitem__("camera_length", 5), "camera_length"),

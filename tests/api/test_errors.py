@@ -11,12 +11,11 @@ import math
 
 import pytest
 import torch
+from helpers import DEVICES, HAS_CUDA
+from scenes import random_scene
 
 import pulsar_py
 from pulsar_py import Renderer
-
-from helpers import DEVICES, HAS_CUDA
-from scenes import random_scene
 
 BAD_INPUT = (ValueError, TypeError)
 
@@ -85,14 +84,17 @@ def _set(name, value):
     def apply(kw):
         kw[name] = value(kw) if callable(value) else value
         return kw
+
     return apply
 
 
 def _edit(name, fn):
     """Change a tensor argument by fn(tensor) (on a clone)."""
+
     def apply(kw):
         kw[name] = fn(kw[name].clone())
         return kw
+
     return apply
 
 
@@ -100,6 +102,7 @@ def _nan_at(index, value=math.nan):
     def fn(t):
         t.view(-1)[index] = value
         return t
+
     return fn
 
 
@@ -202,16 +205,18 @@ FORWARD_CASES = {
     "max_depth_tensor_1d": (_set("max_depth", torch.tensor([10.0, 11.0], dtype=torch.float64)), "max_depth"),
     "max_depth_tensor_nan": (_set("max_depth", torch.tensor(math.nan, dtype=torch.float64)), "max_depth"),
     "max_depth_tensor_int": (_set("max_depth", torch.tensor(10)), "max_depth"),
-    "max_depth_tensor_below_min_depth": (_set("max_depth", lambda kw: torch.tensor(kw["min_depth"] - 0.1,
-                                                                                  dtype=torch.float64)),
-                                         "max_depth"),
+    "max_depth_tensor_below_min_depth": (
+        _set("max_depth", lambda kw: torch.tensor(kw["min_depth"] - 0.1, dtype=torch.float64)),
+        "max_depth",
+    ),
     "min_depth_nan": (_set("min_depth", math.nan), "min_depth"),
     "min_depth_str": (_set("min_depth", "0"), "min_depth"),
     "min_depth_tensor_negative": (_set("min_depth", torch.tensor(-1.0, dtype=torch.float64)), "min_depth"),
-    "min_depth_tensor_below_focal": (_set("min_depth", lambda kw: 0.5 * kw["cam_params"][6].clone()),
-                                     "min_depth"),
-    "min_depth_0_far_below_focal": (lambda kw: {**kw, "min_depth": 0.0,
-                                                "max_depth": 0.5 * float(kw["cam_params"][6])}, "max_depth"),
+    "min_depth_tensor_below_focal": (_set("min_depth", lambda kw: 0.5 * kw["cam_params"][6].clone()), "min_depth"),
+    "min_depth_0_far_below_focal": (
+        lambda kw: {**kw, "min_depth": 0.0, "max_depth": 0.5 * float(kw["cam_params"][6])},
+        "max_depth",
+    ),
     "mode_str": (_set("mode", "0"), "mode"),
     "mode_float": (_set("mode", 0.0), "mode"),
     "mode_bool": (_set("mode", False), "mode"),
@@ -225,7 +230,7 @@ FORWARD_CASES = {
 
 
 def _empty_batch(kw):
-    for name, dims in (("vert_pos", 2), ("vert_col", 2), ("vert_rad", 1), ("opacity", 1)):
+    for name in ("vert_pos", "vert_col", "vert_rad", "opacity"):
         kw[name] = kw[name][None][:0]
     return kw
 
@@ -287,17 +292,46 @@ def test_hot_path_reuse_follows_the_renderer_attributes():
 # Bad types, shapes and devices of the sphere tensors and camera vectors: rejected with
 # or without value checks.
 SHAPE_AND_TYPE_CASES = [
-    "pos_2_coords", "pos_4d", "pos_1d", "col_wrong_n", "col_n_channels_mismatch", "rad_wrong_n", "rad_2d",
-    "opacity_wrong_n", "col_batch_mismatch", "pos_list", "pos_int", "pos_half", "col_float32", "rad_float32",
-    "opacity_float32", "col_half", "rad_list", "opacity_list", "opacity_3d", "pos_other_device",
-    "col_other_device", "rad_other_device", "opacity_other_device", "pos_empty_batch",
-    "cam_3d", "cam_length_9", "cam_length_7", "cam_batch_mismatch", "cam_float32", "cam_int", "cam_list",
-    "cam_other_device", "cam_empty_batch"]
+    "pos_2_coords",
+    "pos_4d",
+    "pos_1d",
+    "col_wrong_n",
+    "col_n_channels_mismatch",
+    "rad_wrong_n",
+    "rad_2d",
+    "opacity_wrong_n",
+    "col_batch_mismatch",
+    "pos_list",
+    "pos_int",
+    "pos_half",
+    "col_float32",
+    "rad_float32",
+    "opacity_float32",
+    "col_half",
+    "rad_list",
+    "opacity_list",
+    "opacity_3d",
+    "pos_other_device",
+    "col_other_device",
+    "rad_other_device",
+    "opacity_other_device",
+    "pos_empty_batch",
+    "cam_3d",
+    "cam_length_9",
+    "cam_length_7",
+    "cam_batch_mismatch",
+    "cam_float32",
+    "cam_int",
+    "cam_list",
+    "cam_other_device",
+    "cam_empty_batch",
+]
 
 
-@pytest.mark.parametrize("case,check_values",
-                         [(c, True) for c in sorted(FORWARD_CASES) if not c.startswith("bg_")]
-                         + [(c, False) for c in SHAPE_AND_TYPE_CASES])
+@pytest.mark.parametrize(
+    "case,check_values",
+    [(c, True) for c in sorted(FORWARD_CASES) if not c.startswith("bg_")] + [(c, False) for c in SHAPE_AND_TYPE_CASES],
+)
 @pytest.mark.parametrize("device", DEVICES)
 def test_forward_rejects_with_the_default_background(case, check_values, device):
     # Without bg_col, check_scene first tries its one-function test of the common call
@@ -426,10 +460,26 @@ def test_render_rejects(case, device):
 
 # ---------------------------------------------------------------------------------------
 # check_values: the switch for the checks that read tensor contents.
-VALUE_ONLY_CASES = ["pos_nan", "rad_negative", "opacity_above_1", "sensor_width_zero", "cam_nan",
-                    "min_depth_below_focal", "pos_huge", "cam_6d_zero_row"]
-STRUCTURAL_CASES = ["pos_int", "col_wrong_n", "gamma_0", "max_depth_inf", "mode_2", "pos_other_device",
-                    "return_forward_info_int", "cam_length_9"]
+VALUE_ONLY_CASES = [
+    "pos_nan",
+    "rad_negative",
+    "opacity_above_1",
+    "sensor_width_zero",
+    "cam_nan",
+    "min_depth_below_focal",
+    "pos_huge",
+    "cam_6d_zero_row",
+]
+STRUCTURAL_CASES = [
+    "pos_int",
+    "col_wrong_n",
+    "gamma_0",
+    "max_depth_inf",
+    "mode_2",
+    "pos_other_device",
+    "return_forward_info_int",
+    "cam_length_9",
+]
 
 
 @pytest.mark.parametrize("case", VALUE_ONLY_CASES + STRUCTURAL_CASES)
@@ -491,10 +541,20 @@ def test_numpy_scalars_are_accepted():
     """Numbers may come from NumPy (numbers.Real / numbers.Integral); bools are not numbers."""
     np = pytest.importorskip("numpy")
     scene, _, kwargs = _valid()
-    renderer = Renderer(np.int64(16), np.int32(12), n_track=np.int64(5), orthogonal_projection=np.bool_(False),
-                        background_normalized_depth=np.float64(scene.beta))
+    renderer = Renderer(
+        np.int64(16),
+        np.int32(12),
+        n_track=np.int64(5),
+        orthogonal_projection=np.bool_(False),
+        background_normalized_depth=np.float64(scene.beta),
+    )
     expected = scene.renderer()(**kwargs)
-    kwargs.update(gamma=np.float64(kwargs["gamma"]), max_depth=np.float64(kwargs["max_depth"]),
-                  min_depth=np.float64(kwargs["min_depth"]), max_n_hits=np.int64(1000), mode=np.int64(0),
-                  return_forward_info=np.bool_(False))
+    kwargs.update(
+        gamma=np.float64(kwargs["gamma"]),
+        max_depth=np.float64(kwargs["max_depth"]),
+        min_depth=np.float64(kwargs["min_depth"]),
+        max_n_hits=np.int64(1000),
+        mode=np.int64(0),
+        return_forward_info=np.bool_(False),
+    )
     torch.testing.assert_close(renderer(**kwargs), expected, rtol=0, atol=0)

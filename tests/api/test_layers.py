@@ -39,8 +39,11 @@ def _imports(name: str, path: Path, modules: Dict[str, Optional[Path]]) -> Set[s
         if isinstance(node, ast.Import):
             targets += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else [])) \
-                if node.level else (node.module or "")
+            base = (
+                ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
+                if node.level
+                else (node.module or "")
+            )
             targets += [f"{base}.{alias.name}" for alias in node.names]
     found = set()
     for target in targets:
@@ -66,7 +69,7 @@ def _cycle(graph: Dict[str, Set[str]]) -> List[str]:
         path.append(node)
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state:
                 found = visit(nxt)
                 if found:

@@ -27,12 +27,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import DEVICES, fail_native_calls, native_of
+from scenes import grad_output_like, random_scene
 
 import pulsar_py
 from pulsar_py import Renderer
-
-from helpers import DEVICES, fail_native_calls, native_of
-from scenes import grad_output_like, random_scene
 
 F64 = torch.float64
 GROUPS = ("vert_pos", "vert_col", "vert_rad", "opacity", "bg_col", "cam_params")
@@ -48,8 +47,9 @@ def _scene_pool(width: int, height: int, n_channels: int) -> dict:
     pool = {}
     for n in range(41):
         for batch in (None, 2, 3):
-            scene = random_scene(1000 + n, width=width, height=height, n_spheres=n, n_channels=n_channels,
-                                 batch=batch, n_track=3)
+            scene = random_scene(
+                1000 + n, width=width, height=height, n_spheres=n, n_channels=n_channels, batch=batch, n_track=3
+            )
             kwargs = scene.call_kwargs(torch.float32)
             for name in ("vert_pos", "vert_col"):
                 kwargs[name].requires_grad_(True)
@@ -100,7 +100,7 @@ def test_memory_is_stable_over_10000_calls_of_varying_sizes():
     # about 39 kB of small objects (61 B each, allocated inside torch's Function.apply and
     # torch.tensor) stay alive per 1000 calls; a leaked tensor per call would be several
     # hundred kB, and a leaked Python object per call is caught by the block count below.
-    for window in range(3):
+    for _window in range(3):
         tracemalloc.start()
         try:
             for i in range(9000, 10000):
@@ -149,8 +149,19 @@ def _gradients(renderer: Renderer, scene, device: str, dtype):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_separate_renderers_in_threads_match_serial_use(device):
-    scenes = [random_scene(300 + i, width=40, height=30, n_spheres=40, radius_px=(2, 8), batch=(2 if i % 2 else None),
-                           orthographic=i == 3, n_channels=1 + i) for i in range(4)]
+    scenes = [
+        random_scene(
+            300 + i,
+            width=40,
+            height=30,
+            n_spheres=40,
+            radius_px=(2, 8),
+            batch=(2 if i % 2 else None),
+            orthographic=i == 3,
+            n_channels=1 + i,
+        )
+        for i in range(4)
+    ]
     dtypes = [F64, torch.float32, F64, torch.float32]
     serial = [_gradients(s.renderer(device), s, device, d) for s, d in zip(scenes, dtypes)]
     errors = []
@@ -237,13 +248,19 @@ _OUT_OF_MEMORY_CHILD = textwrap.dedent("""
 
 @pytest.mark.skipif(sys.platform != "linux", reason="limits the address space with RLIMIT_AS (Linux)")
 def test_allocation_failure_is_a_runtime_error_and_the_renderer_stays_usable(tmp_path):
-    env = dict(os.environ, PULSAR_PY_DEBUG_DIR=str(tmp_path), CUDA_VISIBLE_DEVICES="",
-               OMP_NUM_THREADS="1", MALLOC_ARENA_MAX="2",
-               PYTHONPATH=os.pathsep.join([str(Path(pulsar_py.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ,
+        PULSAR_PY_DEBUG_DIR=str(tmp_path),
+        CUDA_VISIBLE_DEVICES="",
+        OMP_NUM_THREADS="1",
+        MALLOC_ARENA_MAX="2",
+        PYTHONPATH=os.pathsep.join([str(Path(pulsar_py.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]),
+    )
     # cwd elsewhere: `python -c` puts the working directory first on sys.path, and in the
     # checkout's root that is the source folder pulsar_py/ without its compiled module.
-    child = subprocess.run([sys.executable, "-c", _OUT_OF_MEMORY_CHILD], env=env, capture_output=True, text=True,
-                           timeout=300, cwd=tmp_path)
+    child = subprocess.run(
+        [sys.executable, "-c", _OUT_OF_MEMORY_CHILD], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
     assert child.returncode == 0, child.stderr[-3000:]
     out = child.stdout
     assert "ERROR:" in out, out + child.stderr[-2000:]
@@ -312,8 +329,9 @@ def test_gradients_are_bitwise_reproducible_in_deterministic_mode(dtype, device,
     """deterministic=True under torch.use_deterministic_algorithms(True) (which also
     fills torch.empty outputs with NaN first: every output element must be written) gives
     bitwise the results of the default mode, run after run."""
-    scene = random_scene(62, width=64, height=48, n_spheres=60, radius_px=(2, 9), batch=2,
-                         percent_allowed_difference=0.01, cam_length=13)
+    scene = random_scene(
+        62, width=64, height=48, n_spheres=60, radius_px=(2, 9), batch=2, percent_allowed_difference=0.01, cam_length=13
+    )
     renderer = scene.renderer(device, deterministic=True)
     assert renderer.deterministic is True
     first = _gradients(renderer, scene, device, dtype)

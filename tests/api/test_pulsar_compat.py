@@ -9,14 +9,13 @@ import copy
 import math
 from pathlib import Path
 
+import pulsar_examples
 import pytest
 import torch
+from scenes import scene_in_front
 
 import pulsar_py
-from pulsar_py import Renderer, gradient_scaling
-
-import pulsar_examples
-from scenes import scene_in_front
+from pulsar_py import Renderer
 
 F64 = torch.float64
 
@@ -146,11 +145,11 @@ def test_pulsar_scaling_with_a_camera_object(orthographic):
     extra = dict(fx=6.0) if orthographic else dict(fov_y=40.0)
     grads = {}
     for mode in ("exact", "pulsar"):
-        camera = pulsar_py.Camera.look_at(eye, target, image_size=(24, 32), orthographic=orthographic,
-                                          right_handed=False, **extra).requires_grad_()
+        camera = pulsar_py.Camera.look_at(
+            eye, target, image_size=(24, 32), orthographic=orthographic, right_handed=False, **extra
+        ).requires_grad_()
         image = Renderer(32, 24, gradient_scaling=mode).render(pos, col, rad, camera, 0.1, 30.0, opacity=opa).image
-        grads[mode] = torch.cat([g.reshape(-1) for g in torch.autograd.grad(image.square().sum(),
-                                                                             camera.parameters())])
+        grads[mode] = torch.cat([g.reshape(-1) for g in torch.autograd.grad(image.square().sum(), camera.parameters())])
     factor = grads["pulsar"].norm() / grads["exact"].norm()
     assert 0 < float(factor) < 1e-2
     torch.testing.assert_close(grads["pulsar"], grads["exact"] * factor, rtol=1e-10, atol=1e-15)
@@ -185,8 +184,10 @@ def test_pulsar_scaling_under_torch_compile_runs_eagerly_with_the_same_gradients
     for name, function in (("eager", image_of), ("compiled", compiled)):
         leaves = [t.detach().clone().requires_grad_() for t in _scene(seed=5)]
         image = function(*leaves)
-        grads[name] = (image.detach(), *torch.autograd.grad((image * torch.linspace(0.5, 1.5, image.numel())
-                                                             .reshape(image.shape)).sum(), leaves))
+        grads[name] = (
+            image.detach(),
+            *torch.autograd.grad((image * torch.linspace(0.5, 1.5, image.numel()).reshape(image.shape)).sum(), leaves),
+        )
     assert all(float(g.abs().max()) > 0 for g in grads["eager"][1:])
     for got, want in zip(grads["compiled"], grads["eager"]):
         torch.testing.assert_close(got, want, rtol=1e-12, atol=0)
@@ -230,8 +231,9 @@ def test_state_dict_has_pulsars_buffer():
 def test_docs_name_what_the_state_dict_holds():
     keys = list(Renderer(8, 8).state_dict())
     docs = Path(__file__).resolve().parents[2] / "docs"
-    paragraphs = [p for page in sorted(docs.glob("*.md")) for p in page.read_text().split("\n\n")
-                  if "state_dict()" in p]
+    paragraphs = [
+        p for page in sorted(docs.glob("*.md")) for p in page.read_text().split("\n\n") if "state_dict()" in p
+    ]
     assert paragraphs, "no page documents Renderer.state_dict()"
     for paragraph in paragraphs:
         assert "empty" not in paragraph and all(f"`{key}`" in paragraph for key in keys), paragraph

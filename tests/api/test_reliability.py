@@ -29,15 +29,14 @@ import time
 from pathlib import Path
 
 import pytest
+import sweep
 import torch
+from scenes import grad_output_like, random_scene
 
 import pulsar_py
 from pulsar_py import Camera, Renderer, _checks
 from pulsar_py.cameras.params import camera_from_params
 from pulsar_py.reference import render_reference, resolve_min_depth
-
-import sweep
-from scenes import grad_output_like, random_scene
 
 F32, F64 = torch.float32, torch.float64
 BAD_INPUT = (ValueError, TypeError)
@@ -45,9 +44,13 @@ DEPTH_OUTPUTS = ("depth", "coverage", "distortion")
 
 
 def _child_env() -> dict:
-    return dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", MALLOC_ARENA_MAX="2",
-                PYTHONPATH=os.pathsep.join([str(Path(pulsar_py.__file__).parents[1]),
-                                            os.environ.get("PYTHONPATH", "")]))
+    return dict(
+        os.environ,
+        CUDA_VISIBLE_DEVICES="",
+        OMP_NUM_THREADS="1",
+        MALLOC_ARENA_MAX="2",
+        PYTHONPATH=os.pathsep.join([str(Path(pulsar_py.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]),
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -86,8 +89,14 @@ _THREADS_CHILD = textwrap.dedent("""
 @pytest.mark.skipif(sys.platform != "linux", reason="limits the address space with RLIMIT_AS (Linux)")
 def test_failing_thread_creation_is_a_runtime_error_and_the_renderer_stays_usable(tmp_path):
     # A std::system_error unwinding past joinable threads would abort the child (std::terminate).
-    child = subprocess.run([sys.executable, "-c", _THREADS_CHILD], env=_child_env(), capture_output=True,
-                           text=True, timeout=300, cwd=tmp_path)
+    child = subprocess.run(
+        [sys.executable, "-c", _THREADS_CHILD],
+        env=_child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert child.returncode == 0, f"the child died ({child.returncode}): {child.stderr[-3000:]}"
     out = child.stdout
     assert re.search(r"ERROR: pulsar: creating CPU worker thread \d+ of \d+ failed", out), out + child.stderr
@@ -134,8 +143,14 @@ _SIGINT_CHILD = textwrap.dedent("""
 def test_ctrl_c_stops_a_long_cpu_call_within_a_second(tmp_path):
     # Python runs the handler only once the native call returns: without the native
     # interrupt check, KeyboardInterrupt would come seconds late, at the call's end.
-    child = subprocess.Popen([sys.executable, "-c", _SIGINT_CHILD], env=_child_env(), stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    child = subprocess.Popen(
+        [sys.executable, "-c", _SIGINT_CHILD],
+        env=_child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
     try:
         lines = []
         for stage in ("forward", "backward"):
@@ -164,10 +179,13 @@ def test_ctrl_c_stops_a_long_cpu_call_within_a_second(tmp_path):
 # Underflowing coverage and denormal radii: finite gradients, agreeing with float64.
 def _one_sphere(dtype, z, radius, opacity=1.0, size=24):
     """A sphere straight ahead of a camera vector (focal length 0.1): the render() inputs."""
-    return dict(vert_pos=torch.tensor([[0.0, 0.0, z]], dtype=dtype),
-                vert_col=torch.tensor([[0.2, 0.5, 0.9]], dtype=dtype),
-                vert_rad=torch.tensor([radius], dtype=dtype), opacity=torch.tensor([opacity], dtype=dtype),
-                camera=torch.tensor([0, 0, 0, 0, 0, 0, 0.1, 0.1], dtype=dtype)), size
+    return dict(
+        vert_pos=torch.tensor([[0.0, 0.0, z]], dtype=dtype),
+        vert_col=torch.tensor([[0.2, 0.5, 0.9]], dtype=dtype),
+        vert_rad=torch.tensor([radius], dtype=dtype),
+        opacity=torch.tensor([opacity], dtype=dtype),
+        camera=torch.tensor([0, 0, 0, 0, 0, 0, 0.1, 0.1], dtype=dtype),
+    ), size
 
 
 # (dtype, z, radius, opacity, gamma): each gave NaN gradients before.
@@ -189,8 +207,17 @@ def _render_grads(inputs, size, gamma, weights_of):
     and the result."""
     leaves = {k: v.detach().clone().requires_grad_(k in LEAVES) for k, v in inputs.items()}
     renderer = Renderer(size, size)
-    result = renderer.render(leaves["vert_pos"], leaves["vert_col"], leaves["vert_rad"], leaves["camera"], gamma,
-                             5.0, 0.0, opacity=leaves["opacity"], percent_allowed_difference=0.0)
+    result = renderer.render(
+        leaves["vert_pos"],
+        leaves["vert_col"],
+        leaves["vert_rad"],
+        leaves["camera"],
+        gamma,
+        5.0,
+        0.0,
+        opacity=leaves["opacity"],
+        percent_allowed_difference=0.0,
+    )
     loss = sum((weights_of(out, result) * getattr(result, out)).sum() for out in ("image",) + DEPTH_OUTPUTS)
     return dict(zip(LEAVES, torch.autograd.grad(loss, [leaves[k] for k in LEAVES]))), result
 
@@ -199,8 +226,18 @@ def _reference_grads(inputs, size, gamma, weights_of):
     """The same through the reference renderer, in float64."""
     leaves = {k: v.detach().to(F64).clone().requires_grad_(k in LEAVES) for k, v in inputs.items()}
     camera = camera_from_params(leaves["camera"][None], size, size, False, False, False)
-    ref = render_reference(leaves["vert_pos"], leaves["vert_col"], leaves["vert_rad"], camera, size, size, gamma,
-                           5.0, 0.0, opacity=leaves["opacity"])
+    ref = render_reference(
+        leaves["vert_pos"],
+        leaves["vert_col"],
+        leaves["vert_rad"],
+        camera,
+        size,
+        size,
+        gamma,
+        5.0,
+        0.0,
+        opacity=leaves["opacity"],
+    )
     loss = sum((weights_of(out, ref).to(F64) * getattr(ref, out)).sum() for out in ("image",) + DEPTH_OUTPUTS)
     return dict(zip(LEAVES, torch.autograd.grad(loss, [leaves[k] for k in LEAVES], allow_unused=True)))
 
@@ -239,8 +276,10 @@ def test_underflow_gradients_match_the_float64_reference(case):
     quantum = float(torch.finfo(dtype).smallest_normal) * float(torch.finfo(dtype).eps)  # the denormal step
     rtol = max(1e-9 if dtype == F64 else 2e-3, 8 * quantum / float(probe.coverage[covered].min()))
     gen = torch.Generator().manual_seed(5)
-    fixed = {out: torch.rand(size, size, *((3,) if out == "image" else ()), generator=gen, dtype=F64)
-             for out in ("image",) + DEPTH_OUTPUTS}
+    fixed = {
+        out: torch.rand(size, size, *((3,) if out == "image" else ()), generator=gen, dtype=F64)
+        for out in ("image",) + DEPTH_OUTPUTS
+    }
     mask = normal.detach().cpu()
 
     def weights_of(out, result):
@@ -262,12 +301,28 @@ def test_a_denormal_radius_still_hits_its_centre_pixel():
     at its centre's pixel, as the reference does."""
     for dtype, radius in ((F32, 1e-40), (F64, 1e-310)):
         inputs, size = _one_sphere(dtype, 3.0, radius)
-        result = Renderer(size, size).render(inputs["vert_pos"], inputs["vert_col"], inputs["vert_rad"],
-                                             inputs["camera"], 0.1, 5.0, opacity=inputs["opacity"])
+        result = Renderer(size, size).render(
+            inputs["vert_pos"],
+            inputs["vert_col"],
+            inputs["vert_rad"],
+            inputs["camera"],
+            0.1,
+            5.0,
+            opacity=inputs["opacity"],
+        )
         assert int(result.hit_count.sum()) >= 1
         camera = camera_from_params(inputs["camera"][None].to(F64), size, size, False, False, False)
-        ref = render_reference(inputs["vert_pos"].to(F64), inputs["vert_col"].to(F64), inputs["vert_rad"].to(F64),
-                               camera, size, size, 0.1, 5.0, opacity=inputs["opacity"].to(F64))
+        ref = render_reference(
+            inputs["vert_pos"].to(F64),
+            inputs["vert_col"].to(F64),
+            inputs["vert_rad"].to(F64),
+            camera,
+            size,
+            size,
+            0.1,
+            5.0,
+            opacity=inputs["opacity"].to(F64),
+        )
         assert torch.equal(result.hit_count.long(), ref.hit_count)
 
 
@@ -301,17 +356,35 @@ def _depth_output_grads(scene, dtype, native: bool) -> dict:
         kwargs["camera"] = kwargs.pop("cam_params")
         result = scene.renderer().render(**kwargs)
     else:
-        camera = camera_from_params(t["cam_params"][None], scene.width, scene.height, scene.orthographic,
-                                    scene.right_handed, scene.first_R_then_T)
-        result = render_reference(t["vert_pos"], t["vert_col"], t["vert_rad"], camera, scene.width, scene.height,
-                                  scene.gamma, scene.max_depth, scene.min_depth, bg_col=t["bg_col"],
-                                  opacity=t["opacity"], background_normalized_depth=scene.beta)
+        camera = camera_from_params(
+            t["cam_params"][None],
+            scene.width,
+            scene.height,
+            scene.orthographic,
+            scene.right_handed,
+            scene.first_R_then_T,
+        )
+        result = render_reference(
+            t["vert_pos"],
+            t["vert_col"],
+            t["vert_rad"],
+            camera,
+            scene.width,
+            scene.height,
+            scene.gamma,
+            scene.max_depth,
+            scene.min_depth,
+            bg_col=t["bg_col"],
+            opacity=t["opacity"],
+            background_normalized_depth=scene.beta,
+        )
     grads = {}
     for k, out in enumerate(DEPTH_OUTPUTS):
         value = getattr(result, out)
         weights = grad_output_like(value, seed=k)
-        grads[out] = dict(zip(leaves, torch.autograd.grad((value * weights).sum(), list(leaves.values()),
-                                                          retain_graph=True)))
+        grads[out] = dict(
+            zip(leaves, torch.autograd.grad((value * weights).sum(), list(leaves.values()), retain_graph=True))
+        )
     return grads
 
 
@@ -331,8 +404,9 @@ def test_float32_depth_output_gradients_are_as_accurate_as_a_plain_float32_evalu
     also be lucky on one gradient, so its error counts from 1e-5 up."""
     worst = {out: (0.0, None) for out in DEPTH_OUTPUTS}
     for seed, gamma in PRECISION_SCENES:
-        scene = random_scene(seed, width=64, height=48, opacity_range=(0.9, 1.0), radius_px=(6, 20),
-                             n_spheres=16, gamma=gamma)
+        scene = random_scene(
+            seed, width=64, height=48, opacity_range=(0.9, 1.0), radius_px=(6, 20), n_spheres=16, gamma=gamma
+        )
         exact = _depth_output_grads(scene, F64, native=True)
         native = _depth_output_grads(scene, F32, native=True)
         plain = _depth_output_grads(scene, F32, native=False)
@@ -367,8 +441,9 @@ def test_min_depth_zero_works_for_any_focal_length(focal, dtype):
     assert float(near - focal_t) == max(float(step), float((focal_t + 2e-6) - focal_t))
     assert torch.equal(resolve_min_depth(0.0, focal_t), near)
     assert torch.equal(resolve_min_depth(torch.tensor(0.0, dtype=dtype), focal_t), near)
-    packed = pulsar_py.ops.pack_cameras(cam.detach()[None], pulsar_py.ops.PackSettings(
-        16, 12, False, False, False, 0.0, 10 * focal).encode())
+    packed = pulsar_py.ops.pack_cameras(
+        cam.detach()[None], pulsar_py.ops.PackSettings(16, 12, False, False, False, 0.0, 10 * focal).encode()
+    )
     assert torch.equal(packed[:, 13], near)
     renderer = Renderer(16, 12)
     pos = torch.tensor([[0.0, 0.0, 3 * focal]], dtype=dtype)
@@ -379,8 +454,9 @@ def test_min_depth_zero_works_for_any_focal_length(focal, dtype):
     result.depth.sum().backward()
     assert bool(torch.isfinite(cam.grad).all()) and float(cam.grad[6].abs()) > 0
     # A Camera's film distance follows the same rule.
-    camera = Camera(torch.eye(3, dtype=dtype), torch.zeros(3, dtype=dtype), focal, focal, 7.5, 5.5, (12, 16),
-                    film_distance=focal)
+    camera = Camera(
+        torch.eye(3, dtype=dtype), torch.zeros(3, dtype=dtype), focal, focal, 7.5, 5.5, (12, 16), film_distance=focal
+    )
     assert bool((renderer.render(pos, col, rad, camera, 0.1, 10 * focal, min_depth=0.0).coverage > 0).any())
     assert bool(renderer.visible(pos, rad, cam.detach(), 10 * focal)[0])
 
@@ -411,6 +487,7 @@ def _with(name, index, value):
         t.view(-1)[index] = value
         kw[name] = t
         return kw
+
     return apply
 
 
@@ -446,8 +523,12 @@ def test_visible_rejects_a_bad_camera_object_and_takes_check_values_off():
     camera = Camera(torch.eye(3, dtype=F64), torch.zeros(3, dtype=F64), 10.0, 10.0, 7.5, 5.5, (12, 16))
     args = dict(_visible_args(), camera=camera)
     assert renderer.visible(**args).tolist() == [True, True]
-    bad = dict(args, camera=Camera(torch.eye(3, dtype=F64), torch.tensor([0.0, float("nan"), 0.0], dtype=F64),
-                                   10.0, 10.0, 7.5, 5.5, (12, 16)))
+    bad = dict(
+        args,
+        camera=Camera(
+            torch.eye(3, dtype=F64), torch.tensor([0.0, float("nan"), 0.0], dtype=F64), 10.0, 10.0, 7.5, 5.5, (12, 16)
+        ),
+    )
     with pytest.raises(ValueError, match="translation"):
         renderer.visible(**bad)
     with pytest.raises(ValueError, match="vert_rad"):
@@ -460,13 +541,21 @@ def test_visible_rejects_a_bad_camera_object_and_takes_check_values_off():
 
 # ---------------------------------------------------------------------------------------
 # The constructor's limits, and layouts every entry point refuses.
-@pytest.mark.parametrize("name,value", [("n_channels", _checks.MAX_CHANNELS + 1), ("n_channels", 2**40),
-                                        ("num_threads", _checks.MAX_THREADS + 1), ("num_threads", 2**31)])
+@pytest.mark.parametrize(
+    "name,value",
+    [
+        ("n_channels", _checks.MAX_CHANNELS + 1),
+        ("n_channels", 2**40),
+        ("num_threads", _checks.MAX_THREADS + 1),
+        ("num_threads", 2**31),
+    ],
+)
 def test_constructor_limits_name_the_argument(name, value):
     with pytest.raises(ValueError, match=name):
         Renderer(16, 12, **{name: value})
-    Renderer(16, 12, **{name: value - 1 if value == _checks.MAX_CHANNELS + 1 or value == _checks.MAX_THREADS + 1
-                        else 2})
+    Renderer(
+        16, 12, **{name: value - 1 if value == _checks.MAX_CHANNELS + 1 or value == _checks.MAX_THREADS + 1 else 2}
+    )
 
 
 def _entry_kwargs():
@@ -502,8 +591,13 @@ def test_sparse_nested_and_meta_tensors_are_refused_naming_the_argument(entry, l
     if entry != "forward":
         kwargs["camera"] = kwargs.pop("cam_params")
     if entry == "visible":
-        kwargs = dict(vert_pos=kwargs["vert_pos"], vert_rad=kwargs["vert_rad"], camera=kwargs["camera"],
-                      max_depth=scene.max_depth, min_depth=scene.min_depth)
+        kwargs = dict(
+            vert_pos=kwargs["vert_pos"],
+            vert_rad=kwargs["vert_rad"],
+            camera=kwargs["camera"],
+            max_depth=scene.max_depth,
+            min_depth=scene.min_depth,
+        )
     call = {"forward": renderer.forward, "render": renderer.render, "visible": renderer.visible}[entry]
     reference = call(**kwargs)
     for name in ENTRY_ARGUMENTS[entry]:
@@ -530,8 +624,13 @@ def test_a_renderer_on_the_meta_device_refuses_meta_tensors_naming_the_argument(
         renderer.visible(meta["vert_pos"], meta["vert_rad"], camera, max_depth=scene.max_depth)
 
 
-SCALAR_TENSORS = {"gamma": 0.1, "max_depth": None, "min_depth": None, "percent_allowed_difference": 0.01,
-                  "max_n_hits": 3}
+SCALAR_TENSORS = {
+    "gamma": 0.1,
+    "max_depth": None,
+    "min_depth": None,
+    "percent_allowed_difference": 0.01,
+    "max_n_hits": 3,
+}
 
 
 @pytest.mark.parametrize("layout", ["nested", "meta"])
@@ -547,6 +646,10 @@ def test_nested_and_meta_tensors_as_settings_are_refused_naming_the_argument(ent
         value = kwargs[name] if value is None else value
         t = torch.tensor(value, dtype=torch.int64 if name == "max_n_hits" else F64)
         bad = t.to("meta") if layout == "meta" else torch.nested.nested_tensor([t.reshape(1)])
-        with pytest.raises(BAD_INPUT, match=f"{name}: expected a dense .*nested" if layout == "nested"
-                           else f"{name}: expected a tensor with values .* meta device"):
+        with pytest.raises(
+            BAD_INPUT,
+            match=f"{name}: expected a dense .*nested"
+            if layout == "nested"
+            else f"{name}: expected a tensor with values .* meta device",
+        ):
             call(**dict(kwargs, **{name: bad}))

@@ -13,13 +13,19 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from pulsar_py import Camera, Renderer, RenderResult
-
+from camera_scenes import (
+    assert_nonzero,
+    fixed_weights,
+    gradient_setup,
+    place_spheres,
+    random_camera,
+    sphere_attributes,
+    uniform,
+)
 from helpers import DEVICES
 from scenes import Scene, random_scene
-from camera_scenes import (assert_nonzero, fixed_weights, gradient_setup, place_spheres, random_camera,
-                           sphere_attributes, uniform)
+
+from pulsar_py import Camera, Renderer, RenderResult
 
 F64 = torch.float64
 OUTPUTS = ("image", "depth", "coverage", "distortion")
@@ -66,8 +72,9 @@ def test_render_matches_forward_and_reference(name):
     for b, item in enumerate(_items(scene)):
         ref = item.reference()
         for out in OUTPUTS:
-            torch.testing.assert_close(flat(getattr(result, out))[b], getattr(ref, out), rtol=1e-10, atol=1e-10,
-                                       msg=lambda m: f"{out}: {m}")
+            torch.testing.assert_close(
+                flat(getattr(result, out))[b], getattr(ref, out), rtol=1e-10, atol=1e-10, msg=lambda m: f"{out}: {m}"
+            )
         assert float(ref.coverage.max()) > 0.5 and float(ref.distortion.max()) > 0  # overlaps exist
     assert renderer.render(**_render_kwargs(scene)).forward_info is None
 
@@ -121,8 +128,9 @@ def test_depth_coverage_distortion_gradients_match_reference(name, device):
     ref_grads = torch.autograd.grad(loss, ref_leaves)
     assert_nonzero(dict(zip(GROUPS, ref_grads)))
     for group, got, want in zip(GROUPS, grads, ref_grads):
-        torch.testing.assert_close(got.cpu(), want, rtol=1e-8, atol=1e-10 * float(want.abs().max()),
-                                   msg=lambda m: f"{group}: {m}")
+        torch.testing.assert_close(
+            got.cpu(), want, rtol=1e-8, atol=1e-10 * float(want.abs().max()), msg=lambda m: f"{group}: {m}"
+        )
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -136,13 +144,23 @@ def test_depth_outputs_match_finite_differences(output, device):
     col = col.to(device)
 
     def loss(pos, rad, opacity, rotation, translation, fx, cy):
-        cam = Camera(rotation, translation, fx, camera.fy[0].to(device), camera.cx[0].to(device), cy,
-                     camera.image_size, rotation_repr="axis_angle")
+        cam = Camera(
+            rotation,
+            translation,
+            fx,
+            camera.fy[0].to(device),
+            camera.cx[0].to(device),
+            cy,
+            camera.image_size,
+            rotation_repr="axis_angle",
+        )
         result = renderer.render(pos, col, rad, cam, gamma=0.3, max_depth=8.0, min_depth=0.5, opacity=opacity)
         return (getattr(result, output) * weights).sum()
 
-    inputs = [t.detach().clone().to(device).requires_grad_(True) for t in
-              (pos, rad, opacity, camera.rotation[0], camera.translation[0], camera.fx[0], camera.cy[0])]
+    inputs = [
+        t.detach().clone().to(device).requires_grad_(True)
+        for t in (pos, rad, opacity, camera.rotation[0], camera.translation[0], camera.fx[0], camera.cy[0])
+    ]
     grads = torch.autograd.grad(loss(*inputs), inputs)
     assert_nonzero(dict(zip(names, grads)))
     assert torch.autograd.gradcheck(loss, inputs, eps=1e-6, atol=1e-6, rtol=1e-4)
@@ -172,16 +190,22 @@ def test_batch_of_64_equals_items(layout, device):
     like = dict(device=device)
     renderer = Renderer(width, height).to(device)
     settings = dict(gamma=0.2, max_depth=10.0, min_depth=0.5)
-    result = renderer.render(pos.to(**like), col.to(**like), rad.to(**like), camera.to(**like),
-                             opacity=opacity.to(**like), **settings)
+    result = renderer.render(
+        pos.to(**like), col.to(**like), rad.to(**like), camera.to(**like), opacity=opacity.to(**like), **settings
+    )
     assert result.image.shape == (64, height, width, 3)
     drawn = 0
     for b in range(64):
         cam_b = camera[b] if camera.batched else camera
         pos_b = pos[b] if pos.dim() == 3 else pos
-        one = renderer.render(pos_b.to(**like), (col[b] if col.dim() == 3 else col).to(**like),
-                              (rad[b] if rad.dim() == 2 else rad).to(**like), cam_b.to(**like),
-                              opacity=(opacity[b] if opacity.dim() == 2 else opacity).to(**like), **settings)
+        one = renderer.render(
+            pos_b.to(**like),
+            (col[b] if col.dim() == 3 else col).to(**like),
+            (rad[b] if rad.dim() == 2 else rad).to(**like),
+            cam_b.to(**like),
+            opacity=(opacity[b] if opacity.dim() == 2 else opacity).to(**like),
+            **settings,
+        )
         for out in OUTPUTS + ("hit_count",):
             assert torch.equal(getattr(result, out)[b], getattr(one, out)), (b, out)
         drawn += int(one.hit_count.sum() > 0)
@@ -226,8 +250,9 @@ def test_padded_and_masked_equals_unpadded(batched_cameras, device):
     settings = dict(gamma=0.2, max_depth=10.0, min_depth=0.5, return_forward_info=True)
     leaves = [t.clone().to(device).requires_grad_(True) for t in (pos, rad, col, opacity)]
     cam_leaf = camera.to(device).detach().requires_grad_()
-    result = renderer.render(leaves[0], leaves[2], leaves[1], cam_leaf, opacity=leaves[3], mask=mask.to(device),
-                             **settings)
+    result = renderer.render(
+        leaves[0], leaves[2], leaves[1], cam_leaf, opacity=leaves[3], mask=mask.to(device), **settings
+    )
     weights = {out: fixed_weights(getattr(result, out).shape, seed=k, device=device) for k, out in enumerate(OUTPUTS)}
     loss = sum((getattr(result, out) * weights[out]).sum() for out in OUTPUTS)
     grads = torch.autograd.grad(loss, leaves + cam_leaf.parameters())
@@ -236,11 +261,15 @@ def test_padded_and_masked_equals_unpadded(batched_cameras, device):
     for b, idx in enumerate(slots):
         item_leaves = [t[b, idx].clone().to(device).requires_grad_(True) for t in (pos, rad, col, opacity)]
         cam_b = (camera[b] if batched_cameras else camera).to(device).detach().requires_grad_()
-        one = renderer.render(item_leaves[0], item_leaves[2], item_leaves[1], cam_b, opacity=item_leaves[3],
-                              **settings)
+        one = renderer.render(item_leaves[0], item_leaves[2], item_leaves[1], cam_b, opacity=item_leaves[3], **settings)
         for out in OUTPUTS + ("hit_count",):
-            torch.testing.assert_close(getattr(result, out)[b], getattr(one, out), rtol=1e-12, atol=1e-12,
-                                       msg=lambda m: f"scene {b} {out}: {m}")
+            torch.testing.assert_close(
+                getattr(result, out)[b],
+                getattr(one, out),
+                rtol=1e-12,
+                atol=1e-12,
+                msg=lambda m: f"scene {b} {out}: {m}",
+            )
         # Forward info: the same hits, ids refer to the padded slots.
         one_ids = Renderer.sphere_ids_from_result_info_nograd(one.forward_info)[0].long()
         mapped = torch.where(one_ids >= 0, idx.to(device)[one_ids.clamp_min(0)], one_ids)
@@ -271,16 +300,24 @@ def test_unbatched_mask_with_shared_spheres_and_batched_cameras(device):
     pos, rad = place_spheres(base, gen, 8)
     col, opacity = sphere_attributes(gen, 8)
     mask = torch.tensor([True, False, True, True, False, True, True, True])
-    camera = Camera(base.rotation.expand(2, 3, 3), base.translation + torch.tensor([[0.0, 0, 0], [0.05, 0, 0]],
-                                                                                    dtype=F64),
-                    base.fx, base.fy, base.cx, base.cy, base.image_size)
+    camera = Camera(
+        base.rotation.expand(2, 3, 3),
+        base.translation + torch.tensor([[0.0, 0, 0], [0.05, 0, 0]], dtype=F64),
+        base.fx,
+        base.fy,
+        base.cx,
+        base.cy,
+        base.image_size,
+    )
     renderer = Renderer(20, 15).to(device)
     settings = dict(gamma=0.2, max_depth=10.0, min_depth=0.5)
     to = lambda t: t.to(device)  # noqa: E731
-    masked = renderer.render(to(pos), to(col), to(rad), camera.to(device), opacity=to(opacity), mask=to(mask),
-                             **settings)
-    subset = renderer.render(to(pos[mask]), to(col[mask]), to(rad[mask]), camera.to(device),
-                             opacity=to(opacity[mask]), **settings)
+    masked = renderer.render(
+        to(pos), to(col), to(rad), camera.to(device), opacity=to(opacity), mask=to(mask), **settings
+    )
+    subset = renderer.render(
+        to(pos[mask]), to(col[mask]), to(rad[mask]), camera.to(device), opacity=to(opacity[mask]), **settings
+    )
     for out in OUTPUTS + ("hit_count",):
         torch.testing.assert_close(getattr(masked, out), getattr(subset, out), rtol=1e-12, atol=1e-12)
     # Unbatched everything: unbatched outputs.
@@ -320,15 +357,27 @@ def test_z_depth_is_the_camera_space_z_of_what_a_pixel_sees(orthographic):
     camera-space z of the near surface along that pixel's ray, while depth is
     the distance along that pixel's ray (longer by 1 / cos of the ray's angle)."""
     H, W = 48, 64
-    cam = Camera.look_at(torch.tensor([0.0, 0.0, 0.0], dtype=torch.float64),
-                         torch.tensor([0.0, 0.0, 10.0], dtype=torch.float64), image_size=(H, W),
-                         fov_y=None if orthographic else 70.0, fx=8.0 if orthographic else None,
-                         orthographic=orthographic)
+    cam = Camera.look_at(
+        torch.tensor([0.0, 0.0, 0.0], dtype=torch.float64),
+        torch.tensor([0.0, 0.0, 10.0], dtype=torch.float64),
+        image_size=(H, W),
+        fov_y=None if orthographic else 70.0,
+        fx=8.0 if orthographic else None,
+        orthographic=orthographic,
+    )
     centre = torch.tensor([[2.2, -1.4, 9.0]], dtype=torch.float64)
     radius = torch.tensor([0.3], dtype=torch.float64)  # over a pixel: the surface, not the tiny-sphere rule
     renderer = Renderer(W, H, n_channels=1, orthogonal_projection=orthographic)
-    result = renderer.render(centre, torch.ones(1, 1, dtype=torch.float64), radius, cam, 0.01, 30.0, z_depth=True,
-                             percent_allowed_difference=0.0)
+    result = renderer.render(
+        centre,
+        torch.ones(1, 1, dtype=torch.float64),
+        radius,
+        cam,
+        0.01,
+        30.0,
+        z_depth=True,
+        percent_allowed_difference=0.0,
+    )
     uv, z_cam = cam.project(centre)
     i, j = int(round(float(uv[0, 0, 0]))), int(round(float(uv[0, 0, 1])))
     z_cam = z_cam[0]
@@ -354,13 +403,23 @@ def test_z_depth_gradients_match_finite_differences():
         kwargs.pop(name, None)
 
     def z_depth(p, r, c):
-        return renderer.render(p, kwargs["vert_col"], r, c, kwargs["gamma"], kwargs["max_depth"],
-                               kwargs["min_depth"], opacity=kwargs.get("opacity"),
-                               percent_allowed_difference=0.0, z_depth=True).z_depth
+        return renderer.render(
+            p,
+            kwargs["vert_col"],
+            r,
+            c,
+            kwargs["gamma"],
+            kwargs["max_depth"],
+            kwargs["min_depth"],
+            opacity=kwargs.get("opacity"),
+            percent_allowed_difference=0.0,
+            z_depth=True,
+        ).z_depth
 
     inputs = (pos.clone().requires_grad_(), rad.clone().requires_grad_(), camera.clone().requires_grad_())
     value = z_depth(*inputs)
-    grads = torch.autograd.grad((value * torch.linspace(0.5, 1.5, value.numel(), dtype=torch.float64)
-                                 .reshape(value.shape)).sum(), inputs)
+    grads = torch.autograd.grad(
+        (value * torch.linspace(0.5, 1.5, value.numel(), dtype=torch.float64).reshape(value.shape)).sum(), inputs
+    )
     assert all(float(g.abs().max()) > 0 for g in grads)
     assert torch.autograd.gradcheck(z_depth, inputs, eps=1e-6, atol=1e-5, rtol=1e-4)

@@ -10,12 +10,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import sweep
 import torch
 
 import pulsar_py
 from pulsar_py import Camera
-
-import sweep
 
 PACKAGE_ROOT = Path(pulsar_py.__file__).resolve().parents[1]
 
@@ -66,9 +65,23 @@ def _mypy(tmp_path: Path, code: str, stub_torch: bool) -> subprocess.CompletedPr
             (tmp_path / "stubs" / name / "__init__.pyi").write_text(text)
         paths.insert(0, str(tmp_path / "stubs"))
     env = dict(os.environ, MYPYPATH=os.pathsep.join(paths))
-    return subprocess.run([sys.executable, "-m", "mypy", "--follow-imports=silent", "--no-incremental",
-                           "--cache-dir", os.devnull, "snippet.py"], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--follow-imports=silent",
+            "--no-incremental",
+            "--cache-dir",
+            os.devnull,
+            "snippet.py",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_documented_look_at_calls_type_check_and_run(tmp_path):

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from pulsar_py import Camera, Renderer
-
+from camera_scenes import place_spheres, random_camera
 from helpers import DEVICES
 from scenes import random_scene
-from camera_scenes import place_spheres, random_camera
+
+from pulsar_py import Camera, Renderer
 
 F64 = torch.float64
 MARGIN_PX = 5  # widening of the image for the converse: just above the largest projected radius
@@ -39,10 +38,19 @@ def _drawn(renderer: Renderer, pos, rad, camera, **settings) -> torch.Tensor:
 def _widened(camera: Camera, margin: int) -> Camera:
     """The same camera on an image larger by ``margin`` pixels on every side."""
     height, width = camera.image_size
-    return Camera(camera.rotation, camera.translation, camera.fx, camera.fy, camera.cx + margin, camera.cy + margin,
-                  (height + 2 * margin, width + 2 * margin), rotation_repr=camera.rotation_repr,
-                  orthographic=camera.orthographic, right_handed=camera.right_handed,
-                  film_distance=camera.film_distance)
+    return Camera(
+        camera.rotation,
+        camera.translation,
+        camera.fx,
+        camera.fy,
+        camera.cx + margin,
+        camera.cy + margin,
+        (height + 2 * margin, width + 2 * margin),
+        rotation_repr=camera.rotation_repr,
+        orthographic=camera.orthographic,
+        right_handed=camera.right_handed,
+        film_distance=camera.film_distance,
+    )
 
 
 CASES = {
@@ -60,13 +68,21 @@ CASES = {
 @pytest.mark.parametrize("name", list(CASES))
 def test_visible_brackets_what_is_drawn(name, device):
     # Wide film margin: many spheres off-screen; tiny and culled ones too.
-    scene = random_scene(700 + list(CASES).index(name), n_spheres=40, n_tiny=8, n_culled=6, film_margin=0.6,
-                         radius_px=(0.8, 4.0), **CASES[name])
+    scene = random_scene(
+        700 + list(CASES).index(name),
+        n_spheres=40,
+        n_tiny=8,
+        n_culled=6,
+        film_margin=0.6,
+        radius_px=(0.8, 4.0),
+        **CASES[name],
+    )
     renderer = scene.renderer(device, n_track=scene.vert_pos.shape[-2])
     t = scene.tensors(F64, device)
     settings = dict(gamma=scene.gamma, max_depth=scene.max_depth, min_depth=scene.min_depth)
-    visible = renderer.visible(t["vert_pos"], t["vert_rad"], t["cam_params"], max_depth=scene.max_depth,
-                               min_depth=scene.min_depth)
+    visible = renderer.visible(
+        t["vert_pos"], t["vert_rad"], t["cam_params"], max_depth=scene.max_depth, min_depth=scene.min_depth
+    )
     drawn = _drawn(renderer, t["vert_pos"], t["vert_rad"], t["cam_params"], **settings)
     assert visible.dtype == torch.bool and visible.shape == drawn.shape
     assert bool((drawn <= visible).all()), "a drawn sphere was reported invisible"
@@ -80,8 +96,10 @@ def test_visible_brackets_what_is_drawn(name, device):
     drawn_wide = _drawn(wide_renderer, t["vert_pos"], t["vert_rad"], wide, **settings)
     assert bool((visible <= drawn_wide).all()), "a visible sphere is not drawn even near the image"
     # Camera and camera vectors agree.
-    assert torch.equal(renderer.visible(t["vert_pos"], t["vert_rad"], camera, max_depth=scene.max_depth,
-                                        min_depth=scene.min_depth), visible)
+    assert torch.equal(
+        renderer.visible(t["vert_pos"], t["vert_rad"], camera, max_depth=scene.max_depth, min_depth=scene.min_depth),
+        visible,
+    )
     # Non-trivial: both kinds occur.
     assert int(visible.sum()) >= 10 and int((~visible).sum()) >= 10
 
@@ -93,10 +111,14 @@ def test_culled_spheres_are_invisible(orthographic):
     pos, rad = place_spheres(camera, gen, 4, depth=(2.0, 3.0), margin=0.0)
     axis = camera.native(20, 15).optical_axis()[0]
     centre = camera.centre()[0]
-    pos = torch.stack([pos[0],  # in view
-                       pos[1] + 20.0 * axis,  # beyond max_depth
-                       centre + 0.4 * rad[2] * axis if not orthographic else pos[2] - 2.5 * axis,  # through near
-                       centre - (pos[3] - centre)])  # behind the camera (mirrored through the eye)
+    pos = torch.stack(
+        [
+            pos[0],  # in view
+            pos[1] + 20.0 * axis,  # beyond max_depth
+            centre + 0.4 * rad[2] * axis if not orthographic else pos[2] - 2.5 * axis,  # through near
+            centre - (pos[3] - centre),
+        ]
+    )  # behind the camera (mirrored through the eye)
     renderer = Renderer(20, 15)
     visible = renderer.visible(pos, rad, camera, max_depth=10.0, min_depth=0.5)
     assert visible.tolist() == [True, False, False, False]

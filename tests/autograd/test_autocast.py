@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from helpers import DEVICES
-from pulsar_py import Renderer
-
 from scenes import scene_in_front
+
+from pulsar_py import Renderer
 
 LOW = {"cpu": [torch.bfloat16], "cuda": [torch.float16, torch.bfloat16]}
 

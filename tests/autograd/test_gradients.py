@@ -12,12 +12,10 @@ from typing import Dict, Optional
 
 import pytest
 import torch
-
-from pulsar_py import Renderer
-from pulsar_py import ops
-
 from helpers import DEVICES
 from scenes import Scene, grad_output_like, min_silhouette_distance, random_scene
+
+from pulsar_py import Renderer, ops
 
 GROUPS = ("vert_pos", "vert_col", "vert_rad", "opacity", "bg_col", "cam_params")
 F64 = torch.float64
@@ -29,8 +27,13 @@ def _leaves(scene: Scene, device: str = "cpu", dtype=F64) -> Dict[str, torch.Ten
     return {k: v.requires_grad_(True) for k, v in tensors.items() if v is not None}
 
 
-def native_gradients(scene: Scene, grad_out: Optional[torch.Tensor] = None, device: str = "cpu",
-                     dtype=F64, renderer: Optional[Renderer] = None):
+def native_gradients(
+    scene: Scene,
+    grad_out: Optional[torch.Tensor] = None,
+    device: str = "cpu",
+    dtype=F64,
+    renderer: Optional[Renderer] = None,
+):
     """(image, {group: gradient}) of the native renderer."""
     renderer = renderer or scene.renderer(device)
     leaves = _leaves(scene, device, dtype)
@@ -226,12 +229,24 @@ def _axis_scene(orthographic: bool, vert_pos, vert_rad) -> Scene:
     cam = torch.tensor([0, 0, 0, 0, 0, 0, focal, width / 32], dtype=F64)
     n = len(vert_rad)
     gen = torch.Generator().manual_seed(0)
-    return Scene(width=width, height=height, n_channels=3, orthographic=orthographic, right_handed=False,
-                 n_track=3, beta=1e-6, vert_pos=torch.tensor(vert_pos, dtype=F64),
-                 vert_col=torch.rand(n, 3, generator=gen, dtype=F64),
-                 vert_rad=torch.tensor(vert_rad, dtype=F64), opacity=torch.full((n,), 0.8, dtype=F64),
-                 bg_col=torch.tensor([0.1, 0.2, 0.3], dtype=F64), cam_params=cam, gamma=0.1, max_depth=20.0,
-                 min_depth=0.5)
+    return Scene(
+        width=width,
+        height=height,
+        n_channels=3,
+        orthographic=orthographic,
+        right_handed=False,
+        n_track=3,
+        beta=1e-6,
+        vert_pos=torch.tensor(vert_pos, dtype=F64),
+        vert_col=torch.rand(n, 3, generator=gen, dtype=F64),
+        vert_rad=torch.tensor(vert_rad, dtype=F64),
+        opacity=torch.full((n,), 0.8, dtype=F64),
+        bg_col=torch.tensor([0.1, 0.2, 0.3], dtype=F64),
+        cam_params=cam,
+        gamma=0.1,
+        max_depth=20.0,
+        min_depth=0.5,
+    )
 
 
 DEGENERATE = {
@@ -301,8 +316,9 @@ def test_nothing_visible_gives_zero_not_nan(where, device):
 @pytest.mark.parametrize("dtype", [F64, torch.float32], ids=["f64", "f32"])
 def test_backward_is_deterministic(dtype, device):
     """Bitwise identical gradients run to run, on a scene large enough for every thread."""
-    scene = random_scene(61, width=64, height=48, n_spheres=60, radius_px=(2, 9), batch=2,
-                         percent_allowed_difference=0.01)
+    scene = random_scene(
+        61, width=64, height=48, n_spheres=60, radius_px=(2, 9), batch=2, percent_allowed_difference=0.01
+    )
     renderer = scene.renderer(device)
     first_image, first = native_gradients(scene, device=device, dtype=dtype, renderer=renderer)
     assert_nonzero(first)
@@ -329,8 +345,12 @@ def test_only_requested_gradients_are_computed(device, monkeypatch):
             return self._native.forward(*args)
 
         def backward(self, scene_args, options, args, grads):
-            requested.append({n: getattr(grads, n) != 0 for n in
-                              ("positions", "features", "radii", "opacities", "background", "cameras")})
+            requested.append(
+                {
+                    n: getattr(grads, n) != 0
+                    for n in ("positions", "features", "radii", "opacities", "background", "cameras")
+                }
+            )
             return self._native.backward(scene_args, options, args, grads)
 
     monkeypatch.setattr(ops, "native_renderer", lambda *a: Spy(real(*a)))
@@ -341,5 +361,6 @@ def test_only_requested_gradients_are_computed(device, monkeypatch):
     assert float(tensors["vert_col"].grad.abs().max()) > 0
     for name in ("vert_pos", "vert_rad", "opacity", "bg_col", "cam_params"):
         assert tensors[name].grad is None, name
-    assert requested == [dict(positions=False, features=True, radii=False, opacities=False, background=False,
-                              cameras=False)]
+    assert requested == [
+        dict(positions=False, features=True, radii=False, opacities=False, background=False, cameras=False)
+    ]

@@ -11,11 +11,10 @@ import pickle
 
 import pytest
 import torch
+from scenes import random_scene, scene_in_front
 
 import pulsar_py
 from pulsar_py import Camera, Renderer, ops
-
-from scenes import random_scene, scene_in_front
 
 F32 = torch.float32
 
@@ -119,10 +118,14 @@ def test_operators_pass_opcheck():
     """torch.library.opcheck: schema, fake kernel, autograd registration and dispatch of
     the render and camera operators agree."""
     pos, col, rad, opa, cam = _inputs(dtype=torch.float64, requires_grad=True)
-    settings = ops.RenderSettings(0, 24, 16, 4, False, 1e-6, 1, 0, 0.1, 0.0, -1, False, True, True, True, True,
-                                  False, 8, False, 0.0, 30.0, 0).encode()
-    torch.library.opcheck(torch.ops.pulsar.render.default, (pos, col, rad, opa, None, cam[None], settings),
-                          test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
+    settings = ops.RenderSettings(
+        0, 24, 16, 4, False, 1e-6, 1, 0, 0.1, 0.0, -1, False, True, True, True, True, False, 8, False, 0.0, 30.0, 0
+    ).encode()
+    torch.library.opcheck(
+        torch.ops.pulsar.render.default,
+        (pos, col, rad, opa, None, cam[None], settings),
+        test_utils=("test_schema", "test_faketensor", "test_autograd_registration"),
+    )
     pack = ops.PackSettings(24, 16, False, False, False, 0.0, 30.0).encode()
     torch.library.opcheck(torch.ops.pulsar.pack_cameras.default, (cam[None], pack))
 
@@ -141,8 +144,9 @@ def test_gamma_tensor_changed_in_place_takes_effect():
     full = renderer(pos, col, rad, cam, 0.1, 30.0, opacity=opa, percent_allowed_difference=percent, mode=1)
     percent.fill_(0.5)
     cut = renderer(pos, col, rad, cam, 0.1, 30.0, opacity=opa, percent_allowed_difference=percent, mode=1)
-    assert torch.equal(cut, renderer(pos, col, rad, cam, 0.1, 30.0, opacity=opa, percent_allowed_difference=0.5,
-                                     mode=1))
+    assert torch.equal(
+        cut, renderer(pos, col, rad, cam, 0.1, 30.0, opacity=opa, percent_allowed_difference=0.5, mode=1)
+    )
     assert float(cut.sum()) < float(full.sum())  # fewer hits processed
 
 
@@ -157,6 +161,7 @@ def test_gamma_parameter_renders_with_a_one_time_warning():
     image.sum().backward()
     assert gamma.grad is None and col.grad is not None
     import warnings
+
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # once per renderer
         renderer(pos, col, rad, cam, gamma, 30.0, opacity=opa)
@@ -273,8 +278,7 @@ class _Views(torch.utils.data.Dataset):
 @pytest.mark.slow
 def test_spawn_dataloader_workers_render():
     renderer, _ = _used_renderer()
-    loader = torch.utils.data.DataLoader(_Views(renderer), batch_size=1, num_workers=1,
-                                         multiprocessing_context="spawn")
+    loader = torch.utils.data.DataLoader(_Views(renderer), batch_size=1, num_workers=1, multiprocessing_context="spawn")
     images = [batch[0] for batch in loader]
     for i, image in enumerate(images):
         pos, col, rad, opa, cam = _inputs(seed=i)

@@ -24,8 +24,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
-def _rank_main(fn: Callable, rank: int, world_size: int, init_method: str, backend: str, args: tuple,
-               results) -> None:
+def _rank_main(fn: Callable, rank: int, world_size: int, init_method: str, backend: str, args: tuple, results) -> None:
     torch.set_num_threads(1)  # ranks share the machine's cores
     if backend == "nccl":
         torch.cuda.set_device(rank)
@@ -42,17 +41,17 @@ def _rank_main(fn: Callable, rank: int, world_size: int, init_method: str, backe
         dist.destroy_process_group()
 
 
-def run_ranks(fn: Callable, world_size: int, *args: Any, backend: str = "gloo",
-              timeout: float = 300.0) -> List[Any]:
+def run_ranks(fn: Callable, world_size: int, *args: Any, backend: str = "gloo", timeout: float = 300.0) -> List[Any]:
     """``[fn(0, world_size, *args), ..., fn(world_size - 1, world_size, *args)]``, each run
     on its own rank of a fresh process group (``backend``: "gloo" or "nccl")."""
     context = mp.get_context("spawn")
     with tempfile.TemporaryDirectory() as tmp:
         init_method = "file://" + os.path.join(tmp, "rendezvous")
         results = context.Queue()
-        processes = [context.Process(target=_rank_main,
-                                     args=(fn, rank, world_size, init_method, backend, args, results))
-                     for rank in range(world_size)]
+        processes = [
+            context.Process(target=_rank_main, args=(fn, rank, world_size, init_method, backend, args, results))
+            for rank in range(world_size)
+        ]
         for p in processes:
             p.start()
         collected = {}
@@ -61,8 +60,9 @@ def run_ranks(fn: Callable, world_size: int, *args: Any, backend: str = "gloo",
                 try:
                     rank, error, value = results.get(timeout=timeout)
                 except queue_module.Empty:
-                    raise AssertionError(f"ranks {sorted(set(range(world_size)) - set(collected))} gave no "
-                                         f"result within {timeout} s") from None
+                    raise AssertionError(
+                        f"ranks {sorted(set(range(world_size)) - set(collected))} gave no result within {timeout} s"
+                    ) from None
                 if error is not None:
                     raise AssertionError(f"rank {rank} of {world_size} failed:\n{error}")
                 collected[rank] = torch.load(io.BytesIO(value), weights_only=True)

@@ -4,22 +4,31 @@ to compare it with. A module of its own: spawned ranks import their function by 
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import torch
+from scenes import grad_output_like, random_scene
 
 import pulsar_py
 from pulsar_py.distributed import ShardedRenderer
-from scenes import grad_output_like, random_scene
 
 GRAD_NAMES = ("vert_pos", "vert_col", "vert_rad", "opacity", "bg_col", "cam_params")
 SPHERE_NAMES = ("vert_pos", "vert_col", "vert_rad", "opacity")
 
 
 def case_scene(case: dict):
-    return random_scene(case["seed"], width=40, height=30, n_spheres=sum(case["shares"]), radius_px=(3.0, 12.0),
-                        batch=case.get("batch"), shared_spheres=case.get("batch") is not None, n_track=4,
-                        percent_allowed_difference=case["p"], gamma=case.get("gamma", 0.1))
+    return random_scene(
+        case["seed"],
+        width=40,
+        height=30,
+        n_spheres=sum(case["shares"]),
+        radius_px=(3.0, 12.0),
+        batch=case.get("batch"),
+        shared_spheres=case.get("batch") is not None,
+        n_track=4,
+        percent_allowed_difference=case["p"],
+        gamma=case.get("gamma", 0.1),
+    )
 
 
 def share_bounds(shares: List[int]) -> List[int]:
@@ -38,10 +47,13 @@ def _leaf_inputs(scene, case: dict, dtype: torch.dtype, device: str, rank: Optio
     share of ``case["shares"]``."""
     tensors = scene.tensors(dtype, device)
     if rank is not None:
-        lo, hi = share_bounds(case["shares"])[rank:rank + 2]
+        lo, hi = share_bounds(case["shares"])[rank : rank + 2]
         for name in SPHERE_NAMES:
-            tensors[name] = tensors[name][..., lo:hi].contiguous() if name in ("vert_rad", "opacity") \
+            tensors[name] = (
+                tensors[name][..., lo:hi].contiguous()
+                if name in ("vert_rad", "opacity")
                 else tensors[name][..., lo:hi, :].contiguous()
+            )
     for t in tensors.values():
         t.requires_grad_(True)
     return tensors
@@ -65,8 +77,7 @@ def run_case(renderer, scene, case: dict, dtype: torch.dtype, device: str, rank:
 RENDER_OUTPUTS = ("image", "depth", "z_depth", "coverage", "distortion")
 
 
-def run_render_case(renderer, scene, case: dict, dtype: torch.dtype, device: str,
-                    rank: Optional[int] = None) -> Dict:
+def run_render_case(renderer, scene, case: dict, dtype: torch.dtype, device: str, rank: Optional[int] = None) -> Dict:
     """As run_case for ``render()``: its outputs (RENDER_OUTPUTS) and the gradients of a
     loss of every one of them."""
     tensors = _leaf_inputs(scene, case, dtype, device, rank)
@@ -89,8 +100,13 @@ def _sharded_results(run: Callable, rank: int, cases: List[dict], device: str) -
     results = []
     for case in cases:
         scene = case_scene(case)
-        renderer = ShardedRenderer(scene.width, scene.height, n_track=scene.n_track, n_channels=scene.n_channels,
-                                   background_normalized_depth=scene.beta).to(device)
+        renderer = ShardedRenderer(
+            scene.width,
+            scene.height,
+            n_track=scene.n_track,
+            n_channels=scene.n_channels,
+            background_normalized_depth=scene.beta,
+        ).to(device)
         results.append(run(renderer, scene, case, case["dtype"], device, rank))
     return results
 
@@ -103,8 +119,13 @@ def sharded_render_rank(rank: int, world_size: int, cases: List[dict], device: s
 def single_render_result(case: dict, device: str = "cpu") -> Dict:
     """The case's single-process ``render()`` result."""
     scene = case_scene(case)
-    renderer = pulsar_py.Renderer(scene.width, scene.height, n_track=scene.n_track, n_channels=scene.n_channels,
-                                  background_normalized_depth=scene.beta).to(device)
+    renderer = pulsar_py.Renderer(
+        scene.width,
+        scene.height,
+        n_track=scene.n_track,
+        n_channels=scene.n_channels,
+        background_normalized_depth=scene.beta,
+    ).to(device)
     return run_render_case(renderer, scene, case, case["dtype"], device)
 
 
@@ -113,19 +134,27 @@ def sharded_rank(rank: int, world_size: int, cases: List[dict], device: str = "c
     return _sharded_results(run_case, rank, cases, device)
 
 
-def sharded_forward_and_render_rank(rank: int, world_size: int, cases: List[dict], render_cases: List[dict],
-                                    device: str = "cpu") -> Dict[str, List[Dict]]:
+def sharded_forward_and_render_rank(
+    rank: int, world_size: int, cases: List[dict], render_cases: List[dict], device: str = "cpu"
+) -> Dict[str, List[Dict]]:
     """``{"forward": sharded_rank(...), "render": sharded_render_rank(...)}`` from one set
     of ranks (run_ranks' function)."""
-    return {"forward": sharded_rank(rank, world_size, cases, device),
-            "render": sharded_render_rank(rank, world_size, render_cases, device)}
+    return {
+        "forward": sharded_rank(rank, world_size, cases, device),
+        "render": sharded_render_rank(rank, world_size, render_cases, device),
+    }
 
 
 def single_result(case: dict, device: str = "cpu", p: Optional[float] = None) -> Dict:
     """The case's single-process result (``p``: another percent_allowed_difference)."""
     scene = case_scene(case if p is None else dict(case, p=p))
-    renderer = pulsar_py.Renderer(scene.width, scene.height, n_track=scene.n_track, n_channels=scene.n_channels,
-                                  background_normalized_depth=scene.beta).to(device)
+    renderer = pulsar_py.Renderer(
+        scene.width,
+        scene.height,
+        n_track=scene.n_track,
+        n_channels=scene.n_channels,
+        background_normalized_depth=scene.beta,
+    ).to(device)
     return run_case(renderer, scene, case, case["dtype"], device)
 
 

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from rank_runner import run_ranks
 from torch.nn.parallel import DistributedDataParallel
 
 import pulsar_py
 from pulsar_py import Renderer
-from rank_runner import run_ranks
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "multiview_ddp.py"
@@ -57,8 +57,9 @@ def _ddp_steps(rank: int, world_size: int, view_counts):
         optimiser = example.make_optimiser(spheres)
         gradients = {}
         # Read the gradients between the all-reduce and the step: hook the optimiser.
-        optimiser.register_step_pre_hook(lambda *_: gradients.update(
-            {name: p.grad.detach().clone() for name, p in spheres.named_parameters()}))
+        optimiser.register_step_pre_hook(
+            lambda *_: gradients.update({name: p.grad.detach().clone() for name, p in spheres.named_parameters()})
+        )
         example.train_step(model, optimiser, renderer, cameras, targets, views, world_size)
         results[views] = (gradients, {name: p.detach().clone() for name, p in spheres.named_parameters()})
     return results
@@ -129,8 +130,17 @@ def test_example_spawns_its_ranks(monkeypatch, capfd):
 
 
 def test_example_under_torchrun(tmp_path):
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(EXAMPLE),
-               "--views", "5", *TINY]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        str(EXAMPLE),
+        "--views",
+        "5",
+        *TINY,
+    ]
     # The ranks import the pulsar_py that this test imported (installed, or a built checkout).
     package_root = str(Path(pulsar_py.__file__).resolve().parent.parent)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))

@@ -7,24 +7,38 @@ from typing import Dict, List
 
 import pytest
 import torch
+from rank_runner import run_ranks
+from sharded_cases import (
+    RENDER_OUTPUTS,
+    SPHERE_NAMES,
+    case_scene,
+    disagreeing_rank,
+    sharded_forward_and_render_rank,
+    sharded_rank,
+    sharded_render_rank,
+    share_bounds,
+    single_render_result,
+    single_result,
+)
 
 import pulsar_py
 from pulsar_py.distributed import ShardedRenderer
-from rank_runner import run_ranks
-from sharded_cases import (RENDER_OUTPUTS, SPHERE_NAMES, case_scene, disagreeing_rank, share_bounds,
-                           sharded_forward_and_render_rank, sharded_render_rank, sharded_rank,
-                           single_render_result, single_result)
 
 F32, F64 = torch.float32, torch.float64
 TOLERANCE = {F64: 1e-12, F32: 1e-5}
 
 # 2 ranks: uneven shares; 3 ranks: an empty share first and one in the middle (batched).
 CASES = {
-    2: [dict(seed=11, shares=[41, 17], p=0.0, dtype=F64), dict(seed=12, shares=[9, 50], p=0.0, dtype=F32),
-        dict(seed=13, shares=[30, 30], p=0.01, dtype=F64)],
-    3: [dict(seed=21, shares=[0, 35, 24], p=0.0, dtype=F64),
+    2: [
+        dict(seed=11, shares=[41, 17], p=0.0, dtype=F64),
+        dict(seed=12, shares=[9, 50], p=0.0, dtype=F32),
+        dict(seed=13, shares=[30, 30], p=0.01, dtype=F64),
+    ],
+    3: [
+        dict(seed=21, shares=[0, 35, 24], p=0.0, dtype=F64),
         dict(seed=22, shares=[20, 0, 33], p=0.0, dtype=F32, batch=2),
-        dict(seed=23, shares=[25, 10, 25], p=0.01, dtype=F32)],
+        dict(seed=23, shares=[25, 10, 25], p=0.01, dtype=F32),
+    ],
 }
 
 
@@ -34,7 +48,7 @@ def _relative(got: torch.Tensor, want: torch.Tensor) -> float:
 
 
 def _share(t: torch.Tensor, name: str, case: dict, rank: int) -> torch.Tensor:
-    lo, hi = share_bounds(case["shares"])[rank:rank + 2]
+    lo, hi = share_bounds(case["shares"])[rank : rank + 2]
     return t[..., lo:hi] if name in ("vert_rad", "opacity") else t[..., lo:hi, :]
 
 

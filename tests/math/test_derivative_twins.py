@@ -153,8 +153,15 @@ def harness(tmp_path_factory) -> dict[str, Path]:
         "harness_perturbing.o": ["-DPULSAR_TWINS_PERTURB", TWINS_SRC / "harness.cpp"],
     }
     jobs = [
-        (obj, subprocess.Popen([cxx, *flags, "-c", *map(str, args), "-o", str(out / obj)],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        (
+            obj,
+            subprocess.Popen(
+                [cxx, *flags, "-c", *map(str, args), "-o", str(out / obj)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            ),
+        )
         for obj, args in objects.items()
     ]
     for obj, job in jobs:
@@ -162,8 +169,9 @@ def harness(tmp_path_factory) -> dict[str, Path]:
         assert job.returncode == 0, f"compiling {obj} failed:\n{log}"
     exes = {"plain": out / "harness", "perturbing": out / "harness_perturbing"}
     for kind, main in (("plain", "harness.o"), ("perturbing", "harness_perturbing.o")):
-        link = subprocess.run([cxx, str(out / "twins.o"), str(out / main), "-o", str(exes[kind])],
-                              capture_output=True, text=True)
+        link = subprocess.run(
+            [cxx, str(out / "twins.o"), str(out / main), "-o", str(exes[kind])], capture_output=True, text=True
+        )
         assert link.returncode == 0, f"linking the {kind} harness failed:\n{link.stderr}"
     return exes
 
@@ -175,8 +183,8 @@ def run_harness(exe: Path, *args: str) -> dict[str, list[Point]]:
     for line in done.stdout.splitlines():
         name, index, branch, twin, fd = line.split("\t")
         points.setdefault(name, []).append(
-            Point(name, int(index), branch, [float(v) for v in twin.split(",")],
-                  [float(v) for v in fd.split(",")]))
+            Point(name, int(index), branch, [float(v) for v in twin.split(",")], [float(v) for v in fd.split(",")])
+        )
     return points
 
 
@@ -187,8 +195,9 @@ def results(harness) -> dict[str, list[Point]]:
 
 def relative_errors(point: Point) -> list[float]:
     scale = max(abs(v) for v in point.fd)
-    return [abs(t - f) / (abs(f) + FLOOR * scale) if (abs(f) + scale) > 0 else abs(t)
-            for t, f in zip(point.twin, point.fd)]
+    return [
+        abs(t - f) / (abs(f) + FLOOR * scale) if (abs(f) + scale) > 0 else abs(t) for t, f in zip(point.twin, point.fd)
+    ]
 
 
 def assert_agrees(point: Point) -> float:
@@ -198,7 +207,8 @@ def assert_agrees(point: Point) -> float:
     assert errors[worst] <= RTOL, (
         f"{point.name}, point {point.index} (branch {point.branch}): input {worst}: twin "
         f"{point.twin[worst]!r}, finite difference {point.fd[worst]!r}: relative error "
-        f"{errors[worst]:.3g} > {RTOL:g}")
+        f"{errors[worst]:.3g} > {RTOL:g}"
+    )
     return errors[worst]
 
 
@@ -249,6 +259,5 @@ def test_perturbed_twin_fails(harness, name):
 
 
 def test_only_the_perturbing_build_perturbs(harness):
-    done = subprocess.run([str(harness["plain"]), "--perturb", EXPECTED_TWINS[0]], capture_output=True,
-                          text=True)
+    done = subprocess.run([str(harness["plain"]), "--perturb", EXPECTED_TWINS[0]], capture_output=True, text=True)
     assert done.returncode == 2 and "PULSAR_TWINS_PERTURB" in done.stderr

@@ -14,13 +14,20 @@ import math
 
 import pytest
 import torch
+from camera_scenes import (
+    assert_nonzero,
+    fixed_weights,
+    gradient_setup,
+    place_spheres,
+    random_camera,
+    random_rotation,
+    sphere_attributes,
+    uniform,
+)
+from helpers import DEVICES
 
 from pulsar_py import Camera, Renderer, rgb_to_sh_dc, sh_to_color
 from pulsar_py.sh import SH_C0, sh_basis, sh_n_coefficients
-
-from helpers import DEVICES
-from camera_scenes import (assert_nonzero, fixed_weights, gradient_setup, place_spheres, random_camera,
-                           random_rotation, sphere_attributes, uniform)
 
 F64 = torch.float64
 
@@ -55,8 +62,9 @@ def test_bands_are_rotation_invariant():
     rotated = sh_basis(dirs @ random_rotation(gen, 2.0).T, 3)
     for band in range(4):
         lo, hi = band * band, (band + 1) ** 2
-        torch.testing.assert_close((basis[:, lo:hi] ** 2).sum(-1), torch.full((50,), (2 * band + 1) / (4 * math.pi),
-                                                                                dtype=F64))
+        torch.testing.assert_close(
+            (basis[:, lo:hi] ** 2).sum(-1), torch.full((50,), (2 * band + 1) / (4 * math.pi), dtype=F64)
+        )
         # The rotated band is a linear combination of the same band: least squares is exact.
         solution = torch.linalg.lstsq(basis[:, lo:hi], rotated[:, lo:hi]).solution
         torch.testing.assert_close(basis[:, lo:hi] @ solution, rotated[:, lo:hi], rtol=0, atol=1e-12)
@@ -104,12 +112,21 @@ def test_sh_render_equals_per_camera_colours(degree, orthographic, device):
     camera, pos, rad, coeffs, opacity = _sh_scene(degree, degree, orthographic=orthographic)
     # Three cameras: the first and two moved ones; spheres shared.
     offsets = torch.tensor([[0.0, 0.0, 0.0], [0.2, -0.1, 0.0], [-0.15, 0.1, 0.1]], dtype=F64)
-    cameras = Camera(camera.rotation.expand(3, 3, 3), camera.translation + offsets, camera.fx, camera.fy, camera.cx,
-                     camera.cy, camera.image_size, orthographic=orthographic)
+    cameras = Camera(
+        camera.rotation.expand(3, 3, 3),
+        camera.translation + offsets,
+        camera.fx,
+        camera.fy,
+        camera.cx,
+        camera.cy,
+        camera.image_size,
+        orthographic=orthographic,
+    )
     renderer = Renderer(20, 15).to(device)
     to = lambda t: t.to(device)  # noqa: E731
-    result = renderer.render(to(pos), to(coeffs), to(rad), cameras.to(device), opacity=to(opacity),
-                             sh_degree=degree, **SETTINGS)
+    result = renderer.render(
+        to(pos), to(coeffs), to(rad), cameras.to(device), opacity=to(opacity), sh_degree=degree, **SETTINGS
+    )
     assert result.image.shape == (3, 15, 20, 3)
     native = cameras.native(20, 15)
     seen = []
@@ -121,8 +138,9 @@ def test_sh_render_equals_per_camera_colours(degree, orthographic, device):
         colours = sh_to_color(coeffs, directions, degree)
         assert float(colours.min()) > 0
         seen.append(colours)
-        expected = renderer.render(to(pos), to(colours), to(rad), cameras[b].to(device), opacity=to(opacity),
-                                   **SETTINGS)
+        expected = renderer.render(
+            to(pos), to(colours), to(rad), cameras[b].to(device), opacity=to(opacity), **SETTINGS
+        )
         torch.testing.assert_close(result.image[b], expected.image, rtol=0, atol=1e-13)
         torch.testing.assert_close(result.depth[b], expected.depth, rtol=0, atol=1e-13)
     # Colours depend on the view for degree > 0 with perspective cameras (whose directions
@@ -130,8 +148,9 @@ def test_sh_render_equals_per_camera_colours(degree, orthographic, device):
     differs = float((seen[0] - seen[1]).abs().max()) > 1e-3
     assert differs == (degree > 0 and not orthographic)
     # Unbatched camera, unbatched spheres: unbatched output, equal to item 0.
-    single = renderer.render(to(pos), to(coeffs), to(rad), cameras[0].to(device), opacity=to(opacity),
-                             sh_degree=degree, **SETTINGS)
+    single = renderer.render(
+        to(pos), to(coeffs), to(rad), cameras[0].to(device), opacity=to(opacity), sh_degree=degree, **SETTINGS
+    )
     assert single.image.shape == (15, 20, 3)
     torch.testing.assert_close(single.image, result.image[0], rtol=0, atol=1e-13)
 
@@ -149,15 +168,31 @@ def test_sh_with_batched_spheres_and_mask(device):
     to = lambda t: t.to(device)  # noqa: E731
     coeff_leaf = to(coeffs_b).requires_grad_(True)
     pos_leaf = to(pos_b).requires_grad_(True)
-    result = renderer.render(pos_leaf, coeff_leaf, to(rad_b), camera.to(device), opacity=to(opacity_b),
-                             sh_degree=2, mask=to(mask), **SETTINGS)
+    result = renderer.render(
+        pos_leaf,
+        coeff_leaf,
+        to(rad_b),
+        camera.to(device),
+        opacity=to(opacity_b),
+        sh_degree=2,
+        mask=to(mask),
+        **SETTINGS,
+    )
     for b in range(2):
         keep = mask[b]
-        one = renderer.render(to(pos_b[b][keep]), to(coeffs_b[b][keep]), to(rad_b[b][keep]), camera.to(device),
-                              opacity=to(opacity_b[b][keep]), sh_degree=2, **SETTINGS)
+        one = renderer.render(
+            to(pos_b[b][keep]),
+            to(coeffs_b[b][keep]),
+            to(rad_b[b][keep]),
+            camera.to(device),
+            opacity=to(opacity_b[b][keep]),
+            sh_degree=2,
+            **SETTINGS,
+        )
         torch.testing.assert_close(result.image[b], one.image, rtol=0, atol=1e-13)
-    grads = torch.autograd.grad((result.image * fixed_weights(result.image.shape, device=device)).sum(),
-                                [coeff_leaf, pos_leaf])
+    grads = torch.autograd.grad(
+        (result.image * fixed_weights(result.image.shape, device=device)).sum(), [coeff_leaf, pos_leaf]
+    )
     for g in grads:
         assert bool(torch.isfinite(g).all())
         assert bool((g[1, 2:4] == 0).all())
@@ -178,13 +213,22 @@ def test_sh_gradients_match_finite_differences(degree, device):
     to = lambda t: t.to(device)  # noqa: E731
 
     def loss(coeffs, pos, rotation, translation):
-        cam = Camera(rotation, translation, to(camera.fx), to(camera.fy), to(camera.cx), to(camera.cy),
-                     camera.image_size, rotation_repr="axis_angle")
+        cam = Camera(
+            rotation,
+            translation,
+            to(camera.fx),
+            to(camera.fy),
+            to(camera.cx),
+            to(camera.cy),
+            camera.image_size,
+            rotation_repr="axis_angle",
+        )
         image = renderer.render(pos, coeffs, to(rad), cam, opacity=to(opacity), sh_degree=degree, **SETTINGS).image
         return (image * weights).sum()
 
-    inputs = [to(t).detach().clone().requires_grad_(True)
-              for t in (coeffs, pos, camera.rotation[0], camera.translation[0])]
+    inputs = [
+        to(t).detach().clone().requires_grad_(True) for t in (coeffs, pos, camera.rotation[0], camera.translation[0])
+    ]
     grads = torch.autograd.grad(loss(*inputs), inputs)
     assert_nonzero(dict(zip(("coefficients", "positions", "rotation", "translation"), grads)))
     # The view direction contributes to the position gradient: it differs from the one

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from helpers import DEVICES
 from scenes import grad_output_like, random_scene
 

@@ -19,13 +19,11 @@ import itertools
 
 import pytest
 import torch
+from helpers import DEVICES
 
 import pulsar_py
-from pulsar_py import Renderer, _native
-from pulsar_py import ops
+from pulsar_py import Renderer, _native, ops
 from pulsar_py.cameras.params import camera_from_params
-
-from helpers import DEVICES
 
 F64 = torch.float64
 WIDTH, HEIGHT = 37, 23  # odd and non-square: (W - 1) / 2 and (H - 1) / 2 differ
@@ -55,18 +53,27 @@ def make_params(length: int, rotation: str, batch: int, orthographic: bool, seed
             rot = eye6 + 1e-5 * rnd(batch, 6)
         else:
             rot = rnd(batch, 6) * 2
-    parts = [2 * rnd(batch, 3), rot,
-             # Orthographic cameras have focal length 0; a non-zero one must be ignored
-             # (packed as 0, zero gradient): every other batch item gets one.
-             uni(0.5, 2.0, batch) * (torch.arange(batch) % 2 if orthographic else 1),
-             uni(0.5, 2.0, batch)]
+    parts = [
+        2 * rnd(batch, 3),
+        rot,
+        # Orthographic cameras have focal length 0; a non-zero one must be ignored
+        # (packed as 0, zero gradient): every other batch item gets one.
+        uni(0.5, 2.0, batch) * (torch.arange(batch) % 2 if orthographic else 1),
+        uni(0.5, 2.0, batch),
+    ]
     if length in (10, 13):
         parts.append(3 * rnd(batch, 2))
     return torch.cat([p.reshape(batch, -1) for p in parts], -1)
 
 
-def reference_packed(cams: torch.Tensor, orthographic: bool, right_handed: bool, first_R_then_T: bool,
-                     min_depth: float, max_depth: float = MAX_DEPTH) -> torch.Tensor:
+def reference_packed(
+    cams: torch.Tensor,
+    orthographic: bool,
+    right_handed: bool,
+    first_R_then_T: bool,
+    min_depth: float,
+    max_depth: float = MAX_DEPTH,
+) -> torch.Tensor:
     """The torch path: camera_from_params, near/far, cat -> [B, 15]."""
     camera = camera_from_params(cams, WIDTH, HEIGHT, orthographic, right_handed, first_R_then_T)
     min_t = torch.tensor(min_depth, dtype=cams.dtype, device=cams.device)
@@ -76,8 +83,14 @@ def reference_packed(cams: torch.Tensor, orthographic: bool, right_handed: bool,
     return camera.pack(near, far)
 
 
-def native_packed(cams: torch.Tensor, orthographic: bool, right_handed: bool, first_R_then_T: bool,
-                  min_depth: float, max_depth: float = MAX_DEPTH) -> torch.Tensor:
+def native_packed(
+    cams: torch.Tensor,
+    orthographic: bool,
+    right_handed: bool,
+    first_R_then_T: bool,
+    min_depth: float,
+    max_depth: float = MAX_DEPTH,
+) -> torch.Tensor:
     settings = ops.PackSettings(WIDTH, HEIGHT, orthographic, right_handed, first_R_then_T, min_depth, max_depth)
     return ops.pack_cameras(cams, settings.encode())
 
@@ -129,18 +142,25 @@ def test_exact_zero_rotation_gradient_is_finite(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("length,rotation,flags,min_depth", [
-    (8, "generic", (False, False, False), 0.0),
-    (10, "small", (False, True, True), 0.0),
-    (11, "generic", (True, False, True), 0.5),
-    (13, "generic", (False, True, False), 0.0),
-])
+@pytest.mark.parametrize(
+    "length,rotation,flags,min_depth",
+    [
+        (8, "generic", (False, False, False), 0.0),
+        (10, "small", (False, True, True), 0.0),
+        (11, "generic", (True, False, True), 0.5),
+        (13, "generic", (False, True, False), 0.0),
+    ],
+)
 def test_gradcheck(length, rotation, flags, min_depth, device):
     orthographic, right_handed, first_R_then_T = flags
     cams = make_params(length, rotation, 2, orthographic, 11 * length).to(device).requires_grad_(True)
     assert torch.autograd.gradcheck(
-        lambda c: native_packed(c, orthographic, right_handed, first_R_then_T, min_depth), (cams,),
-        eps=1e-6, atol=1e-7, rtol=1e-6)
+        lambda c: native_packed(c, orthographic, right_handed, first_R_then_T, min_depth),
+        (cams,),
+        eps=1e-6,
+        atol=1e-7,
+        rtol=1e-6,
+    )
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -149,8 +169,12 @@ def test_non_contiguous_and_no_grad_input(device):
     cam_params is returned only when it is asked for."""
     one = make_params(13, "generic", 1, False, 5).to(device)
     expanded = one.expand(4, -1)
-    torch.testing.assert_close(native_packed(expanded, False, True, False, 0.0),
-                               native_packed(expanded.contiguous(), False, True, False, 0.0), rtol=0, atol=0)
+    torch.testing.assert_close(
+        native_packed(expanded, False, True, False, 0.0),
+        native_packed(expanded.contiguous(), False, True, False, 0.0),
+        rtol=0,
+        atol=0,
+    )
     packed = native_packed(one, False, False, False, 0.0)
     assert not packed.requires_grad
 
@@ -166,13 +190,16 @@ def _args(cams: torch.Tensor) -> "_native.CameraParamsArgs":
     return args
 
 
-@pytest.mark.parametrize("field,value,name", [
-    ("length", 9, "length"),
-    ("batch_size", 0, "batch_size"),
-    ("width", 0, "width"),
-    ("height", -1, "height"),
-    ("params", 0, "params"),
-])
+@pytest.mark.parametrize(
+    "field,value,name",
+    [
+        ("length", 9, "length"),
+        ("batch_size", 0, "batch_size"),
+        ("width", 0, "width"),
+        ("height", -1, "height"),
+        ("params", 0, "params"),
+    ],
+)
 def test_bad_native_arguments(field, value, name):
     cams = make_params(8, "generic", 2, False, 1)
     args = _args(cams)
@@ -270,8 +297,10 @@ def test_hot_path_backward_after_forwards_of_other_cameras(device):
     renderer.check_values = False
     pos, col, rad = _scene(device)
     first = _cams(device, 1)[0]  # [L]: one camera
-    others = [_cams(device, 3) + torch.tensor([0.3, -0.2, 0.4] + [0.0] * 7, dtype=F64, device=device),
-              _cams(device, 2) * 1.1]
+    others = [
+        _cams(device, 3) + torch.tensor([0.3, -0.2, 0.4] + [0.0] * 7, dtype=F64, device=device),
+        _cams(device, 2) * 1.1,
+    ]
 
     def run(between):
         c = first.clone().requires_grad_(True)
@@ -292,11 +321,32 @@ def test_hot_path_backward_after_forwards_of_other_cameras(device):
 
 def test_native_renderer_names_a_bad_camera_vector_length():
     """The native render call checks the camera-vector length it is told (0: packed)."""
-    renderer = Renderer(WIDTH, HEIGHT)
     pos, col, rad = _scene("cpu")
     cams = _cams("cpu", 1)
-    settings = ops.RenderSettings(0, WIDTH, HEIGHT, 5, False, 1e-6, 1, 0, 0.1, 0.0, -1, False, False, False, True,
-                                  False, False, 9, False, 0.0, 30.0, 0)
+    settings = ops.RenderSettings(
+        0,
+        WIDTH,
+        HEIGHT,
+        5,
+        False,
+        1e-6,
+        1,
+        0,
+        0.1,
+        0.0,
+        -1,
+        False,
+        False,
+        False,
+        True,
+        False,
+        False,
+        9,
+        False,
+        0.0,
+        30.0,
+        0,
+    )
     with pytest.raises(ValueError, match="camera_vectors.length: expected 0 .*got 9"):
         ops.render(pos, col, rad, None, None, cams, settings.encode())
 

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import HAS_CUDA, native_of
 
 from pulsar_py import Renderer
 from pulsar_py.tools.bench import binned_instances
-
-from helpers import HAS_CUDA, native_of
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU and a CUDA build")]
 
@@ -27,7 +26,9 @@ def _scene(seed, n, channels, batch, ortho, dtype):
     g = torch.Generator().manual_seed(seed)
     shape = (batch, n) if batch else (n,)
     pos = torch.rand(shape + (3,), generator=g, dtype=torch.float64)
-    pos = pos * torch.tensor([6.0, 4.5, 6.0], dtype=torch.float64) + torch.tensor([-3.0, -2.25, 12.0], dtype=torch.float64)
+    pos = pos * torch.tensor([6.0, 4.5, 6.0], dtype=torch.float64) + torch.tensor(
+        [-3.0, -2.25, 12.0], dtype=torch.float64
+    )
     col = torch.rand(shape + (channels,), generator=g, dtype=torch.float64)
     rad = 0.05 + 0.5 * torch.rand(shape, generator=g, dtype=torch.float64)
     opa = 0.1 + 0.9 * torch.rand(shape, generator=g, dtype=torch.float64)
@@ -84,7 +85,7 @@ CASES = [
     (0, 60, 3, 0, False, False, 0.0, 0.1),
     (1, 60, 1, 0, False, True, 0.01, 0.3),
     (2, 60, 4, 2, False, False, 0.0, 0.05),
-    (3, 40, 5, 0, True, False, 0.0, 0.2),   # generic channel path
+    (3, 40, 5, 0, True, False, 0.0, 0.2),  # generic channel path
     (4, 40, 8, 3, False, False, 0.02, 1.0),
     (5, 300, 3, 0, False, False, 0.0, 0.1),  # many spheres per tile
 ]
@@ -97,10 +98,10 @@ def test_cuda_matches_cpu(case, dtype):
     tensors = _scene(seed, n, channels, batch, ortho, dtype)
     if rh:
         tensors[0] = tensors[0] * torch.tensor([1.0, 1.0, -1.0], dtype=dtype)
-    renderer_kw = dict(width=37, height=29, n_channels=channels, orthogonal_projection=ortho,
-                       right_handed_system=rh, n_track=4)
-    call_kw = dict(gamma=gamma, max_depth=30.0, min_depth=1.0 if ortho else 0.0,
-                   percent_allowed_difference=percent)
+    renderer_kw = dict(
+        width=37, height=29, n_channels=channels, orthogonal_projection=ortho, right_handed_system=rh, n_track=4
+    )
+    call_kw = dict(gamma=gamma, max_depth=30.0, min_depth=1.0 if ortho else 0.0, percent_allowed_difference=percent)
     cpu = _render_and_grad("cpu", tensors, renderer_kw, call_kw)
     gpu = _render_and_grad("cuda", tensors, renderer_kw, call_kw)
     assert (cpu[1] > 0).float().mean() > 0.2, "scene draws too little to compare"
@@ -117,8 +118,9 @@ def test_cuda_matches_cpu_without_opacity(channels, dtype):
     results = {}
     for device in ("cpu", "cuda"):
         leaves = [t.to(device).clone().requires_grad_() for t in (pos, col, rad, bg, cam)]
-        image = Renderer(**renderer_kw).to(device)(leaves[0], leaves[1], leaves[2], leaves[4], bg_col=leaves[3],
-                                                    gamma=0.1, max_depth=30.0)
+        image = Renderer(**renderer_kw).to(device)(
+            leaves[0], leaves[1], leaves[2], leaves[4], bg_col=leaves[3], gamma=0.1, max_depth=30.0
+        )
         weights = torch.linspace(-1, 1, image.numel(), dtype=image.dtype, device=device).reshape(image.shape)
         grads = torch.autograd.grad((image * weights).sum(), leaves)
         results[device] = (image.detach().cpu(), [g.cpu() for g in grads])
@@ -146,8 +148,9 @@ def test_cuda_nan_image_gradient_reaches_only_the_pixels_hits(channels):
         leaves = [t.to(device).clone().requires_grad_() for t in (pos, col, rad, opa)]
         renderer = Renderer(**renderer_kw).to(device)
         renderer.check_values = False
-        image = renderer(leaves[0], leaves[1], leaves[2], cam.to(device), bg_col=bg.to(device), opacity=leaves[3],
-                         **call_kw)
+        image = renderer(
+            leaves[0], leaves[1], leaves[2], cam.to(device), bg_col=bg.to(device), opacity=leaves[3], **call_kw
+        )
         results[device] = [g.cpu() for g in torch.autograd.grad(image, leaves, grad_image.to(device))]
     for name, g_gpu, g_cpu in zip(["pos", "col", "rad", "opa"], results["cuda"], results["cpu"]):
         nan_cpu = torch.isnan(g_cpu).reshape(g_cpu.shape[0], -1).any(1)
@@ -161,8 +164,9 @@ def _box_spheres(seed, n, low, extent, radius):
     each), colours uniform in [0, 1]^3 and radii radius[0] + radius[1] * U(0, 1), drawn in
     that order, and the generator for further draws."""
     g = torch.Generator().manual_seed(seed)
-    pos = torch.rand(n, 3, generator=g, dtype=torch.float64) * torch.tensor(extent, dtype=torch.float64) \
-        + torch.tensor(low, dtype=torch.float64)
+    pos = torch.rand(n, 3, generator=g, dtype=torch.float64) * torch.tensor(extent, dtype=torch.float64) + torch.tensor(
+        low, dtype=torch.float64
+    )
     col = torch.rand(n, 3, generator=g, dtype=torch.float64)
     rad = radius[0] + radius[1] * torch.rand(n, generator=g, dtype=torch.float64)
     return pos, col, rad, g
@@ -185,8 +189,7 @@ def _stored_instances(tensors, renderer_kw, percent):
     depth 45 and the given percent_allowed_difference."""
     renderer = Renderer(**renderer_kw).cuda()
     pos, col, rad, opa, bg, cam = (t.cuda() for t in tensors)
-    renderer(pos, col, rad, cam, gamma=0.1, max_depth=45.0, bg_col=bg, opacity=opa,
-             percent_allowed_difference=percent)
+    renderer(pos, col, rad, cam, gamma=0.1, max_depth=45.0, bg_col=bg, opacity=opa, percent_allowed_difference=percent)
     return binned_instances(renderer, torch.device("cuda"))
 
 
@@ -201,8 +204,9 @@ def test_cuda_depth_cut_is_exact_and_stores_less(dtype):
     cpu = _render_and_grad("cpu", tensors, renderer_kw, call_kw)
     gpu = _render_and_grad("cuda", tensors, renderer_kw, call_kw)
     pos, col, rad, opa, bg, cam = tensors
-    all_hits = Renderer(**renderer_kw)(pos, col, rad, cam, gamma=0.1, max_depth=45.0, opacity=opa,
-                                       percent_allowed_difference=0.0, mode=1)
+    all_hits = Renderer(**renderer_kw)(
+        pos, col, rad, cam, gamma=0.1, max_depth=45.0, opacity=opa, percent_allowed_difference=0.0, mode=1
+    )
     assert cpu[1].float().mean() < 0.4 * all_hits.mean(), "termination should stop pixels early in this scene"
     _assert_gpu_matches_cpu(gpu, cpu, dtype)
     stored = {percent: _stored_instances(tensors, renderer_kw, percent) for percent in (0.01, 0.0)}
@@ -221,8 +225,14 @@ def test_cuda_common_call_matches_cpu(max_n_hits):
     for device in ("cpu", "cuda"):
         renderer = Renderer(96, 80, n_channels=3).to(device)
         args = [t.to(device) for t in (pos, col, rad, cam)]
-        call_kw = dict(gamma=0.1, max_depth=45.0, percent_allowed_difference=0.01, max_n_hits=max_n_hits,
-                       bg_col=bg.to(device), opacity=opa.to(device))
+        call_kw = dict(
+            gamma=0.1,
+            max_depth=45.0,
+            percent_allowed_difference=0.01,
+            max_n_hits=max_n_hits,
+            bg_col=bg.to(device),
+            opacity=opa.to(device),
+        )
         images[device] = renderer(*args, **call_kw).cpu()
         hits[device] = renderer(*args, mode=1, **call_kw).cpu()
     torch.testing.assert_close(images["cuda"], images["cpu"], atol=1e-5, rtol=0)
@@ -267,8 +277,7 @@ def test_cuda_depth_cut_is_the_same_for_either_cover_schedule(scene):
     renderer = Renderer(96, 80, n_channels=3).cuda()
     kw = dict(gamma=0.1, max_depth=45.0, bg_col=bg)
     stored = {}
-    for name, opacity, percent in (("opaque", None, 0.01), ("ones", torch.ones_like(rad), 0.01),
-                                   ("uncut", None, 0.0)):
+    for name, opacity, percent in (("opaque", None, 0.01), ("ones", torch.ones_like(rad), 0.01), ("uncut", None, 0.0)):
         images = renderer(pos, col, rad, cam, opacity=opacity, percent_allowed_difference=percent, **kw)
         stored[name] = (binned_instances(renderer, torch.device("cuda")), images)
     assert stored["opaque"][0] == stored["ones"][0], {k: v[0] for k, v in stored.items()}
@@ -283,8 +292,9 @@ def _wide_band_scene():
     pixels process every hit (the middle's stop after about a quarter of theirs), so the
     tiles' depth bounds differ across the image."""
     pos, col, rad, _ = _box_spheres(31, 16000, [-5.0, -0.35, 25.0], [10.0, 0.7, 10.0], (0.1, 0.5))
-    cams = torch.tensor([[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 5.0, 2.0],
-                         [0.4, 0.02, 0.0, 0.0, 0.01, 0.0, 5.0, 2.0]], dtype=torch.float64)
+    cams = torch.tensor(
+        [[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 5.0, 2.0], [0.4, 0.02, 0.0, 0.0, 0.01, 0.0, 5.0, 2.0]], dtype=torch.float64
+    )
     return [t.float() for t in (pos, col, rad, cams)]
 
 
@@ -331,8 +341,9 @@ def test_cuda_gradients_of_spheres_over_many_tiles(batch, dtype):
     g = torch.Generator().manual_seed(21)
     n = 150
     shape = (batch, n) if batch else (n,)
-    pos = torch.rand(shape + (3,), generator=g, dtype=torch.float64) * torch.tensor([8.0, 6.0, 10.0], dtype=torch.float64) \
-        + torch.tensor([-4.0, -3.0, 15.0], dtype=torch.float64)
+    pos = torch.rand(shape + (3,), generator=g, dtype=torch.float64) * torch.tensor(
+        [8.0, 6.0, 10.0], dtype=torch.float64
+    ) + torch.tensor([-4.0, -3.0, 15.0], dtype=torch.float64)
     col = torch.rand(shape + (3,), generator=g, dtype=torch.float64)
     rad = 1.0 + torch.rand(shape, generator=g, dtype=torch.float64)
     opa = 0.1 + 0.9 * torch.rand(shape, generator=g, dtype=torch.float64)
@@ -356,7 +367,7 @@ def test_cuda_gradients_of_spheres_over_many_tiles(batch, dtype):
 WINDOW_CASES = [
     # seed, n, channels, batch, ortho
     (8, 300, 3, 2, False),  # static channels, several cameras
-    (9, 200, 5, 0, True),   # generic channel path (features summed in the output)
+    (9, 200, 5, 0, True),  # generic channel path (features summed in the output)
 ]
 
 

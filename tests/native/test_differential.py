@@ -61,12 +61,11 @@ import time
 import warnings
 from typing import Dict, Optional
 
+import sweep
 import torch
+from scenes import Scene, pixel_deltas, random_scene
 
 from pulsar_py import Renderer
-
-import sweep
-from scenes import Scene, pixel_deltas, random_scene
 
 F32, F64 = torch.float32, torch.float64
 SCENES = int(os.environ.get("PULSAR_PY_DIFFERENTIAL_SCENES", sweep.size(80, 800)))
@@ -131,16 +130,19 @@ class NativeRun:
         kwargs = scene.call_kwargs(tensors={n: leaves.get(n) for n in GROUPS})
         image, self.info = renderer(**kwargs, return_forward_info=True)
         self.image = image.detach()
-        self.hits = renderer(**{k: (v.detach() if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()},
-                             mode=1)[..., 0].long()
+        self.hits = renderer(
+            **{k: (v.detach() if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}, mode=1
+        )[..., 0].long()
         loss = (image * (_weights(image.shape, 1) * image_mask[..., None]).to(dtype)).sum()
         self.image_grads = _grads(loss, leaves)
         kwargs["camera"] = kwargs.pop("cam_params")
         result = renderer.render(**kwargs)
         self.render_image = result.image.detach()
         self.outputs = {out: getattr(result, out).detach() for out in DEPTH_OUTPUTS}
-        loss = sum((getattr(result, out) * (_weights(result.depth.shape, 2 + k) * depth_mask).to(dtype)).sum()
-                   for k, out in enumerate(DEPTH_OUTPUTS))
+        loss = sum(
+            (getattr(result, out) * (_weights(result.depth.shape, 2 + k) * depth_mask).to(dtype)).sum()
+            for k, out in enumerate(DEPTH_OUTPUTS)
+        )
         self.depth_grads = _grads(loss, leaves)
 
 
@@ -161,9 +163,10 @@ class ReferenceRun:
         self.leaves = {k: v.requires_grad_(True) for k, v in rounded.items() if v is not None}
         self.results = []
         for b in range(self.batch or 1):
-            item = {n: (None if t is None else (t[b] if (self.batch is not None and t.dim() > UNBATCHED_DIMS[n])
-                                                 else t))
-                    for n, t in ((n, self.leaves.get(n)) for n in GROUPS)}
+            item = {
+                n: (None if t is None else (t[b] if (self.batch is not None and t.dim() > UNBATCHED_DIMS[n]) else t))
+                for n, t in ((n, self.leaves.get(n)) for n in GROUPS)
+            }
             self.results.append((scene.item(b) if self.batch is not None else scene).reference(item))
 
     def stacked(self, name: str) -> torch.Tensor:
@@ -177,14 +180,22 @@ class ReferenceRun:
 
     def depth_grads(self, mask: torch.Tensor) -> Dict[str, torch.Tensor]:
         outs = {out: self.stacked(out) for out in DEPTH_OUTPUTS}
-        loss = sum((outs[out] * (_weights(outs["depth"].shape, 2 + k) * mask).to(outs[out].dtype)).sum()
-                   for k, out in enumerate(DEPTH_OUTPUTS))
+        loss = sum(
+            (outs[out] * (_weights(outs["depth"].shape, 2 + k) * mask).to(outs[out].dtype)).sum()
+            for k, out in enumerate(DEPTH_OUTPUTS)
+        )
         return _grads(loss, self.leaves)
 
 
 # ---------------------------------------------------------------------------------------
-def _close(what: str, got: torch.Tensor, want: torch.Tensor, atol: float, rtol: float = 0.0,
-           plain: Optional[torch.Tensor] = None) -> None:
+def _close(
+    what: str,
+    got: torch.Tensor,
+    want: torch.Tensor,
+    atol: float,
+    rtol: float = 0.0,
+    plain: Optional[torch.Tensor] = None,
+) -> None:
     """Element-wise |got - want| <= atol + rtol |want|, or (float32) at most PLAIN_FACTOR
     times the plain float32 evaluation's error there."""
     got, want = got.detach().double(), want.detach().double()
@@ -197,13 +208,20 @@ def _close(what: str, got: torch.Tensor, want: torch.Tensor, atol: float, rtol: 
     bad = ((got - want).abs() > allowed) | ~torch.isfinite(got)
     if bool(bad.any()):
         i = bad.nonzero()[0].tolist()
-        raise AssertionError(f"{what}: {int(bad.sum())} of {got.numel()} values differ, e.g. at {i}: "
-                             f"{got[tuple(i)].item()!r} against the reference's {want[tuple(i)].item()!r} "
-                             f"(allowed {allowed[tuple(i)].item():.2g})")
+        raise AssertionError(
+            f"{what}: {int(bad.sum())} of {got.numel()} values differ, e.g. at {i}: "
+            f"{got[tuple(i)].item()!r} against the reference's {want[tuple(i)].item()!r} "
+            f"(allowed {allowed[tuple(i)].item():.2g})"
+        )
 
 
-def _grads_close(what: str, got: Dict[str, torch.Tensor], want: Dict[str, torch.Tensor], gamma: float,
-                 plain: Optional[Dict[str, torch.Tensor]] = None) -> None:
+def _grads_close(
+    what: str,
+    got: Dict[str, torch.Tensor],
+    want: Dict[str, torch.Tensor],
+    gamma: float,
+    plain: Optional[Dict[str, torch.Tensor]] = None,
+) -> None:
     """float64 (plain None): to 1e-7. float32: the error of each group's
     gradient (its norm) at most the largest of TOL_GRAD (1 + 1 / gamma) eps32 of the
     group's norm, PLAIN_FACTOR times the error of the plain float32 evaluation ``plain``,
@@ -225,22 +243,42 @@ def _grads_close(what: str, got: Dict[str, torch.Tensor], want: Dict[str, torch.
             tol = TOL_GRAD * (1 + 1 / gamma) * EPS32
             assert err <= max(tol * norm, PLAIN_FACTOR * err_plain, tol * GROUP_FLOOR * top), (
                 f"{what} {name}: error {err:.3g} against a norm of {norm:.3g} (relative tolerance {tol:.3g}; "
-                f"largest group norm {top:.3g}) and the plain float32 evaluation's error {err_plain:.3g}")
+                f"largest group norm {top:.3g}) and the plain float32 evaluation's error {err_plain:.3g}"
+            )
 
 
-def _forward_info_close(info: torch.Tensor, ref: ReferenceRun, agree: torch.Tensor, dtype, gamma: float,
-                        plain: Optional[ReferenceRun]) -> None:
+def _forward_info_close(
+    info: torch.Tensor, ref: ReferenceRun, agree: torch.Tensor, dtype, gamma: float, plain: Optional[ReferenceRun]
+) -> None:
     info = info.detach().double()
     eps = EPS32 if dtype == F32 else float(torch.finfo(F64).eps)
     scale = 1e-10 if dtype == F64 else TOL_VALUE * EPS32
     m, d, zc = info[..., 0], info[..., 1], info[..., 2]
     pick = lambda name: None if plain is None else plain.stacked(name)[agree]  # noqa: E731
-    _close("forward info m", m[agree], ref.stacked("max_exponent")[agree], atol=100 * eps / gamma, rtol=scale,
-           plain=pick("max_exponent"))
-    _close("forward info D", d[agree], ref.stacked("normaliser")[agree], atol=100 * eps,
-           rtol=scale + 100 * eps / gamma, plain=pick("normaliser"))
-    _close("forward info zc", zc[agree], ref.stacked("max_closest_depth")[agree], atol=scale, rtol=scale,
-           plain=pick("max_closest_depth"))
+    _close(
+        "forward info m",
+        m[agree],
+        ref.stacked("max_exponent")[agree],
+        atol=100 * eps / gamma,
+        rtol=scale,
+        plain=pick("max_exponent"),
+    )
+    _close(
+        "forward info D",
+        d[agree],
+        ref.stacked("normaliser")[agree],
+        atol=100 * eps,
+        rtol=scale + 100 * eps / gamma,
+        plain=pick("normaliser"),
+    )
+    _close(
+        "forward info zc",
+        zc[agree],
+        ref.stacked("max_closest_depth")[agree],
+        atol=scale,
+        rtol=scale,
+        plain=pick("max_closest_depth"),
+    )
     # Pulsar's shapes: unbatched forward info gives ids [1, H, W, K].
     ids = Renderer.sphere_ids_from_result_info_nograd(info.to(dtype)).long().reshape(info.shape[:-1] + (-1,))
     want_ids, want_depths = ref.stacked("closest_ids"), ref.stacked("closest_depths")
@@ -252,8 +290,14 @@ def _forward_info_close(info: torch.Tensor, ref: ReferenceRun, agree: torch.Tens
         agree = agree & separated
     same = (ids == want_ids).all(-1)
     assert bool(same[agree].all()), f"forward info ids differ at {int((~same & agree).sum())} pixels"
-    _close("forward info depths", depths[agree], want_depths[agree], atol=scale, rtol=scale,
-           plain=None if plain is None else plain.stacked("closest_depths")[agree])
+    _close(
+        "forward info depths",
+        depths[agree],
+        want_depths[agree],
+        atol=scale,
+        rtol=scale,
+        plain=None if plain is None else plain.stacked("closest_depths")[agree],
+    )
 
 
 def near_silhouettes(scene: Scene) -> torch.Tensor:
@@ -300,20 +344,34 @@ def check_scene(seed: int) -> None:
         pick = lambda name, mask: None if plain is None else plain.stacked(name)[mask]  # noqa: E731
         image = ref.stacked("image")
         _close(f"{label} image", run.image[agree], image[agree], atol=atol, plain=pick("image", agree))
-        _close(f"{label} render() image", run.render_image[agree], image[agree], atol=atol,
-               plain=pick("image", agree))
+        _close(f"{label} render() image", run.render_image[agree], image[agree], atol=atol, plain=pick("image", agree))
         for out in DEPTH_OUTPUTS:
             want = ref.stacked(out)
             # Depths in world units (scaled by the depth range), distortion in their square.
             unit = (scene.max_depth if out != "coverage" else 1.0) ** (2 if out == "distortion" else 1)
-            _close(f"{label} {out}", run.outputs[out][depth_agree], want[depth_agree], atol=atol * unit,
-                   plain=pick(out, depth_agree))
+            _close(
+                f"{label} {out}",
+                run.outputs[out][depth_agree],
+                want[depth_agree],
+                atol=atol * unit,
+                plain=pick(out, depth_agree),
+            )
         assert bool((run.outputs["distortion"] >= 0).all()), f"{label} negative distortion"
         _forward_info_close(run.info, ref, agree, dtype, gamma, plain)
-        _grads_close(f"{label} image gradient", run.image_grads, ref.image_grads(agree.double()), gamma,
-                     None if plain is None else plain.image_grads(agree.double()))
-        _grads_close(f"{label} depth outputs' gradient", run.depth_grads, ref.depth_grads(depth_agree.double()),
-                     gamma, None if plain is None else plain.depth_grads(depth_agree.double()))
+        _grads_close(
+            f"{label} image gradient",
+            run.image_grads,
+            ref.image_grads(agree.double()),
+            gamma,
+            None if plain is None else plain.image_grads(agree.double()),
+        )
+        _grads_close(
+            f"{label} depth outputs' gradient",
+            run.depth_grads,
+            ref.depth_grads(depth_agree.double()),
+            gamma,
+            None if plain is None else plain.depth_grads(depth_agree.double()),
+        )
 
 
 def _describe(opts: dict) -> str:
@@ -332,4 +390,5 @@ def test_native_matches_the_reference_on_random_scenes():
     elapsed = time.perf_counter() - start
     assert not failures, (
         f"{len(failures)} of {SCENES} scenes differ from the reference ({elapsed:.0f} s); repeat one with "
-        f"PULSAR_PY_DIFFERENTIAL_SEED=<seed> PULSAR_PY_DIFFERENTIAL_SCENES=1:\n" + "\n".join(failures))
+        f"PULSAR_PY_DIFFERENTIAL_SEED=<seed> PULSAR_PY_DIFFERENTIAL_SCENES=1:\n" + "\n".join(failures)
+    )

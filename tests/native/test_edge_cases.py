@@ -11,41 +11,67 @@ executable spec), and float32 images must agree with it to float32 precision.
 from __future__ import annotations
 
 import math
-from typing import Dict, Optional, Tuple
+from typing import Dict, Tuple
 
 import pytest
 import torch
+from helpers import DEVICES
+from scenes import Scene, grad_output_like
 
 from pulsar_py import Renderer
 from pulsar_py.gradcheck import gradcheck
-
-from helpers import DEVICES
-from scenes import Scene, grad_output_like
 
 F64 = torch.float64
 GROUPS = ("vert_pos", "vert_col", "vert_rad", "opacity", "bg_col", "cam_params")
 DTYPES = [pytest.param(F64, id="f64"), pytest.param(torch.float32, id="f32")]
 
 
-def make_scene(pos, rad, *, focal: float = 0.5, sensor: float = 0.5, n_channels: int = 3, n_track: int = 5,
-               gamma: float = 0.1, max_depth: float = 20.0, min_depth: float = 0.0, orthographic: bool = False,
-               width: int = 16, height: int = 12, seed: int = 0, cam_position=(0.0, 0.0, 0.0)) -> Scene:
+def make_scene(
+    pos,
+    rad,
+    *,
+    focal: float = 0.5,
+    sensor: float = 0.5,
+    n_channels: int = 3,
+    n_track: int = 5,
+    gamma: float = 0.1,
+    max_depth: float = 20.0,
+    min_depth: float = 0.0,
+    orthographic: bool = False,
+    width: int = 16,
+    height: int = 12,
+    seed: int = 0,
+    cam_position=(0.0, 0.0, 0.0),
+) -> Scene:
     """An unrotated camera looking along +z (left-handed) at spheres ``pos`` [N, 3], ``rad`` [N]."""
     pos = torch.tensor(pos, dtype=F64).reshape(-1, 3)
     rad = torch.tensor(rad, dtype=F64).reshape(-1)
     n = pos.shape[0]
     gen = torch.Generator().manual_seed(seed)
     cam = torch.tensor([*cam_position, 0.0, 0.0, 0.0, 0.0 if orthographic else focal, sensor], dtype=F64)
-    return Scene(width=width, height=height, n_channels=n_channels, orthographic=orthographic, right_handed=False,
-                 n_track=n_track, beta=1e-6, vert_pos=pos,
-                 vert_col=torch.rand(n, n_channels, generator=gen, dtype=F64),
-                 vert_rad=rad, opacity=0.3 + 0.6 * torch.rand(n, generator=gen, dtype=F64),
-                 bg_col=torch.rand(n_channels, generator=gen, dtype=F64), cam_params=cam, gamma=gamma,
-                 max_depth=max_depth, min_depth=min_depth)
+    return Scene(
+        width=width,
+        height=height,
+        n_channels=n_channels,
+        orthographic=orthographic,
+        right_handed=False,
+        n_track=n_track,
+        beta=1e-6,
+        vert_pos=pos,
+        vert_col=torch.rand(n, n_channels, generator=gen, dtype=F64),
+        vert_rad=rad,
+        opacity=0.3 + 0.6 * torch.rand(n, generator=gen, dtype=F64),
+        bg_col=torch.rand(n_channels, generator=gen, dtype=F64),
+        cam_params=cam,
+        gamma=gamma,
+        max_depth=max_depth,
+        min_depth=min_depth,
+    )
 
 
-def native_run(scene: Scene, device: str, dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor,
-                                                                        Dict[str, torch.Tensor]]:
+def native_run(
+    scene: Scene, device: str, dtype: torch.dtype
+) -> Tuple[torch.Tensor, torch.Tensor, Dict[str, torch.Tensor]]:
     """(image, forward info, {group: gradient of sum(image * g)}) on ``device``."""
     renderer = scene.renderer(device)
     leaves = {k: v.requires_grad_(True) for k, v in scene.tensors(dtype, device).items() if v is not None}
@@ -58,14 +84,19 @@ def reference_run(scene: Scene, grad_out: torch.Tensor):
     """(reference result, {group: gradient}) in float64 on the CPU."""
     leaves = {k: v.requires_grad_(True) for k, v in scene.tensors().items() if v is not None}
     ref = scene.reference(leaves)
-    grads = torch.autograd.grad((ref.image * grad_out.cpu().double()).sum(), list(leaves.values()),
-                                allow_unused=True)
+    grads = torch.autograd.grad((ref.image * grad_out.cpu().double()).sum(), list(leaves.values()), allow_unused=True)
     return ref, {k: (torch.zeros_like(leaves[k]) if g is None else g) for k, g in zip(leaves, grads)}
 
 
-def check_case(scene: Scene, device: str, dtype: torch.dtype, *, min_hit_pixels: int = 1,
-               nonzero: tuple = ("vert_pos", "vert_col", "bg_col"),
-               reference_gradients: bool = True) -> Dict[str, torch.Tensor]:
+def check_case(
+    scene: Scene,
+    device: str,
+    dtype: torch.dtype,
+    *,
+    min_hit_pixels: int = 1,
+    nonzero: tuple = ("vert_pos", "vert_col", "bg_col"),
+    reference_gradients: bool = True,
+) -> Dict[str, torch.Tensor]:
     """Runs the checks every case shares; returns the native gradients.
 
     ``reference_gradients=False`` checks float64 gradients against finite differences
@@ -139,8 +170,13 @@ def test_no_spheres(batched, dtype, device):
 @pytest.mark.parametrize("orthographic", [False, True], ids=["persp", "ortho"])
 def test_everything_culled(orthographic, dtype, device):
     """Behind the camera, beyond the far plane, through the near plane, off-screen."""
-    scene = make_scene([[0, 0, -3.0], [0.2, 0, 30.0], [0, 0.1, 1.2], [40.0, 0, 5.0]], [0.5, 1.0, 0.8, 0.5],
-                       orthographic=orthographic, sensor=2.0 if orthographic else 0.5, min_depth=1.0)
+    scene = make_scene(
+        [[0, 0, -3.0], [0.2, 0, 30.0], [0, 0.1, 1.2], [40.0, 0, 5.0]],
+        [0.5, 1.0, 0.8, 0.5],
+        orthographic=orthographic,
+        sensor=2.0 if orthographic else 0.5,
+        min_depth=1.0,
+    )
     grads = check_case(scene, device, dtype, min_hit_pixels=0, nonzero=("bg_col",))
     for name in ("vert_pos", "vert_col", "vert_rad", "opacity", "cam_params"):
         assert bool((grads[name] == 0).all()), name
@@ -151,8 +187,13 @@ def test_everything_culled(orthographic, dtype, device):
 @pytest.mark.parametrize("orthographic", [False, True], ids=["persp", "ortho"])
 def test_camera_inside_a_sphere(orthographic, dtype, device):
     """A big sphere around the eye (culled: its closest depth is negative) and two seen ones."""
-    scene = make_scene([[0.1, 0, 0.3], [0.2, 0.1, 4.0], [-0.3, 0, 6.0]], [3.0, 0.8, 1.0],
-                       orthographic=orthographic, sensor=3.0 if orthographic else 0.5, min_depth=0.6)
+    scene = make_scene(
+        [[0.1, 0, 0.3], [0.2, 0.1, 4.0], [-0.3, 0, 6.0]],
+        [3.0, 0.8, 1.0],
+        orthographic=orthographic,
+        sensor=3.0 if orthographic else 0.5,
+        min_depth=0.6,
+    )
     check_case(scene, device, dtype, min_hit_pixels=20)
 
 
@@ -164,9 +205,13 @@ def test_sphere_through_the_near_plane(orthographic, min_depth, dtype, device):
     """Sphere 0 straddles the near plane (closest depth < near < centre depth): culled;
     the spheres behind it render and get exact gradients."""
     near = min_depth if min_depth > 0 else (2e-6 if orthographic else 0.5 + 2e-6)
-    scene = make_scene([[0.0, 0.05, near + 0.2], [0.2, 0.1, near + 3.0], [-0.3, 0, near + 5.0]],
-                       [0.5, 0.8, 1.0], orthographic=orthographic, sensor=3.0 if orthographic else 0.5,
-                       min_depth=min_depth)
+    scene = make_scene(
+        [[0.0, 0.05, near + 0.2], [0.2, 0.1, near + 3.0], [-0.3, 0, near + 5.0]],
+        [0.5, 0.8, 1.0],
+        orthographic=orthographic,
+        sensor=3.0 if orthographic else 0.5,
+        min_depth=min_depth,
+    )
     check_case(scene, device, dtype, min_hit_pixels=20)
 
 
@@ -180,8 +225,7 @@ def test_ray_through_a_centre(orthographic, dtype, device):
         pos, rad = [[0.0, 0.0, 2.0], [-2 / 32, 1 / 32, 3.0]], [3 / 32, 2 / 32]
     else:
         pos, rad = [[0.0, 0.0, 2.0], [0.3, -0.2, 3.0]], [0.5, 0.4]
-    scene = make_scene(pos, rad, orthographic=orthographic, focal=0.25, sensor=9 / 32, width=9, height=7,
-                       min_depth=0.5)
+    scene = make_scene(pos, rad, orthographic=orthographic, focal=0.25, sensor=9 / 32, width=9, height=7, min_depth=0.5)
     grads = check_case(scene, device, dtype, min_hit_pixels=5)
     assert float(grads["vert_rad"].abs().max()) > 0
 
@@ -196,8 +240,9 @@ def test_radius_extremes(radius, dtype, device):
     """Sphere 0 has the extreme radius, at a distance where it is large on screen (r >= 1)
     or under one pixel (tiny-sphere rule); sphere 1 is an ordinary sphere."""
     distance = max(4 * radius, 2.0) + radius
-    scene = make_scene([[0.3 * radius, 0.0, distance], [0.4, 0.2, 3.0]], [radius, 0.3],
-                       max_depth=distance + 2 * radius + 10)
+    scene = make_scene(
+        [[0.3 * radius, 0.0, distance], [0.4, 0.2, 3.0]], [radius, 0.3], max_depth=distance + 2 * radius + 10
+    )
     check_case(scene, device, dtype, min_hit_pixels=1)
 
 
@@ -212,8 +257,9 @@ def test_gamma_limits(gamma, dtype, device):
     scene = make_scene([[0.0, 0.0, 3.0], [0.2, 0.1, 3.5], [-0.3, 0.1, 5.0]], [1.0, 0.8, 1.5], gamma=gamma)
     if gamma < 1e-3:
         with pytest.warns(UserWarning, match="gamma"):
-            check_case(scene, device, dtype, min_hit_pixels=50, nonzero=("vert_col", "bg_col"),
-                       reference_gradients=False)
+            check_case(
+                scene, device, dtype, min_hit_pixels=50, nonzero=("vert_col", "bg_col"), reference_gradients=False
+            )
     else:
         check_case(scene, device, dtype, min_hit_pixels=50)
 
@@ -224,11 +270,15 @@ def test_n_track_128(dtype, device):
     """150 overlapping spheres on a 12x9 image: 128 tracked hits per pixel, ids exact."""
     gen = torch.Generator().manual_seed(5)
     n = 150
-    pos = torch.stack([0.2 * torch.rand(n, generator=gen, dtype=F64) - 0.1,
-                       0.2 * torch.rand(n, generator=gen, dtype=F64) - 0.1,
-                       4.0 + 4.0 * torch.rand(n, generator=gen, dtype=F64)], -1)
-    scene = make_scene(pos.tolist(), [2.5] * n, n_track=128, width=12, height=9, sensor=0.2, gamma=0.5,
-                       max_depth=20.0)
+    pos = torch.stack(
+        [
+            0.2 * torch.rand(n, generator=gen, dtype=F64) - 0.1,
+            0.2 * torch.rand(n, generator=gen, dtype=F64) - 0.1,
+            4.0 + 4.0 * torch.rand(n, generator=gen, dtype=F64),
+        ],
+        -1,
+    )
+    scene = make_scene(pos.tolist(), [2.5] * n, n_track=128, width=12, height=9, sensor=0.2, gamma=0.5, max_depth=20.0)
     check_case(scene, device, dtype, min_hit_pixels=100)
     image, info, _ = native_run(scene, device, dtype)
     ids = Renderer.sphere_ids_from_result_info_nograd(info)[0].cpu().long()

@@ -5,11 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
-from pulsar_py import Renderer
-
 from golden_cases import CASE_NAMES, load_case
 from helpers import DEVICES
+
+from pulsar_py import Renderer
 
 
 def test_all_public_cases_present():

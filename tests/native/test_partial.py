@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import DEVICES
+from scenes import grad_output_like, random_scene
 
 import pulsar_py
-from helpers import DEVICES
 from pulsar_py import ops
-from scenes import grad_output_like, random_scene
 
 F32, F64 = torch.float32, torch.float64
 
@@ -35,8 +35,13 @@ def _merge_alone(partial, state, background, bg_exponent):
 @pytest.mark.parametrize("p", [0.0, 0.02])
 def test_one_share_merged_alone_is_the_render(device, dtype, p):
     scene = random_scene(5, width=40, height=30, n_spheres=60, radius_px=(3.0, 12.0), percent_allowed_difference=p)
-    renderer = _Captured(scene.width, scene.height, n_channels=scene.n_channels, n_track=scene.n_track,
-                         background_normalized_depth=scene.beta).to(device)
+    renderer = _Captured(
+        scene.width,
+        scene.height,
+        n_channels=scene.n_channels,
+        n_track=scene.n_track,
+        background_normalized_depth=scene.beta,
+    ).to(device)
     tensors = scene.tensors(dtype, device)
     for t in tensors.values():
         t.requires_grad_(True)
@@ -50,14 +55,14 @@ def test_one_share_merged_alone_is_the_render(device, dtype, p):
         plain = ops._render_forward(*args[:6], args[6])[0]
     tol = 1e-12 if dtype == F64 else 2e-6
     assert (state[..., 1] >= 0).all()
-    merged_image, merged_state = _merge_alone(partial, state, tensors["bg_col"].detach(),
-                                              scene.beta / scene.gamma)
+    merged_image, merged_state = _merge_alone(partial, state, tensors["bg_col"].detach(), scene.beta / scene.gamma)
     assert torch.allclose(merged_image, image.detach(), rtol=tol, atol=tol)
     assert torch.equal(counts, plain[2])  # the background's weight counts in the termination rule
     assert torch.equal(state[..., 0], plain[1][..., 0])
     with torch.no_grad():
-        got = ops._render_backward_impl(grad_image, None, *args[:6], merged_image, merged_state, counts, None,
-                                        settings, [True] * 6, call=call)
+        got = ops._render_backward_impl(
+            grad_image, None, *args[:6], merged_image, merged_state, counts, None, settings, [True] * 6, call=call
+        )
     for name, g, w in zip(tensors, got, want):
         assert w.abs().max() > 0, name
         error = ((g - w).abs().max() / w.abs().max()).item()
@@ -70,10 +75,13 @@ def test_a_partial_renders_depth_statistics_of_its_share(device):
     the plain render's: its mean and variance are those of its hits, and its hits' weight
     is its normaliser without the background."""
     scene = random_scene(6, width=40, height=30, n_spheres=60, radius_px=(3.0, 12.0))
-    renderer = _Captured(scene.width, scene.height, n_channels=scene.n_channels,
-                         background_normalized_depth=scene.beta).to(device)
-    renderer.render(**{k: v for k, v in scene.call_kwargs(F64, device).items() if k != "cam_params"},
-                    camera=scene.cam_params.to(device))
+    renderer = _Captured(
+        scene.width, scene.height, n_channels=scene.n_channels, background_normalized_depth=scene.beta
+    ).to(device)
+    renderer.render(
+        **{k: v for k, v in scene.call_kwargs(F64, device).items() if k != "cam_params"},
+        camera=scene.cam_params.to(device),
+    )
     args = renderer.arguments
     assert args[6].want_depth_moments
     with torch.no_grad():
@@ -84,6 +92,5 @@ def test_a_partial_renders_depth_statistics_of_its_share(device):
     want = plain[4]
     assert (want[..., 0] > 0.1).any()  # the scene covers pixels
     torch.testing.assert_close(d_share / total, want[..., 0], rtol=1e-12, atol=1e-14)
-    torch.testing.assert_close(moments[..., 1] + moments[..., 3], want[..., 1] + want[..., 3], rtol=1e-12,
-                               atol=1e-14)
+    torch.testing.assert_close(moments[..., 1] + moments[..., 3], want[..., 1] + want[..., 3], rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(moments[..., 2], want[..., 2], rtol=1e-10, atol=1e-14)

@@ -21,19 +21,23 @@ from typing import Dict
 
 import pytest
 import torch
+from helpers import DEVICES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from scenes import Scene, grad_output_like, random_scene
 
 from pulsar_py import Renderer
-
-from helpers import DEVICES
-from scenes import Scene, grad_output_like, random_scene
 
 F64 = torch.float64
 GROUPS = ("vert_pos", "vert_col", "vert_rad", "opacity", "bg_col", "cam_params")
 UNBATCHED_DIMS = dict(vert_pos=2, vert_col=2, vert_rad=1, opacity=1, bg_col=1, cam_params=1)
-COMMON = dict(deadline=None, derandomize=True, database=None, print_blob=True,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+COMMON = dict(
+    deadline=None,
+    derandomize=True,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 
 
 @st.composite
@@ -72,8 +76,9 @@ def scene_options(draw, *, extreme: bool = False) -> dict:
         opts["radius_px"] = (draw(st.floats(0.5, 4.0)), draw(st.floats(4.0, 9.0)))
         opts["opacity_range"] = (draw(st.floats(0.0, 0.5)), draw(st.floats(0.5, 1.0)))
     if batch is not None:
-        opts["shared_spheres"], opts["shared_camera"] = draw(st.sampled_from(
-            [(False, False), (True, False), (False, True)]))
+        opts["shared_spheres"], opts["shared_camera"] = draw(
+            st.sampled_from([(False, False), (True, False), (False, True)])
+        )
     return opts
 
 
@@ -85,8 +90,7 @@ def native(scene: Scene, device: str, dtype):
     """(image, forward info, {group: gradient of sum(image * g)})."""
     renderer = scene.renderer(device)
     leaves = _leaves(scene, device, dtype)
-    image, info = renderer(**scene.call_kwargs(tensors={n: leaves.get(n) for n in GROUPS}),
-                           return_forward_info=True)
+    image, info = renderer(**scene.call_kwargs(tensors={n: leaves.get(n) for n in GROUPS}), return_forward_info=True)
     grads = torch.autograd.grad(image, list(leaves.values()), grad_output_like(image))
     return image.detach(), info, dict(zip(leaves, grads))
 
@@ -97,8 +101,11 @@ def reference(scene: Scene, grad_out: torch.Tensor):
     batch = scene.batch_size
     loss, images = 0.0, []
     for b in range(batch or 1):
-        item = {n: (t[b] if t.dim() > UNBATCHED_DIMS[n] else t) if batch is not None else t
-                for n, t in ((n, leaves.get(n)) for n in GROUPS) if t is not None}
+        item = {
+            n: (t[b] if t.dim() > UNBATCHED_DIMS[n] else t) if batch is not None else t
+            for n, t in ((n, leaves.get(n)) for n in GROUPS)
+            if t is not None
+        }
         item.setdefault("opacity", None)
         item.setdefault("bg_col", None)
         ref = (scene.item(b) if batch is not None else scene).reference(item)
@@ -144,6 +151,7 @@ def test_float64_matches_the_reference(device):
 @pytest.mark.parametrize("dtype", [F64, torch.float32], ids=["f64", "f32"])
 def test_outputs_and_gradients_are_finite(dtype, device):
     """Also at gamma 1e-5 and 1, opacities exactly 0 or 1, sub-pixel to huge radii."""
+
     @settings(max_examples=40, **COMMON)
     @given(opts=st.one_of(scene_options(), scene_options(extreme=True)))
     def check(opts):
@@ -152,7 +160,10 @@ def test_outputs_and_gradients_are_finite(dtype, device):
             image, info, grads = native(scene, device, dtype)
         assert_finite(image, info, grads, dtype)
         expected_shape = ((scene.batch_size,) if scene.batch_size else ()) + (
-            scene.height, scene.width, scene.n_channels)
+            scene.height,
+            scene.width,
+            scene.n_channels,
+        )
         assert tuple(image.shape) == expected_shape
         for name, g in grads.items():
             assert g.shape == getattr(scene, name).shape, name
@@ -164,6 +175,7 @@ def test_outputs_and_gradients_are_finite(dtype, device):
 def test_images_stay_in_the_convex_hull_of_colours_and_background(device):
     """The pixel colour is a convex combination of the hit spheres' features and the
     background: each channel lies between their minimum and maximum."""
+
     @settings(max_examples=30, **COMMON)
     @given(opts=st.one_of(scene_options(), scene_options(extreme=True)))
     def check(opts):
@@ -200,13 +212,27 @@ def _quiet():
 
 def test_renderer_accepts_its_constructor_range():
     """Constructor arguments drawn over their whole valid range build a working renderer."""
+
     @settings(max_examples=30, **COMMON)
-    @given(width=st.integers(1, 40), height=st.integers(1, 40), n_channels=st.integers(1, 70),
-           n_track=st.integers(1, 128), beta=st.floats(1e-9, 0.999, exclude_max=True),
-           ortho=st.booleans(), rh=st.booleans())
+    @given(
+        width=st.integers(1, 40),
+        height=st.integers(1, 40),
+        n_channels=st.integers(1, 70),
+        n_track=st.integers(1, 128),
+        beta=st.floats(1e-9, 0.999, exclude_max=True),
+        ortho=st.booleans(),
+        rh=st.booleans(),
+    )
     def check(width, height, n_channels, n_track, beta, ortho, rh):
-        renderer = Renderer(width, height, orthogonal_projection=ortho, right_handed_system=rh,
-                            background_normalized_depth=beta, n_channels=n_channels, n_track=n_track)
+        renderer = Renderer(
+            width,
+            height,
+            orthogonal_projection=ortho,
+            right_handed_system=rh,
+            background_normalized_depth=beta,
+            n_channels=n_channels,
+            n_track=n_track,
+        )
         pos = torch.tensor([[0.0, 0.0, 3.0]], dtype=F64)
         col = torch.rand(1, n_channels, dtype=F64, generator=torch.Generator().manual_seed(0))
         rad = torch.tensor([1.0], dtype=F64)

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from pulsar_py import Renderer
-
 from helpers import DEVICES
 from scenes import pixel_deltas, random_scene
+
+from pulsar_py import Renderer
 
 # name -> random_scene keyword arguments (the seed is the case's index).
 CASES = {
@@ -42,12 +41,23 @@ CASES = {
     "culled_persp": dict(n_culled=4),
     "culled_ortho_min_depth0": dict(orthographic=True, n_culled=4, min_depth=0.0),
     "offscreen": dict(film_margin=0.5, radius_px=(4, 9)),
-    "ortho_RthenT_pp_early_stop": dict(orthographic=True, cam_length=10, first_R_then_T=True,
-                                       percent_allowed_difference=0.05, n_spheres=25),
+    "ortho_RthenT_pp_early_stop": dict(
+        orthographic=True, cam_length=10, first_R_then_T=True, percent_allowed_difference=0.05, n_spheres=25
+    ),
     "beta_0.5": dict(beta=0.5, gamma=0.2),
     "ortho_no_opacity_gamma_1e-3_track8": dict(orthographic=True, with_opacity=False, gamma=1e-3, n_track=8),
-    "wide_40x30_mixed": dict(width=40, height=30, n_spheres=30, n_tiny=4, n_culled=2, cam_length=13,
-                             gamma=0.05, percent_allowed_difference=0.02, max_n_hits=6, n_track=3),
+    "wide_40x30_mixed": dict(
+        width=40,
+        height=30,
+        n_spheres=30,
+        n_tiny=4,
+        n_culled=2,
+        cam_length=13,
+        gamma=0.05,
+        percent_allowed_difference=0.02,
+        max_n_hits=6,
+        n_track=3,
+    ),
 }
 SEEDS = {name: 100 + i for i, name in enumerate(CASES)}
 
@@ -59,14 +69,36 @@ def _scene(name):
 def test_case_list_covers_every_option():
     """The case table itself: every option value the issue lists appears."""
     seen = lambda key, pred: any(pred(c.get(key, DEFAULTS[key])) for c in CASES.values())  # noqa: E731
-    DEFAULTS = dict(orthographic=False, right_handed=False, n_channels=3, with_opacity=True, with_bg=True,
-                    gamma=0.1, min_depth=None, percent_allowed_difference=0.0, max_n_hits=None, n_track=5,
-                    cam_length=8, first_R_then_T=False, n_tiny=0, n_culled=0, film_margin=0.15)
+    DEFAULTS = dict(
+        orthographic=False,
+        right_handed=False,
+        n_channels=3,
+        with_opacity=True,
+        with_bg=True,
+        gamma=0.1,
+        min_depth=None,
+        percent_allowed_difference=0.0,
+        max_n_hits=None,
+        n_track=5,
+        cam_length=8,
+        first_R_then_T=False,
+        n_tiny=0,
+        n_culled=0,
+        film_margin=0.15,
+    )
     assert len(CASES) >= 20
-    for key, values in dict(orthographic=[False, True], right_handed=[False, True], n_channels=[1, 3, 8],
-                            with_opacity=[False, True], with_bg=[False, True], min_depth=[0.0, None],
-                            max_n_hits=[None, 1], n_track=[1, 16], cam_length=[8, 10, 11, 13],
-                            first_R_then_T=[False, True]).items():
+    for key, values in dict(
+        orthographic=[False, True],
+        right_handed=[False, True],
+        n_channels=[1, 3, 8],
+        with_opacity=[False, True],
+        with_bg=[False, True],
+        min_depth=[0.0, None],
+        max_n_hits=[None, 1],
+        n_track=[1, 16],
+        cam_length=[8, 10, 11, 13],
+        first_R_then_T=[False, True],
+    ).items():
         for value in values:
             assert seen(key, lambda v: v == value), (key, value)
     assert seen("gamma", lambda g: g <= 1e-3) and seen("gamma", lambda g: g == 1.0)
@@ -144,7 +176,7 @@ def test_tiny_spheres_are_drawn_by_the_tiny_rule(name):
     n = scene.vert_pos.shape[0]
     by_rule = [((ids == i).any(-1) & outside[i]) for i in range(n)]
     assert sum(int(m.sum()) for m in by_rule[: n - 8]) == 0  # normal spheres: covered pixels only
-    assert sum(1 for m in by_rule[n - 8:] if bool(m.any())) >= 3
+    assert sum(1 for m in by_rule[n - 8 :] if bool(m.any())) >= 3
     camera = scene.camera()
     pixel = float(camera.pdx.norm())
     for i in range(n - 8, n):
@@ -179,8 +211,9 @@ def test_culled_spheres_are_not_drawn(name):
         assert not bool((ids == i).any()), f"culled sphere {i} was drawn"
     # Moved into the depth range (same film position), they are drawn.
     t = scene.tensors()
-    direction = (torch.nn.functional.normalize(c, dim=-1) if not scene.orthographic
-                 else camera.optical_axis()[0].expand_as(c))
+    direction = (
+        torch.nn.functional.normalize(c, dim=-1) if not scene.orthographic else camera.optical_axis()[0].expand_as(c)
+    )
     target = 0.5 * (near + scene.max_depth) + scene.vert_rad
     current = c.norm(dim=-1) if not scene.orthographic else axis_depth
     for i in culled:
@@ -206,8 +239,10 @@ def test_opacity_gradient_at_opacity_zero_with_the_depth_outputs():
     # Pixels whose other hits have weight: there the depth outputs are smooth in o_k (where
     # sphere k is the only hit, its first weight moves the mean depth from 0 to its own).
     mask = (scene.reference(t).coverage > 0).double()
-    weights = {out: torch.rand(mask.shape, generator=torch.Generator().manual_seed(j), dtype=torch.float64) * 2 - 1
-               for j, out in enumerate(DEPTH_OUTPUTS)}
+    weights = {
+        out: torch.rand(mask.shape, generator=torch.Generator().manual_seed(j), dtype=torch.float64) * 2 - 1
+        for j, out in enumerate(DEPTH_OUTPUTS)
+    }
 
     def loss(result) -> torch.Tensor:
         return sum((getattr(result, out) * weights[out] * mask).sum() for out in DEPTH_OUTPUTS)

@@ -71,18 +71,25 @@ def test_command_line_refuses_same_module(tmp_path, capsys):
 
 def _child_result(times: dict) -> dict:
     """A child's result with times {workload: {variant: (fwd list, fwd+bwd list)}}."""
-    return {"build": {"version": "x"}, "workloads": {
-        w: {v: {"fwd": f, "fwd+bwd": b} for v, (f, b) in variants.items()} for w, variants in times.items()}}
+    return {
+        "build": {"version": "x"},
+        "workloads": {
+            w: {v: {"fwd": f, "fwd+bwd": b} for v, (f, b) in variants.items()} for w, variants in times.items()
+        },
+    }
 
 
 def test_summary_takes_medians_of_round_medians_and_ratios():
     runs = {
-        "A": [_child_result({"W3": {"eager": ([1.0, 9.0, 2.0], [4.0, 4.0, 5.0])}}),
-              _child_result({"W3": {"eager": ([3.0, 3.0, 3.0], [6.0, 6.0, 6.0])}}),
-              _child_result({"W3": {"eager": ([4.0, 5.0, 4.0], [8.0, 7.0, 8.0])}})],
-        "B": [_child_result({"W3": {"eager": ([1.0, 1.0, 1.0], [2.0, 2.0, 2.0]),
-                                    "compiled": ([0.5], [1.0])}}),
-              _child_result({"W3": {"eager": ([1.5, 2.0, 2.5], [3.0, 3.0, 9.0])}})],
+        "A": [
+            _child_result({"W3": {"eager": ([1.0, 9.0, 2.0], [4.0, 4.0, 5.0])}}),
+            _child_result({"W3": {"eager": ([3.0, 3.0, 3.0], [6.0, 6.0, 6.0])}}),
+            _child_result({"W3": {"eager": ([4.0, 5.0, 4.0], [8.0, 7.0, 8.0])}}),
+        ],
+        "B": [
+            _child_result({"W3": {"eager": ([1.0, 1.0, 1.0], [2.0, 2.0, 2.0]), "compiled": ([0.5], [1.0])}}),
+            _child_result({"W3": {"eager": ([1.5, 2.0, 2.5], [3.0, 3.0, 9.0])}}),
+        ],
     }
     rows = ab.summarise(runs, ["A", "B"], ["W3"])
     eager, compiled = rows
@@ -107,8 +114,10 @@ def test_summary_takes_medians_of_round_medians_and_ratios():
 
 
 def test_round_wins_count_only_rounds_where_the_later_build_is_faster():
-    runs = {"A": [_child_result({"W3": {"eager": ([2.0], [5.0])}}) for _ in range(3)],
-            "B": [_child_result({"W3": {"eager": ([t], [5.0])}}) for t in (1.0, 2.0, 3.0)]}
+    runs = {
+        "A": [_child_result({"W3": {"eager": ([2.0], [5.0])}}) for _ in range(3)],
+        "B": [_child_result({"W3": {"eager": ([t], [5.0])}}) for t in (1.0, 2.0, 3.0)],
+    }
     eager = ab.summarise(runs, ["A", "B"], ["W3"])[0]
     assert eager["fwd"]["B"]["rounds_faster_than_A"] == [1, 3]
     assert eager["fwd+bwd"]["B"]["rounds_faster_than_A"] == [0, 3]
@@ -118,8 +127,10 @@ def test_kernel_summary_counts_missing_kernels_as_zero():
     def run(kernels):
         return {"workloads": {"W4": {"eager": {"fwd": [1.0], "fwd+bwd": [1.0], "kernels": kernels}}}}
 
-    runs = {"A": [run({"render": [1.0, 1.0], "sort": [0.2, 4.0]}), run({"render": [3.0, 1.0]})],
-            "B": [run({"render": [0.5, 1.0], "sort": [0.2, 4.0]}), run({"render": [0.7, 1.0], "sort": [0.4, 4.0]})]}
+    runs = {
+        "A": [run({"render": [1.0, 1.0], "sort": [0.2, 4.0]}), run({"render": [3.0, 1.0]})],
+        "B": [run({"render": [0.5, 1.0], "sort": [0.2, 4.0]}), run({"render": [0.7, 1.0], "sort": [0.4, 4.0]})],
+    }
     table = ab.summarise_kernels(runs, ["A", "B"], "W4")
     assert table["render"] == {"A": 2.0, "B": pytest.approx(0.6)}
     assert table["sort"] == {"A": pytest.approx(0.1), "B": pytest.approx(0.3)}
@@ -139,17 +150,33 @@ def test_tool_draws_the_drivers_spheres():
     test) draws what the driver draws, for every standard workload."""
     for name, w in bench.WORKLOADS.items():
         mine = harness.WORKLOADS[name]
-        assert (mine.n_spheres, mine.width, mine.height, mine.radius_scale, mine.radius_offset,
-                mine.opacity_range, mine.views) == (w.n_spheres, w.width, w.height, w.radius_scale,
-                                                    w.radius_offset, w.opacity_range, w.views), name
-        small = bench.Workload(name, w.label, 500, w.width, w.height, w.radius_scale, w.radius_offset,
-                               w.opacity_range, w.views, w.reference)
+        assert (
+            mine.n_spheres,
+            mine.width,
+            mine.height,
+            mine.radius_scale,
+            mine.radius_offset,
+            mine.opacity_range,
+            mine.views,
+        ) == (w.n_spheres, w.width, w.height, w.radius_scale, w.radius_offset, w.opacity_range, w.views), name
+        small = bench.Workload(
+            name,
+            w.label,
+            500,
+            w.width,
+            w.height,
+            w.radius_scale,
+            w.radius_offset,
+            w.opacity_range,
+            w.views,
+            w.reference,
+        )
         theirs = bench.make_inputs(small, torch.device("cpu"))
-        ours = harness.make_inputs(harness.Workload(name, 500, w.width, w.height, w.radius_scale,
-                                                    w.radius_offset, w.opacity_range, w.views),
-                                   torch.device("cpu"))
-        for a, b in zip(ours, [theirs.positions, theirs.colours, theirs.radii, theirs.opacity,
-                               theirs.cam_params]):
+        ours = harness.make_inputs(
+            harness.Workload(name, 500, w.width, w.height, w.radius_scale, w.radius_offset, w.opacity_range, w.views),
+            torch.device("cpu"),
+        )
+        for a, b in zip(ours, [theirs.positions, theirs.colours, theirs.radii, theirs.opacity, theirs.cam_params]):
             assert (a is None and b is None) or torch.equal(a, b), name
     assert set(bench.WORKLOADS) <= set(harness.WORKLOADS)
 
@@ -164,10 +191,31 @@ def test_ab_runs_two_package_copies(tmp_path):
         builds.append(str(tmp_path / name))
     out = tmp_path / "ab.json"
     core = min(os.sched_getaffinity(0))  # every child pinned to one core the test may use
-    done = subprocess.run([sys.executable, str(PROFILE / "ab.py"), "--builds", *builds, "--same-native",
-                           "--device", "cpu", "--workloads", "tiny", "--rounds", "1", "--repeats", "2",
-                           "--cpus", str(core), "--json", str(out)],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(PROFILE / "ab.py"),
+            "--builds",
+            *builds,
+            "--same-native",
+            "--device",
+            "cpu",
+            "--workloads",
+            "tiny",
+            "--rounds",
+            "1",
+            "--repeats",
+            "2",
+            "--cpus",
+            str(core),
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["settings"]["cpus"] == [core]

@@ -14,10 +14,10 @@ from pathlib import Path
 import torch
 
 import pulsar_py
-from pulsar_py.tools import bench
-from pulsar_py.tools.cli import main
 from pulsar_py.cameras.params import camera_from_params
 from pulsar_py.io.images import read_image
+from pulsar_py.tools import bench
+from pulsar_py.tools.cli import main
 from pulsar_py.tools.sample_scene import make_sample_scene
 
 SMALL = ["--width", "64", "--height", "48", "--spheres", "600"]
@@ -33,8 +33,14 @@ def _env_for(package) -> dict:
 
 def test_module_sample_writes_a_png_of_the_scene(tmp_path):
     out = tmp_path / "out" / "sample.png"
-    done = subprocess.run([sys.executable, "-m", "pulsar_py", "sample", "--out", str(out), *SMALL],
-                          cwd=tmp_path, env=_env_for(pulsar_py), capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "pulsar_py", "sample", "--out", str(out), *SMALL],
+        cwd=tmp_path,
+        env=_env_for(pulsar_py),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert str(out) in done.stdout and " ms" in done.stdout
     image = read_image(out)
@@ -73,8 +79,14 @@ def test_sample_writes_jpeg_for_a_jpg_name(tmp_path):
 def test_version(tmp_path, capsys):
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"pulsar_py {pulsar_py.__version__}"
-    done = subprocess.run([sys.executable, "-m", "pulsar_py", "--version"], cwd=tmp_path, env=_env_for(pulsar_py),
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "pulsar_py", "--version"],
+        cwd=tmp_path,
+        env=_env_for(pulsar_py),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"pulsar_py {pulsar_py.__version__}"
 
@@ -87,11 +99,23 @@ def test_help_names_the_program_as_invoked(tmp_path, capsys):
         assert capsys.readouterr().out.startswith(f"usage: pulsar-py {command} "), command
         assert main([command, "--help"], prog="python -m pulsar_py") == 0
         assert capsys.readouterr().out.startswith(f"usage: python -m pulsar_py {command} "), command
-    done = subprocess.run([sys.executable, "-m", "pulsar_py", "render", "--help"], cwd=tmp_path,
-                          env=_env_for(pulsar_py), capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "pulsar_py", "render", "--help"],
+        cwd=tmp_path,
+        env=_env_for(pulsar_py),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0 and done.stdout.startswith("usage: python -m pulsar_py render "), done.stdout
-    done = subprocess.run([sys.executable, "-m", "pulsar_py", "--help"], cwd=tmp_path, env=_env_for(pulsar_py),
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "pulsar_py", "--help"],
+        cwd=tmp_path,
+        env=_env_for(pulsar_py),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.stdout.startswith("usage: python -m pulsar_py "), done.stdout
 
 
@@ -156,8 +180,10 @@ def test_bench_multiview_cameras_look_at_the_centre():
     camera = camera_from_params(cams, 512, 512)
     to_centre = torch.nn.functional.normalize(torch.tensor([0.0, 0.0, 30.0], dtype=cams.dtype) - camera.eye, dim=-1)
     assert torch.allclose(camera.optical_axis(), to_centre, atol=1e-12)
-    assert torch.allclose((camera.eye - torch.tensor([0.0, 0.0, 30.0], dtype=cams.dtype)).norm(dim=-1),
-                          torch.full((8,), 30.0, dtype=cams.dtype))
+    assert torch.allclose(
+        (camera.eye - torch.tensor([0.0, 0.0, 30.0], dtype=cams.dtype)).norm(dim=-1),
+        torch.full((8,), 30.0, dtype=cams.dtype),
+    )
     assert math.isclose(float(cams[2, 4]), math.pi / 2)
 
 
@@ -185,19 +211,39 @@ def test_bench_native_counters_survive_missing_internals():
 
 def test_bench_json_names_the_run(tmp_path, monkeypatch, capsys):
     w3 = bench.WORKLOADS["W3"]
-    small = bench.Workload("W3", w3.label, 200, 32, 24, w3.radius_scale, w3.radius_offset, w3.opacity_range, 1,
-                           w3.reference)
+    small = bench.Workload(
+        "W3", w3.label, 200, 32, 24, w3.radius_scale, w3.radius_offset, w3.opacity_range, 1, w3.reference
+    )
     monkeypatch.setitem(bench.WORKLOADS, "W3", small)
     out = tmp_path / "bench.json"
-    assert bench.main(["--device", "cpu", "--workloads", "W3", "--repeats", "2", "--warmup", "0", "--no-peer",
-                       "--quiet", "--json", str(out)]) == 0
+    assert (
+        bench.main(
+            [
+                "--device",
+                "cpu",
+                "--workloads",
+                "W3",
+                "--repeats",
+                "2",
+                "--warmup",
+                "0",
+                "--no-peer",
+                "--quiet",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert printed.splitlines()[0].split()[:4] == ["workload", "N", "image", "fwd"]
     report = json.loads(out.read_text())
     assert list(report)[:6] == ["device", "driver", "torch", "commit", "date", "command"]
     assert report["driver"] is None and report["torch"].startswith(torch.__version__)
-    assert report["command"] == "pulsar-py bench --device cpu --workloads W3 --repeats 2 --warmup 0 --no-peer " \
-                                f"--quiet --json {out}"
+    assert (
+        report["command"] == "pulsar-py bench --device cpu --workloads W3 --repeats 2 --warmup 0 --no-peer "
+        f"--quiet --json {out}"
+    )
     assert report["settings"]["repeats"] == 2 and report["settings"]["device_type"] == "cpu"
     assert set(report["host_load_average"]) == {"start", "end"}
     (row,) = report["rows"]

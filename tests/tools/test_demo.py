@@ -12,20 +12,36 @@ import sys
 from pathlib import Path
 
 import pytest
+import sweep
 import torch
 
 import pulsar_py
-from pulsar_py.tools.cli import main as cli_main
+from pulsar_py.cameras.look_at import (
+    look_at_matrix,
+    look_at_params,
+    matrix_to_axis_angle,
+    rotation_angle_deg,
+    rotation_from_params,
+    sensor_width_for_fov,
+)
 from pulsar_py.cameras.params import axis_angle_to_matrix, camera_from_params
-from pulsar_py.tools.demo import (GIF_FRAME_MS, GIF_HOLD_MS, AnimationFrames, _render_views, blur_sigma,
-                                  gaussian_blur, learning_rate_factor, loss_figure, run_demo, scale_gradient,
-                                  summary_line, view0_sphere_weight)
-from pulsar_py.tools.demo_setup import DemoSettings, build_scene, perturb, pose_errors
 from pulsar_py.io.images import read_animation, read_image
-from pulsar_py.cameras.look_at import (look_at_matrix, look_at_params, matrix_to_axis_angle, rotation_angle_deg,
-                                       rotation_from_params, sensor_width_for_fov)
-
-import sweep
+from pulsar_py.tools.cli import main as cli_main
+from pulsar_py.tools.demo import (
+    GIF_FRAME_MS,
+    GIF_HOLD_MS,
+    AnimationFrames,
+    _render_views,
+    blur_sigma,
+    gaussian_blur,
+    learning_rate_factor,
+    loss_figure,
+    run_demo,
+    scale_gradient,
+    summary_line,
+    view0_sphere_weight,
+)
+from pulsar_py.tools.demo_setup import DemoSettings, build_scene, perturb, pose_errors
 
 SUMMARY_KEYS = {"initial", "final", "steps", "seconds", "device"}
 ERROR_KEYS = {"rotation_error_deg", "translation_error", "focal_error", "psnr_db"}
@@ -142,8 +158,22 @@ def test_demo_is_deterministic():
 
 def test_demo_command_writes_every_output(tmp_path, capsys):
     out = tmp_path / "demo"
-    args = ["demo", "--out", str(out), "--width", "48", "--height", "36", "--spheres", "240", "--steps", "12",
-            "--quiet", "--device", "cpu"]
+    args = [
+        "demo",
+        "--out",
+        str(out),
+        "--width",
+        "48",
+        "--height",
+        "36",
+        "--spheres",
+        "240",
+        "--steps",
+        "12",
+        "--quiet",
+        "--device",
+        "cpu",
+    ]
     assert cli_main(args) == 0
     printed = capsys.readouterr().out
     assert "rotation error 8.00 ->" in printed and "PSNR" in printed
@@ -183,8 +213,27 @@ def test_demo_command_errors(tmp_path, capsys):
     assert "--steps" in capsys.readouterr().err
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
-    assert cli_main(["demo", "--out", str(blocker / "x"), "--width", "32", "--height", "24", "--spheres", "120",
-                     "--steps", "1", "--quiet", "--device", "cpu"]) == 1
+    assert (
+        cli_main(
+            [
+                "demo",
+                "--out",
+                str(blocker / "x"),
+                "--width",
+                "32",
+                "--height",
+                "24",
+                "--spheres",
+                "120",
+                "--steps",
+                "1",
+                "--quiet",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 1
+    )
     assert "--out" in capsys.readouterr().err
     if "cuda" not in pulsar_py.build_info()["backends"] or not torch.cuda.is_available():
         assert cli_main(["demo", "--device", "cuda", "--out", str(tmp_path)]) == 1
@@ -194,9 +243,31 @@ def test_demo_command_errors(tmp_path, capsys):
 def test_python_m_pulsar_py_demo_runs(tmp_path):
     env = dict(os.environ)
     env["PYTHONPATH"] = str(Path(pulsar_py.__file__).resolve().parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
-    done = subprocess.run([sys.executable, "-m", "pulsar_py", "demo", "--out", "o", "--width", "32", "--height", "24",
-                           "--spheres", "120", "--steps", "3", "--device", "cpu"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pulsar_py",
+            "demo",
+            "--out",
+            "o",
+            "--width",
+            "32",
+            "--height",
+            "24",
+            "--spheres",
+            "120",
+            "--steps",
+            "3",
+            "--device",
+            "cpu",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "demo (cpu): 100%" in done.stderr and "3/3" in done.stderr  # tqdm's progress bar
     assert json.loads((tmp_path / "o" / "summary.json").read_text())["steps"] == 3
@@ -218,7 +289,7 @@ def test_animation_frame_holds_target_render_and_difference():
     # Each panel: the image, every pixel drawn as a 10 x 10 block.
     expected = [target, current, ((current - target).abs() * 4).clamp(0, 1)]
     for k, image in enumerate(expected):
-        panel = panels[:, k * 162:k * 162 + 160]
+        panel = panels[:, k * 162 : k * 162 + 160]
         want = (image * 255).round().to(torch.uint8).repeat_interleave(10, 0).repeat_interleave(10, 1)
         assert torch.equal(panel, want), k
     assert bool((panels[:, 160:162] == 255).all())  # the gaps
@@ -226,7 +297,7 @@ def test_animation_frame_holds_target_render_and_difference():
     # with the step.
     caption = frame[:20].int()
     for k in range(3):
-        assert int((caption[:, k * 162:(k + 1) * 162 - 2] < 100).all(-1).sum()) > 10, k
+        assert int((caption[:, k * 162 : (k + 1) * 162 - 2] < 100).all(-1).sum()) > 10, k
     other = frames.frame(target, current, 4, 7)[:20]
     assert not torch.equal(other[:, 162:322], frame[:20, 162:322])
     assert torch.equal(other[:, :160], frame[:20, :160])
@@ -235,9 +306,11 @@ def test_animation_frame_holds_target_render_and_difference():
 def test_loss_figure_draws_four_axes(tmp_path):
     steps = 50
     mse = [0.03 * math.exp(-k / 10) for k in range(steps + 1)]
-    errors = {"rotation_error_deg": [8 * math.exp(-k / 12) for k in range(steps + 1)],
-              "translation_error": [0.6 - 0.004 * k for k in range(steps + 1)],
-              "focal_error": [0.06 - 0.001 * k for k in range(steps + 1)]}
+    errors = {
+        "rotation_error_deg": [8 * math.exp(-k / 12) for k in range(steps + 1)],
+        "translation_error": [0.6 - 0.004 * k for k in range(steps + 1)],
+        "focal_error": [0.06 - 0.001 * k for k in range(steps + 1)],
+    }
     path = tmp_path / "loss.png"
     loss_figure(str(path), mse, errors)
     image = read_image(path)[..., :3].int()
@@ -255,9 +328,14 @@ def test_loss_figure_draws_four_axes(tmp_path):
 
 @pytest.mark.parametrize("right_handed", [False, True])
 def test_look_at_camera_looks_at_the_target_with_up_upwards(right_handed):
-    eye, target = torch.tensor([3.0, 2.0, -5.0], dtype=torch.float64), torch.tensor([0.0, 0.5, 1.0], dtype=torch.float64)
-    cams = {"axis_angle": look_at_params(eye, target, right_handed=right_handed),
-            "6d": look_at_params(eye, target, right_handed=right_handed, rotation="6d")}
+    eye, target = (
+        torch.tensor([3.0, 2.0, -5.0], dtype=torch.float64),
+        torch.tensor([0.0, 0.5, 1.0], dtype=torch.float64),
+    )
+    cams = {
+        "axis_angle": look_at_params(eye, target, right_handed=right_handed),
+        "6d": look_at_params(eye, target, right_handed=right_handed, rotation="6d"),
+    }
     assert cams["axis_angle"].shape == (8,) and cams["6d"].shape == (11,)
     for cam in cams.values():
         native = camera_from_params(cam[None], 21, 15, right_handed=right_handed)
@@ -278,9 +356,11 @@ def test_look_at_camera_looks_at_the_target_with_up_upwards(right_handed):
 def test_look_at_straight_above_or_below_takes_the_fallback_up(right_handed):
     # The matrix's second column is the image's up direction in the world.
     f64 = dict(dtype=torch.float64)
-    for eye, up, image_up in (((0.0, 5.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, -1.0)),   # above: -z at the top
-                              ((0.0, -5.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0)),   # below: +z
-                              ((0.0, 0.0, 5.0), (0.0, 0.0, 1.0), (0.0, 1.0, 0.0))):   # up z, above: +y
+    for eye, up, image_up in (
+        ((0.0, 5.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, -1.0)),  # above: -z at the top
+        ((0.0, -5.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0)),  # below: +z
+        ((0.0, 0.0, 5.0), (0.0, 0.0, 1.0), (0.0, 1.0, 0.0)),
+    ):  # up z, above: +y
         matrix = look_at_matrix(eye, (0.0, 0.0, 0.0), up, right_handed=right_handed)
         torch.testing.assert_close(matrix[:, 1], torch.tensor(image_up, **f64), rtol=0, atol=1e-12)
         torch.testing.assert_close(matrix.T @ matrix, torch.eye(3, **f64), rtol=0, atol=1e-12)
@@ -339,15 +419,21 @@ def test_docs_quote_the_demo_run_of_record():
     # What the command prints, and the table.
     assert f"{summary_line(seed0)}; 400 steps on cpu in ... s" in guide
     for row, e, rotation in (("initial", initial, ".2f"), ("final", final, ".3f")):
-        assert (f"| {row} | {e['rotation_error_deg']:{rotation}} | {e['translation_error']:.3f} | "
-                f"{100 * e['focal_error']:.1f} | {e['psnr_db']:.1f} |") in guide, row
-    assert (f"Rotation error {initial['rotation_error_deg']:.2f} -> {final['rotation_error_deg']:.3f} degrees, "
-            f"PSNR {initial['psnr_db']:.1f} -> {final['psnr_db']:.1f} dB") in readme
+        assert (
+            f"| {row} | {e['rotation_error_deg']:{rotation}} | {e['translation_error']:.3f} | "
+            f"{100 * e['focal_error']:.1f} | {e['psnr_db']:.1f} |"
+        ) in guide, row
+    assert (
+        f"Rotation error {initial['rotation_error_deg']:.2f} -> {final['rotation_error_deg']:.3f} degrees, "
+        f"PSNR {initial['psnr_db']:.1f} -> {final['psnr_db']:.1f} dB"
+    ) in readme
     # The seeds' spread.
     rotations = [run["final"]["rotation_error_deg"] for run in runs.values()]
     psnrs = [run["final"]["psnr_db"] for run in runs.values()]
-    assert (f"over seeds 0 to 3 the rotation error ended between {min(rotations):.3f} and {max(rotations):.3f} "
-            f"degrees and the PSNR between {min(psnrs):.1f} and {max(psnrs):.1f} dB") in guide
+    assert (
+        f"over seeds 0 to 3 the rotation error ended between {min(rotations):.3f} and {max(rotations):.3f} "
+        f"degrees and the PSNR between {min(psnrs):.1f} and {max(psnrs):.1f} dB"
+    ) in guide
     # The times: seed 0's run, and the CUDA run.
     seconds = seed0["seconds"]
     said = f"about {round(seconds / 10) * 10} s" if seconds < 90 else f"about {round(seconds / 60)} minutes"
@@ -357,8 +443,11 @@ def test_docs_quote_the_demo_run_of_record():
     assert f"about {round(cuda['seconds'])} s on an H100" in readme
     # No other figure of the demo's: every PSNR and rotation error quoted is the record's.
     psnr_quoted = {f"{v:.1f}" for run in runs.values() for v in (run["initial"]["psnr_db"], run["final"]["psnr_db"])}
-    degrees_quoted = {f"{run[k]['rotation_error_deg']:{p}}" for run in runs.values()
-                      for k, p in (("initial", ".2f"), ("final", ".3f"))}
+    degrees_quoted = {
+        f"{run[k]['rotation_error_deg']:{p}}"
+        for run in runs.values()
+        for k, p in (("initial", ".2f"), ("final", ".3f"))
+    }
     for page in (readme, guide):
         assert set(re.findall(r"(\d+\.\d+) dB", page)) <= psnr_quoted, re.findall(r"(\d+\.\d+) dB", page)
         assert set(re.findall(r"(\d+\.\d+) deg", page)) <= degrees_quoted, re.findall(r"(\d+\.\d+) deg", page)

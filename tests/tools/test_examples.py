@@ -23,8 +23,8 @@ def _load(name: str):
 
 def test_fit_spheres_multiview(tmp_path):
     result = _load("fit_spheres_multiview").main(
-        ["--views", "3", "--width", "48", "--height", "36", "--spheres", "300", "--steps", "60",
-         "--out", str(tmp_path)])
+        ["--views", "3", "--width", "48", "--height", "36", "--spheres", "300", "--steps", "60", "--out", str(tmp_path)]
+    )
     assert result["final_psnr_db"] > result["initial_psnr_db"] + 6.0, result
     assert read_image(tmp_path / "fit.png").shape == (36, 3 * 48, 3)
     assert read_image(tmp_path / "targets.png").shape == (36, 3 * 48, 3)
@@ -32,7 +32,8 @@ def test_fit_spheres_multiview(tmp_path):
 
 def test_refine_camera_pose():
     result = _load("refine_camera_pose").main(
-        ["--width", "96", "--height", "72", "--steps", "100", "--spheres", "1000", "--rotation-error", "3"])
+        ["--width", "96", "--height", "72", "--steps", "100", "--spheres", "1000", "--rotation-error", "3"]
+    )
     assert result["initial_rotation_deg"] == pytest.approx(3.0, abs=1e-6)
     assert result["final_rotation_deg"] < result["initial_rotation_deg"] / 3, result
     assert result["final_position_error"] < result["initial_position_error"], result

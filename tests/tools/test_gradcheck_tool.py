@@ -7,14 +7,12 @@ from typing import Callable
 
 import pytest
 import torch
+from helpers import DEVICES, HAS_CUDA
+from scenes import Scene, pixel_deltas, random_scene
 
 import pulsar_py.gradcheck as gc
 import pulsar_py.tools.gradcheck as gc_tool
-from pulsar_py import Renderer
-from pulsar_py import ops
-
-from helpers import DEVICES, HAS_CUDA
-from scenes import Scene, pixel_deltas, random_scene
+from pulsar_py import Renderer, ops
 
 ALL_GROUPS = ("vert_pos", "vert_col", "vert_rad", "opacity", "bg_col", "cam_params")
 
@@ -238,8 +236,18 @@ def test_cli_rejects_bad_arguments():
 
 
 def test_too_many_kinks_fail_a_group():
-    group = gc.GroupReport(name="vert_pos", n_entries=30, n_checked=30, numeric_scale=1.0, max_abs_error=0.0,
-                           max_rel_error=0.0, cosine_similarity=1.0, n_refined=0, n_kinks=7, max_kinks=6)
+    group = gc.GroupReport(
+        name="vert_pos",
+        n_entries=30,
+        n_checked=30,
+        numeric_scale=1.0,
+        max_abs_error=0.0,
+        max_rel_error=0.0,
+        cosine_similarity=1.0,
+        n_refined=0,
+        n_kinks=7,
+        max_kinks=6,
+    )
     assert not group.passed and group.status == "FAIL (kinks)"
     assert gc.GroupReport(**{**group.__dict__, "n_kinks": 6}).passed
 
@@ -253,18 +261,38 @@ def test_gradcheck_accepts_a_camera_with_unequal_focal_lengths(orthographic):
 
     H, W = 14, 20
     eye = torch.tensor([0.3, -0.2, -0.5], dtype=torch.float64)
-    camera = Camera.look_at(eye, torch.tensor([0.1, 0.1, 8.0], dtype=torch.float64), image_size=(H, W),
-                            fx=(3.0 if orthographic else 18.0), fy=(3.6 if orthographic else 22.0), cx=9.3, cy=6.1,
-                            orthographic=orthographic, rotation_repr="axis_angle")
+    camera = Camera.look_at(
+        eye,
+        torch.tensor([0.1, 0.1, 8.0], dtype=torch.float64),
+        image_size=(H, W),
+        fx=(3.0 if orthographic else 18.0),
+        fy=(3.6 if orthographic else 22.0),
+        cx=9.3,
+        cy=6.1,
+        orthographic=orthographic,
+        rotation_repr="axis_angle",
+    )
     g = torch.Generator().manual_seed(5)
     n = 10
-    pos = torch.cat([torch.rand(n, 2, generator=g, dtype=torch.float64) * 3 - 1.5,
-                     7.0 + torch.rand(n, 1, generator=g, dtype=torch.float64)], -1)
+    pos = torch.cat(
+        [
+            torch.rand(n, 2, generator=g, dtype=torch.float64) * 3 - 1.5,
+            7.0 + torch.rand(n, 1, generator=g, dtype=torch.float64),
+        ],
+        -1,
+    )
     renderer = Renderer(W, H, orthogonal_projection=orthographic)
-    report = gc.gradcheck(renderer, vert_pos=pos, vert_col=torch.rand(n, 3, generator=g, dtype=torch.float64),
-                          vert_rad=0.35 + 0.2 * torch.rand(n, generator=g, dtype=torch.float64), cam_params=camera,
-                          gamma=0.3, max_depth=20.0, min_depth=0.0 if orthographic else 0.5,
-                          opacity=0.5 + 0.5 * torch.rand(n, generator=g, dtype=torch.float64))
+    report = gc.gradcheck(
+        renderer,
+        vert_pos=pos,
+        vert_col=torch.rand(n, 3, generator=g, dtype=torch.float64),
+        vert_rad=0.35 + 0.2 * torch.rand(n, generator=g, dtype=torch.float64),
+        cam_params=camera,
+        gamma=0.3,
+        max_depth=20.0,
+        min_depth=0.0 if orthographic else 0.5,
+        opacity=0.5 + 0.5 * torch.rand(n, generator=g, dtype=torch.float64),
+    )
     assert report.passed, report.table()
     assert set(gc.CAMERA_GROUPS) <= set(report.groups)
     for name in gc.CAMERA_GROUPS:
@@ -276,7 +304,8 @@ def test_camera_look_at_from_numbers_has_torch_default_dtype():
 
     camera = Camera.look_at((0.0, 0.0, 0.0), (0.0, 0.0, 5.0), image_size=(8, 8))
     assert camera.dtype == torch.get_default_dtype() == torch.float32
-    assert Camera.look_at((0.0, 0.0, 0.0), (0.0, 0.0, 5.0), image_size=(8, 8), dtype=torch.float64).dtype == \
-        torch.float64
+    assert (
+        Camera.look_at((0.0, 0.0, 0.0), (0.0, 0.0, 5.0), image_size=(8, 8), dtype=torch.float64).dtype == torch.float64
+    )
     with pytest.raises(TypeError, match="dtype"):
         Camera.look_at(torch.zeros(3), (0.0, 0.0, 5.0), image_size=(8, 8), dtype=torch.float64)

@@ -47,8 +47,9 @@ def _child_env() -> dict:
 
 
 def _measure(tmp_path) -> dict:
-    done = subprocess.run([sys.executable, "-c", _MEASURE], cwd=tmp_path, env=_child_env(), capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", _MEASURE], cwd=tmp_path, env=_child_env(), capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -67,26 +68,36 @@ def test_import_costs_little_beyond_torch_and_subpackages_load_at_first_use(tmp_
     version = min(run["version"] for run in runs)
     torch_s = min(run["torch"] for run in runs)
     assert package <= IMPORT_BUDGET_S, f"import pulsar_py took {package:.2f} s after import torch ({torch_s:.2f} s)"
-    assert version <= IMPORT_BUDGET_S, (f"pulsar-py --version took {version:.2f} s after import torch "
-                                        f"({torch_s:.2f} s)")
+    assert version <= IMPORT_BUDGET_S, f"pulsar-py --version took {version:.2f} s after import torch ({torch_s:.2f} s)"
 
 
 def test_a_source_tree_without_the_compiled_module_says_what_to_do(tmp_path):
     # The repository root as a new user meets it: the source folder pulsar_py/ (never built
     # there) comes first on the path and shadows the installed package.
-    shutil.copytree(PACKAGE, tmp_path / "pulsar_py",
-                    ignore=lambda folder, names: [n for n in names if n.startswith("_native.") and
-                                                  not n.endswith(".pyi") or n == "__pycache__"])
+    shutil.copytree(
+        PACKAGE,
+        tmp_path / "pulsar_py",
+        ignore=lambda folder, names: [
+            n for n in names if n.startswith("_native.") and not n.endswith(".pyi") or n == "__pycache__"
+        ],
+    )
     assert not list((tmp_path / "pulsar_py").glob("_native.*[!i]"))
     # -S: no site-packages hooks (an editable install's finder would supply the module);
     # torch and numpy come from their folders on PYTHONPATH.
     folders = {str(Path(module.__file__).resolve().parents[1]) for module in (torch, numpy)}
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sorted(folders)))
-    done = subprocess.run([sys.executable, "-S", "-c", "import pulsar_py"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", "import pulsar_py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode != 0
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("ImportError: pulsar_py: the compiled module pulsar_py._native is missing from "
-                           f"{tmp_path / 'pulsar_py'}"), done.stderr
+    assert last.startswith(
+        f"ImportError: pulsar_py: the compiled module pulsar_py._native is missing from {tmp_path / 'pulsar_py'}"
+    ), done.stderr
     assert "pip install ." in last and "build it in place (pip install -e .)" in last, last
     assert "circular import" not in done.stderr

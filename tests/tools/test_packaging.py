@@ -67,18 +67,18 @@ def test_tools_extra_holds_the_optional_packages():
     assert "pulsar_py[viewer]" in extras["tools"]  # the browser viewer's viser
     assert {re.split(r"[<>=\[ ]", requirement)[0] for requirement in extras["viewer"]} == {"viser"}
     assert "pulsar_py[tools]" in extras["test"]
-    assert not any(name in requirement for requirement in _pyproject()["project"]["dependencies"]
-                   for name in names)
+    assert not any(name in requirement for requirement in _pyproject()["project"]["dependencies"] for name in names)
 
 
 def test_importing_the_package_and_the_command_line_loads_no_optional_package():
     # torch may import some of them itself (tqdm, where installed): only what comes after counts.
-    code = ("import sys, torch; before = set(sys.modules); "
-            "import pulsar_py, pulsar_py.tools.cli, pulsar_py.io.images, pulsar_py.io.ply, "
-            "pulsar_py.tools.render, pulsar_py.tools.demo, pulsar_py.tools.viewer; "
-            f"print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] in {OPTIONAL!r}))")
-    done = subprocess.run([sys.executable, "-c", code], cwd=PACKAGE.parent, capture_output=True, text=True,
-                          timeout=120)
+    code = (
+        "import sys, torch; before = set(sys.modules); "
+        "import pulsar_py, pulsar_py.tools.cli, pulsar_py.io.images, pulsar_py.io.ply, "
+        "pulsar_py.tools.render, pulsar_py.tools.demo, pulsar_py.tools.viewer; "
+        f"print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] in {OPTIONAL!r}))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=PACKAGE.parent, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
 
@@ -106,7 +106,7 @@ def test_a_missing_package_says_what_to_install(tmp_path, monkeypatch, capsys):
     out = tmp_path / "x.png"
     assert cli_main(["sample", "--out", str(out), "--width", "16", "--height", "12", "--spheres", "50"]) == 1
     err = capsys.readouterr().err
-    assert "needs the package 'imageio'" in err and 'pulsar_py[tools]' in err
+    assert "needs the package 'imageio'" in err and "pulsar_py[tools]" in err
     assert not out.exists()
 
 

@@ -16,15 +16,22 @@ import torch
 
 plyfile = pytest.importorskip("plyfile")
 
+from viewer_support import write_gaussians  # noqa: E402
+
 import pulsar_py  # noqa: E402
 from pulsar_py.io.images import read_image  # noqa: E402
-from pulsar_py.io.ply import (GAUSSIAN_RADIUS_FACTOR, IgnoredElementsWarning, decode_ply, encode_ply, gaussian_radius, read_ply,  # noqa: E402
-                              write_ply)
+from pulsar_py.io.ply import (  # noqa: E402
+    GAUSSIAN_RADIUS_FACTOR,
+    IgnoredElementsWarning,
+    decode_ply,
+    encode_ply,
+    gaussian_radius,
+    read_ply,
+    write_ply,
+)
 from pulsar_py.sh import SH_C0, sh_to_color  # noqa: E402
 from pulsar_py.tools.cli import main as cli_main  # noqa: E402
 from pulsar_py.tools.render import render_point_cloud  # noqa: E402
-
-from viewer_support import write_gaussians  # noqa: E402
 
 
 def _cloud(n=50, seed=0):
@@ -97,12 +104,15 @@ end_header
 @pytest.mark.parametrize("order", ["<", ">"])
 def test_binary_with_a_list_element_before_the_vertices(order):
     fmt = "binary_little_endian" if order == "<" else "binary_big_endian"
-    header = (f"ply\nformat {fmt} 1.0\nelement face 2\nproperty list uchar int vertex_indices\n"
-              "element vertex 2\nproperty double x\nproperty double y\nproperty double z\n"
-              "property ushort red\nproperty ushort green\nproperty ushort blue\nend_header\n").encode()
+    header = (
+        f"ply\nformat {fmt} 1.0\nelement face 2\nproperty list uchar int vertex_indices\n"
+        "element vertex 2\nproperty double x\nproperty double y\nproperty double z\n"
+        "property ushort red\nproperty ushort green\nproperty ushort blue\nend_header\n"
+    ).encode()
     faces = struct.pack(order + "B3i", 3, 0, 1, 2) + struct.pack(order + "B4i", 4, 0, 1, 2, 3)
-    vertices = struct.pack(order + "3d3H", 1.0, 2.0, 3.0, 65535, 0, 32768) + \
-        struct.pack(order + "3d3H", -1.0, 0.5, 0.0, 0, 65535, 0)
+    vertices = struct.pack(order + "3d3H", 1.0, 2.0, 3.0, 65535, 0, 32768) + struct.pack(
+        order + "3d3H", -1.0, 0.5, 0.0, 0, 65535, 0
+    )
     with pytest.warns(IgnoredElementsWarning, match="2 faces"):
         cloud = decode_ply(header + faces + vertices)
     assert cloud.positions.tolist() == [[1, 2, 3], [-1, 0.5, 0]]
@@ -114,31 +124,54 @@ def test_windows_line_endings_in_the_header():
     assert decode_ply(data).positions.tolist() == [[1, 2, 3]]
 
 
-@pytest.mark.parametrize("data, message", [
-    (b"PK\x03\x04", "not a PLY"),
-    (b"ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\n", "bad header: .*end-of-file"),
-    (b"ply\nformat binary_middle_endian 1.0\nend_header\n", "bad header: .*format"),
-    (b"ply\nelement vertex 1\nproperty float x\nend_header\n1\n", "bad header: .*format"),
-    (b"ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\nproperty float y\nend_header\n1 2\n",
-     "positions: found x, y without z"),
-    (b"ply\nformat ascii 1.0\nelement face 1\nproperty list uchar int v\nend_header\n3 0 1 2\n",
-     "expected a 'vertex' element, got the elements face"),
-    (b"ply\nformat binary_little_endian 1.0\nelement vertex 5\nproperty float x\nproperty float y\n"
-     b"property float z\nend_header\n" + b"\x00" * 12,
-     "declares 5 'vertex' rows \\(at least 60 bytes\\), but the file holds 12 bytes after its header"),
-    (b"ply\nformat ascii 1.0\nelement vertex 2\nproperty float x\nproperty float y\nproperty float z\n"
-     b"end_header\n1 2 3\n", "declares 2 'vertex' rows .*holds 6 bytes after its header"),
-    (b"ply\nformat ascii 1.0\nelement vertex 2\nproperty float x\nproperty float y\nproperty float z\n"
-     b"end_header\n1 2 3\n1 2 3 4\n", "bad data: .*vertex.*row 1"),
-    (b"ply\nformat binary_little_endian 1.0\nelement face 1\nproperty list uchar int vertex_indices\n"
-     b"end_header\n\x03" + b"\x00" * 8, "bad data: .*face.*end-of-file"),
-    (b"ply\nformat ascii 1.0\nelement vertex 1\nproperty quad x\nend_header\n", "bad header: .*'quad'"),
-    (b"ply\nformat ascii 1.0\nelement vertex 2\nproperty float x\nproperty float y\nproperty float z\n"
-     b"property float radius\nend_header\n0 0 0 1\n1 1 1 -0.5\n", "radii: expected values > 0, got a minimum of -0.5"),
-    (b"ply\nformat ascii 1.0\nelement vertex 2\nproperty float x\nproperty float y\nproperty float z\n"
-     b"property float alpha\nend_header\n0 0 0 1\n1 1 1 1.5\n",
-     "opacity: expected values in \\[0, 1\\], got \\[1.0, 1.5\\]"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (b"PK\x03\x04", "not a PLY"),
+        (b"ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\n", "bad header: .*end-of-file"),
+        (b"ply\nformat binary_middle_endian 1.0\nend_header\n", "bad header: .*format"),
+        (b"ply\nelement vertex 1\nproperty float x\nend_header\n1\n", "bad header: .*format"),
+        (
+            b"ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\nproperty float y\nend_header\n1 2\n",
+            "positions: found x, y without z",
+        ),
+        (
+            b"ply\nformat ascii 1.0\nelement face 1\nproperty list uchar int v\nend_header\n3 0 1 2\n",
+            "expected a 'vertex' element, got the elements face",
+        ),
+        (
+            b"ply\nformat binary_little_endian 1.0\nelement vertex 5\nproperty float x\nproperty float y\n"
+            b"property float z\nend_header\n" + b"\x00" * 12,
+            "declares 5 'vertex' rows \\(at least 60 bytes\\), but the file holds 12 bytes after its header",
+        ),
+        (
+            b"ply\nformat ascii 1.0\nelement vertex 2\nproperty float x\nproperty float y\nproperty float z\n"
+            b"end_header\n1 2 3\n",
+            "declares 2 'vertex' rows .*holds 6 bytes after its header",
+        ),
+        (
+            b"ply\nformat ascii 1.0\nelement vertex 2\nproperty float x\nproperty float y\nproperty float z\n"
+            b"end_header\n1 2 3\n1 2 3 4\n",
+            "bad data: .*vertex.*row 1",
+        ),
+        (
+            b"ply\nformat binary_little_endian 1.0\nelement face 1\nproperty list uchar int vertex_indices\n"
+            b"end_header\n\x03" + b"\x00" * 8,
+            "bad data: .*face.*end-of-file",
+        ),
+        (b"ply\nformat ascii 1.0\nelement vertex 1\nproperty quad x\nend_header\n", "bad header: .*'quad'"),
+        (
+            b"ply\nformat ascii 1.0\nelement vertex 2\nproperty float x\nproperty float y\nproperty float z\n"
+            b"property float radius\nend_header\n0 0 0 1\n1 1 1 -0.5\n",
+            "radii: expected values > 0, got a minimum of -0.5",
+        ),
+        (
+            b"ply\nformat ascii 1.0\nelement vertex 2\nproperty float x\nproperty float y\nproperty float z\n"
+            b"property float alpha\nend_header\n0 0 0 1\n1 1 1 1.5\n",
+            "opacity: expected values in \\[0, 1\\], got \\[1.0, 1.5\\]",
+        ),
+    ],
+)
 def test_bad_files_are_clear_errors(data, message):
     with pytest.raises(ValueError, match=message):
         decode_ply(data)
@@ -147,17 +180,27 @@ def test_bad_files_are_clear_errors(data, message):
 HEADER_XYZ = "property float x\nproperty float y\nproperty float z\n"
 
 
-@pytest.mark.parametrize("header, data", [
-    (f"format binary_little_endian 1.0\nelement vertex {10**15}\n{HEADER_XYZ}", b"\x00" * 24),
-    (f"format binary_big_endian 1.0\nelement face {10**12}\nproperty list uchar int vertex_indices\n"
-     f"element vertex 2\n{HEADER_XYZ}", b"\x00" * 64),
-    (f"format ascii 1.0\nelement vertex {10**15}\n{HEADER_XYZ}", b"0 0 0\n1 1 1\n"),
-], ids=["vertices_1e15", "faces_first_1e12", "ascii_vertices_1e15"])
+@pytest.mark.parametrize(
+    "header, data",
+    [
+        (f"format binary_little_endian 1.0\nelement vertex {10**15}\n{HEADER_XYZ}", b"\x00" * 24),
+        (
+            f"format binary_big_endian 1.0\nelement face {10**12}\nproperty list uchar int vertex_indices\n"
+            f"element vertex 2\n{HEADER_XYZ}",
+            b"\x00" * 64,
+        ),
+        (f"format ascii 1.0\nelement vertex {10**15}\n{HEADER_XYZ}", b"0 0 0\n1 1 1\n"),
+    ],
+    ids=["vertices_1e15", "faces_first_1e12", "ascii_vertices_1e15"],
+)
 def test_counts_beyond_the_file_are_a_clear_error_before_any_allocation(tmp_path, header, data, capsys):
     # plyfile would allocate the declared rows first (petabytes): numpy's out-of-memory error.
     content = f"ply\n{header}end_header\n".encode() + data
-    with pytest.raises(ValueError, match=r"ply: the header declares 10{12,15} '(vertex|face)' rows \(at least "
-                                         r"\d+ bytes\).*but the file holds \d+ bytes after its header"):
+    with pytest.raises(
+        ValueError,
+        match=r"ply: the header declares 10{12,15} '(vertex|face)' rows \(at least "
+        r"\d+ bytes\).*but the file holds \d+ bytes after its header",
+    ):
         decode_ply(content)
     path = tmp_path / "big.ply"
     path.write_bytes(content)
@@ -167,8 +210,9 @@ def test_counts_beyond_the_file_are_a_clear_error_before_any_allocation(tmp_path
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "declares" in err and "Traceback" not in err, err
     # A file that ends its last ASCII row without a newline is whole.
-    assert decode_ply(b"ply\nformat ascii 1.0\nelement vertex 1\n" + HEADER_XYZ.encode() + b"end_header\n1 2 3")\
-        .positions.tolist() == [[1, 2, 3]]
+    assert decode_ply(
+        b"ply\nformat ascii 1.0\nelement vertex 1\n" + HEADER_XYZ.encode() + b"end_header\n1 2 3"
+    ).positions.tolist() == [[1, 2, 3]]
 
 
 def test_writer_checks_its_arguments():
@@ -204,8 +248,12 @@ def test_render_command_draws_the_cloud(tmp_path, capsys):
 def _marker_cloud(path):
     """Four spheres around the origin (their centre): red at -z, blue at +z, green at +x,
     yellow at -x."""
-    write_ply(path, torch.tensor([[0.0, 0.0, -1.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0], [-1.0, 0.0, 0.0]]),
-              torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, 1.0, 0.0], [1.0, 1.0, 0.0]]), torch.full((4,), 0.35))
+    write_ply(
+        path,
+        torch.tensor([[0.0, 0.0, -1.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0], [-1.0, 0.0, 0.0]]),
+        torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, 1.0, 0.0], [1.0, 1.0, 0.0]]),
+        torch.full((4,), 0.35),
+    )
 
 
 def _row_of(image, channel):
@@ -219,12 +267,15 @@ def test_render_command_from_straight_above_and_below(tmp_path, capsys):
     ply = tmp_path / "markers.ply"
     _marker_cloud(ply)
     size = ["--width", "40", "--height", "30", "--background", "0,0,0"]
-    views = {"above": ["--eye", "0,5,0"], "below": ["--eye", "0,-5,0", "--target", "0,0,0"],
-             "elevation_90": ["--elevation", "90"], "elevation_-90": ["--elevation", "-90"]}
+    views = {
+        "above": ["--eye", "0,5,0"],
+        "below": ["--eye", "0,-5,0", "--target", "0,0,0"],
+        "elevation_90": ["--elevation", "90"],
+        "elevation_-90": ["--elevation", "-90"],
+    }
     for name, camera in views.items():
         out = tmp_path / f"{name}.png"
-        assert cli_main(["render", "--ply", str(ply), "--out", str(out), *size, *camera]) == 0, \
-            capsys.readouterr().err
+        assert cli_main(["render", "--ply", str(ply), "--out", str(out), *size, *camera]) == 0, capsys.readouterr().err
         image = read_image(out).int()
         red, blue = _row_of(image, 0), _row_of(image, 2)
         # Looking down (+y up): world -z (red) at the top; looking up: +z (blue) at the top.
@@ -237,8 +288,22 @@ def test_render_command_fields_of_view(tmp_path, capsys):
 
     def render(*camera):
         out = tmp_path / "fov.png"
-        status = cli_main(["render", "--ply", str(ply), "--out", str(out), "--width", "40", "--height", "20",
-                           "--eye", "0,0,6", *camera])
+        status = cli_main(
+            [
+                "render",
+                "--ply",
+                str(ply),
+                "--out",
+                str(out),
+                "--width",
+                "40",
+                "--height",
+                "20",
+                "--eye",
+                "0,0,6",
+                *camera,
+            ]
+        )
         return status, read_image(out).int() if status == 0 else None, capsys.readouterr().err
 
     default, vertical = render(), render("--fov-y", "40")
@@ -251,21 +316,29 @@ def test_render_command_fields_of_view(tmp_path, capsys):
     assert int((narrow[1] != 255).any(-1).sum()) > 2 * int((vertical[1] != 255).any(-1).sum())  # drawn larger
     deprecated, explicit = render("--fov", "50"), render("--fov-x", "50")
     assert torch.equal(deprecated[1], explicit[1])
-    assert deprecated[2].strip() == ("render: warning: --fov is deprecated: it is the horizontal field of view, now "
-                                     "--fov-x (--fov-y gives the vertical one)")
+    assert deprecated[2].strip() == (
+        "render: warning: --fov is deprecated: it is the horizontal field of view, now "
+        "--fov-x (--fov-y gives the vertical one)"
+    )
     assert render("--fov-y", "40", "--fov-x", "50")[0] == 2
     assert render("--fov-y", "180")[0] == 2
 
 
 def test_render_command_says_that_a_meshs_faces_are_ignored(tmp_path, capsys):
-    header = ("ply\nformat ascii 1.0\nelement vertex 3\nproperty float x\nproperty float y\nproperty float z\n"
-              "element face 1\nproperty list uchar int vertex_indices\nend_header\n")
+    header = (
+        "ply\nformat ascii 1.0\nelement vertex 3\nproperty float x\nproperty float y\nproperty float z\n"
+        "element face 1\nproperty list uchar int vertex_indices\nend_header\n"
+    )
     ply = tmp_path / "mesh.ply"
     ply.write_text(header + "0 0 0\n1 0 0\n0 1 0\n3 0 1 2\n")
-    assert cli_main(["render", "--ply", str(ply), "--out", str(tmp_path / "mesh.png"), "--width", "16",
-                     "--height", "12"]) == 0
-    assert capsys.readouterr().err.strip() == ("render: warning: ply: ignored the file's 1 face: only its 3 vertices "
-                                               "are read, each drawn as a sphere (no mesh surface)")
+    assert (
+        cli_main(["render", "--ply", str(ply), "--out", str(tmp_path / "mesh.png"), "--width", "16", "--height", "12"])
+        == 0
+    )
+    assert capsys.readouterr().err.strip() == (
+        "render: warning: ply: ignored the file's 1 face: only its 3 vertices "
+        "are read, each drawn as a sphere (no mesh surface)"
+    )
 
 
 def test_render_command_errors(tmp_path, capsys):
@@ -277,8 +350,22 @@ def test_render_command_errors(tmp_path, capsys):
     assert "not a PLY" in capsys.readouterr().err
     good = tmp_path / "good.ply"
     write_ply(good, *_cloud(10)[:3])
-    assert cli_main(["render", "--ply", str(good), "--out", str(tmp_path / "x.png"), "--eye", "0,0,5",
-                     "--cam-params", "0,0,0,0,0,0,1,1"]) == 2
+    assert (
+        cli_main(
+            [
+                "render",
+                "--ply",
+                str(good),
+                "--out",
+                str(tmp_path / "x.png"),
+                "--eye",
+                "0,0,5",
+                "--cam-params",
+                "0,0,0,0,0,0,1,1",
+            ]
+        )
+        == 2
+    )
     assert cli_main(["render", "--ply", str(good), "--out", str(tmp_path / "x.png"), "--cam-params", "1,2"]) == 2
     assert cli_main(["render", "--ply", str(good), "--out", str(tmp_path / "x.png"), "--radius", "-1"]) == 1
     assert "--radius" in capsys.readouterr().err
@@ -294,9 +381,31 @@ def test_python_m_pulsar_py_render(tmp_path):
     write_ply(ply, *_cloud(40)[:2], binary=False)  # no radii: estimated
     env = dict(os.environ)
     env["PYTHONPATH"] = str(Path(pulsar_py.__file__).resolve().parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
-    done = subprocess.run([sys.executable, "-m", "pulsar_py", "render", "--ply", "c.ply", "--out", "c.png",
-                           "--width", "32", "--height", "24", "--azimuth", "45", "--elevation", "10"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pulsar_py",
+            "render",
+            "--ply",
+            "c.ply",
+            "--out",
+            "c.png",
+            "--width",
+            "32",
+            "--height",
+            "24",
+            "--azimuth",
+            "45",
+            "--elevation",
+            "10",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert read_image(tmp_path / "c.png").shape == (24, 32, 3)
 
@@ -361,8 +470,30 @@ def test_pulsar_py_render_draws_a_gaussian_scene_with_view_dependent_colour(tmp_
     ply = tmp_path / "scene.ply"
     write_gaussians(ply, positions, f_dc, log_scales, np.full(2, 8.0), f_rest)
     out = tmp_path / "scene.png"
-    assert cli_main(["render", "--ply", str(ply), "--out", str(out), "--width", "96", "--height", "64",
-                     "--eye", "0,0,10", "--target", "0,0,0", "--fov", "50", "--background", "0,0,0"]) == 0
+    assert (
+        cli_main(
+            [
+                "render",
+                "--ply",
+                str(ply),
+                "--out",
+                str(out),
+                "--width",
+                "96",
+                "--height",
+                "64",
+                "--eye",
+                "0,0,10",
+                "--target",
+                "0,0,0",
+                "--fov",
+                "50",
+                "--background",
+                "0,0,0",
+            ]
+        )
+        == 0
+    )
     assert str(out) in capsys.readouterr().out
     image = read_image(out).float() / 255
     assert image.shape == (64, 96, 3)
@@ -372,7 +503,7 @@ def test_pulsar_py_render_draws_a_gaussian_scene_with_view_dependent_colour(tmp_
     # The spheres' centres: 0.1 / tan(25 deg) of the half width from the image's centre.
     offset = 0.1 / math.tan(math.radians(25)) * 48
     for k, column in enumerate((47.5 - offset, 47.5 + offset)):
-        pixel = image[31:33, round(column) - 1:round(column) + 1].reshape(-1, 3).mean(0)
+        pixel = image[31:33, round(column) - 1 : round(column) + 1].reshape(-1, 3).mean(0)
         assert torch.allclose(pixel.double(), expected[k], atol=4 / 255), (k, pixel, expected[k])
     assert float(expected[1, 0] - expected[0, 0]) > 0.25  # the view direction changes red a lot
     assert float(image[0, 0].max()) == 0.0 and float(image[-1, -1].max()) == 0.0  # background
@@ -408,8 +539,9 @@ def test_unknown_layout_names_what_was_found_and_what_is_expected(tmp_path, caps
 def test_partial_layouts_are_errors(tmp_path):
     positions, f_dc = np.zeros((2, 3)), np.zeros((2, 3))
     log_scales, logit = np.zeros((2, 3)), np.zeros(2)
-    write_gaussians(tmp_path / "r.ply", positions, f_dc, log_scales, logit,
-                     extra=[(f"f_rest_{k}", np.zeros(2)) for k in range(5)])
+    write_gaussians(
+        tmp_path / "r.ply", positions, f_dc, log_scales, logit, extra=[(f"f_rest_{k}", np.zeros(2)) for k in range(5)]
+    )
     with pytest.raises(ValueError, match=r"R = 9, 24 or 45 .* got 5 f_rest properties.*f_rest_4"):
         read_ply(tmp_path / "r.ply")
     table = np.zeros(2, [("x", "f4"), ("y", "f4"), ("z", "f4"), ("f_dc_0", "f4"), ("f_dc_1", "f4")])

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from helpers import HAS_CUDA
 
 import pulsar_py
 from pulsar_py.tools import selftest
 from pulsar_py.tools.cli import main as cli_main
-
-from helpers import HAS_CUDA
 
 
 def test_stored_reference_is_what_the_reference_renderer_computes():
@@ -75,8 +74,12 @@ def test_a_build_that_renders_wrong_fails(monkeypatch):
     monkeypatch.setattr(selftest, "_native_outputs", shifted)
     checks = selftest.run_checks(["cpu"], selftest.load_reference(), dtypes=(torch.float32,))
     failed = {(c.case, c.quantity) for c in checks if not c.passed}
-    assert failed == {("perspective", "image"), ("orthographic", "image"), ("batch", "image"),
-                      ("perspective", "grad/vert_col")}
+    assert failed == {
+        ("perspective", "image"),
+        ("orthographic", "image"),
+        ("batch", "image"),
+        ("perspective", "grad/vert_col"),
+    }
 
 
 def test_missing_reference_and_unavailable_device(tmp_path, capsys):
@@ -90,8 +93,14 @@ def test_missing_reference_and_unavailable_device(tmp_path, capsys):
 def test_python_m_pulsar_py_selftest(tmp_path):
     env = dict(os.environ)
     env["PYTHONPATH"] = str(Path(pulsar_py.__file__).resolve().parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
-    done = subprocess.run([sys.executable, "-m", "pulsar_py", "selftest"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "pulsar_py", "selftest"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "selftest: passed" in done.stdout
     assert ("cuda " in done.stdout) == HAS_CUDA

@@ -10,7 +10,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 import sweep
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,5 +47,6 @@ def test_sweeps_are_small_by_default_and_full_on_request(monkeypatch):
 def test_readme_says_how_to_run_the_full_sweeps_and_how_long_the_tests_take():
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert "PULSAR_PY_SWEEP=full .venv/bin/pytest" in readme
-    assert re.search(r"\.venv/bin/pytest` takes about \d+ minutes on 2 CPU cores", readme), \
+    assert re.search(r"\.venv/bin/pytest` takes about \d+ minutes on 2 CPU cores", readme), (
         "README.md: the time of the test command"
+    )

@@ -17,14 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from viewer_support import free_port, non_loopback_ipv4, write_gaussian_ply
 
 from pulsar_py.tools.viewer import LiveViewer
 from pulsar_py.tools.viewer import command as view_command
 from pulsar_py.tools.viewer.camera import ViewCamera, camera_for_eye, render_size, to_camera
 from pulsar_py.tools.viewer.frame import FrameRenderer, FrameSettings
-from pulsar_py.tools.viewer.scene import ViewerScene, load_scene, scene_from_tensors, scene_frame
+from pulsar_py.tools.viewer.scene import ViewerScene, load_scene, scene_frame, scene_from_tensors
 from pulsar_py.tools.viewer.server import check_address, is_loopback
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,10 +40,13 @@ def _browser_projection(view: ViewCamera, points: np.ndarray) -> np.ndarray:
     viser's OpenCV-frame rotation with y and z flipped, and the projection of a vertical
     field of view ``fov_y`` with that aspect."""
     w, x, y, z = view.wxyz
-    camera_to_world = np.array([  # the rotation of the unit quaternion (w, x, y, z)
-        [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
-        [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
-        [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]])
+    camera_to_world = np.array(
+        [  # the rotation of the unit quaternion (w, x, y, z)
+            [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+        ]
+    )
     opengl = camera_to_world @ np.diag([1.0, -1.0, -1.0])
     eye = (points - np.asarray(view.position)) @ opengl  # rows: points in the OpenGL camera frame
     t = math.tan(view.fov_y / 2)
@@ -63,8 +65,12 @@ def test_pulsar_camera_puts_points_where_the_browser_camera_does(width, height):
     forward = view.rotation_world_to_camera()[2]
     right, down = view.rotation_world_to_camera()[0], view.rotation_world_to_camera()[1]
     depth = gen.uniform(1, 5, size=(20, 1))
-    points = (np.asarray(view.position) + depth * forward
-              + depth * gen.uniform(-0.4, 0.4, size=(20, 1)) * right + depth * gen.uniform(-0.3, 0.3, size=(20, 1)) * down)
+    points = (
+        np.asarray(view.position)
+        + depth * forward
+        + depth * gen.uniform(-0.4, 0.4, size=(20, 1)) * right
+        + depth * gen.uniform(-0.3, 0.3, size=(20, 1)) * down
+    )
     uv, z = camera.project(torch.from_numpy(points))
     # The frame is stretched over the canvas: pixel centre u lies (u + 0.5) / W of the way across.
     fraction = (uv[0].numpy() + 0.5) / np.array([width, height])
@@ -96,8 +102,11 @@ def test_render_size_follows_the_canvas_and_the_scale():
 
 def _two_spheres() -> ViewerScene:
     """A red sphere at the origin, a green one 1 unit along +x; white background."""
-    return ViewerScene(torch.tensor([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0]]), torch.tensor([[1.0, 0, 0], [0, 1.0, 0]]),
-                       torch.tensor([0.3, 0.3]))
+    return ViewerScene(
+        torch.tensor([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0]]),
+        torch.tensor([[1.0, 0, 0], [0, 1.0, 0]]),
+        torch.tensor([0.3, 0.3]),
+    )
 
 
 def test_frame_shows_each_sphere_where_the_browser_camera_sees_it():
@@ -247,8 +256,9 @@ def test_live_viewer_keeps_the_losses_and_honours_pause():
         # Paused, update waits until resumed.
         viewer.pause()
         done = threading.Event()
-        worker = threading.Thread(target=lambda: (viewer.update(positions, colours, radii, losses={"loss": 0.1}),
-                                                  done.set()))
+        worker = threading.Thread(
+            target=lambda: (viewer.update(positions, colours, radii, losses={"loss": 0.1}), done.set())
+        )
         worker.start()
         assert not done.wait(0.3) and viewer.paused
         viewer.resume()
@@ -265,9 +275,15 @@ def test_demo_calls_back_every_step_and_saves_a_scene_the_viewer_reads(tmp_path)
 
     settings = DemoSettings(width=24, height=18, n_spheres=60, floor_spacing=1.0, steps=2, gif_frames=1)
     seen = []
-    run_demo(settings, torch.device("cpu"), str(tmp_path), progress=False,
-             on_step=lambda step, scene, params, losses: seen.append((step, sorted(losses),
-                                                                       params.sphere_position.detach().clone())))
+    run_demo(
+        settings,
+        torch.device("cpu"),
+        str(tmp_path),
+        progress=False,
+        on_step=lambda step, scene, params, losses: seen.append(
+            (step, sorted(losses), params.sphere_position.detach().clone())
+        ),
+    )
     assert [(s, keys) for s, keys, _ in seen] == [(k, ["loss", "mse"]) for k in range(2)]
     scene = load_scene(tmp_path)  # the folder: its scene.ply
     final = seen[-1][2]
@@ -284,8 +300,13 @@ def test_view_listens_on_loopback_only_serves_no_files_and_stops_on_ctrl_c(tmp_p
     ply = tmp_path / "scene.ply"
     write_gaussian_ply(ply, n=20)
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "pulsar_py", "view", str(ply), "--port", str(port)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pulsar_py", "view", str(ply), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
     try:
         line = process.stdout.readline()
         assert f"at http://127.0.0.1:{port} " in line, (line, process.stderr.read() if process.poll() else "")

@@ -13,7 +13,6 @@ import threading
 
 import numpy as np
 import pytest
-
 from viewer_support import Browser, centre, find_browser, free_port, wait_until, write_gaussian_ply
 
 from pulsar_py.tools.viewer import command as view_command
@@ -30,8 +29,9 @@ TIMEOUT = 60.0
 def browser():
     found = find_browser()
     if found is None:
-        pytest.skip("no browser: Chromium and chromedriver are not installed "
-                    "(apt-get install chromium chromium-driver)")
+        pytest.skip(
+            "no browser: Chromium and chromedriver are not installed (apt-get install chromium chromium-driver)"
+        )
     # A small window keeps software rendering and screenshots quick; the docs' screenshot
     # is taken in a larger one.
     size = (960, 640) if os.environ.get("PULSAR_PY_VIEWER_SCREENSHOT") else (640, 480)
@@ -48,13 +48,18 @@ def _shows_a_scene(image: np.ndarray) -> bool:
 
 def _still_frame(tab, after: int):
     """Wait for a full-resolution frame (the view at rest) newer than frame ``after``."""
-    return wait_until(lambda: tab.frames_sent > after and tab.last_frame is not None
-                      and not tab.last_frame.preview and tab.frames_sent,
-                      TIMEOUT, "a full-resolution frame")
+    return wait_until(
+        lambda: (
+            tab.frames_sent > after and tab.last_frame is not None and not tab.last_frame.preview and tab.frames_sent
+        ),
+        TIMEOUT,
+        "a full-resolution frame",
+    )
 
 
 def _screenshot_showing(browser, window, predicate, what) -> np.ndarray:
     """The window's first screenshot for which ``predicate`` holds."""
+
     def attempt():
         shot = browser.screenshot(window)
         return (shot,) if predicate(shot) else None
@@ -89,18 +94,28 @@ def test_view_page_renders_the_scene_and_each_tab_has_its_own_camera(browser, tm
         camera.position = (ring[0] + 0.2, ring[1] + 2.2 * frame.radius, ring[2] + 0.3)
         camera.look_at = ring
         sent = _still_frame(tab, sent)
-        moved = _screenshot_showing(browser, first, lambda s: np.abs(centre(s).astype(float) - centre(shot)).mean() > 8,
-                                    "the frame of the new camera")
+        moved = _screenshot_showing(
+            browser,
+            first,
+            lambda s: np.abs(centre(s).astype(float) - centre(shot)).mean() > 8,
+            "the frame of the new camera",
+        )
         assert _shows_a_scene(moved)
 
         # A second tab gets a camera of its own, at the first view, not the first tab's.
         second = browser.open(viewer.url)
-        other = wait_until(lambda: next((s for i, s in viewer.tabs().items() if i != tab.client_id), None),
-                           TIMEOUT, "the second page to connect")
+        other = wait_until(
+            lambda: next((s for i, s in viewer.tabs().items() if i != tab.client_id), None),
+            TIMEOUT,
+            "the second page to connect",
+        )
         _still_frame(other, 0)
         # (The page may report its pose before the first view is applied: wait for it.)
-        wait_until(lambda: np.allclose(other.client.camera.position, eye, atol=1e-3), TIMEOUT,
-                   "the second page's camera at the first view")
+        wait_until(
+            lambda: np.allclose(other.client.camera.position, eye, atol=1e-3),
+            TIMEOUT,
+            "the second page's camera at the first view",
+        )
         assert not np.allclose(tab.client.camera.position, eye, atol=1e-3)
 
         # Closing the second tab ends its view (render thread, renderers); the first
@@ -113,8 +128,12 @@ def test_view_page_renders_the_scene_and_each_tab_has_its_own_camera(browser, tm
         camera.position = tuple(eye)
         camera.look_at = tuple(look_at)
         _still_frame(tab, sent)
-        _screenshot_showing(browser, first, lambda s: np.abs(centre(s).astype(float) - centre(moved)).mean() > 8,
-                            "the first tab's frame after the second closed")
+        _screenshot_showing(
+            browser,
+            first,
+            lambda s: np.abs(centre(s).astype(float) - centre(moved)).mean() > 8,
+            "the first tab's frame after the second closed",
+        )
     finally:
         viewer.stop()
 
@@ -135,8 +154,22 @@ def test_demo_view_plots_the_losses_while_it_trains(browser, tmp_path, monkeypat
     monkeypatch.setattr(viewer_package, "LiveViewer", RecordedLiveViewer)
     out = tmp_path / "demo"
     status = []
-    argv = ["--view", "--port", str(free_port()), "--steps", "8", "--width", "40", "--height", "30", "--spheres",
-            "120", "--quiet", "--out", str(out)]
+    argv = [
+        "--view",
+        "--port",
+        str(free_port()),
+        "--steps",
+        "8",
+        "--width",
+        "40",
+        "--height",
+        "30",
+        "--spheres",
+        "120",
+        "--quiet",
+        "--out",
+        str(out),
+    ]
     run = threading.Thread(target=lambda: status.append(demo.main(argv)))
     run.start()
     try:
@@ -163,8 +196,9 @@ def test_demo_view_plots_the_losses_while_it_trains(browser, tmp_path, monkeypat
         wait_until(lambda: viewer.paused, TIMEOUT, "the pause button to pause")
         browser.click_button(window, "Resume")
         wait_until(lambda: not viewer.paused, TIMEOUT, "the button to resume")
-        wait_until(lambda: (out / "scene.ply").is_file() and viewer.losses()["step"][-1] == 7, TIMEOUT,
-                   "the demo to finish")
+        wait_until(
+            lambda: (out / "scene.ply").is_file() and viewer.losses()["step"][-1] == 7, TIMEOUT, "the demo to finish"
+        )
     finally:
         for each in started:
             each.close()  # what Ctrl-C does: the demo's wait ends

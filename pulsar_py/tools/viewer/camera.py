@@ -43,8 +43,14 @@ DEFAULT_FOV_Y_DEG = 50.0
 DEFAULT_ELEVATION_DEG = 20.0
 
 #: Up directions the viewer accepts by name.
-UP_AXES = {"+x": (1.0, 0.0, 0.0), "-x": (-1.0, 0.0, 0.0), "+y": (0.0, 1.0, 0.0), "-y": (0.0, -1.0, 0.0),
-           "+z": (0.0, 0.0, 1.0), "-z": (0.0, 0.0, -1.0)}
+UP_AXES = {
+    "+x": (1.0, 0.0, 0.0),
+    "-x": (-1.0, 0.0, 0.0),
+    "+y": (0.0, 1.0, 0.0),
+    "-y": (0.0, -1.0, 0.0),
+    "+z": (0.0, 0.0, 1.0),
+    "-z": (0.0, 0.0, -1.0),
+}
 
 
 @dataclass(frozen=True)
@@ -61,8 +67,12 @@ class ViewCamera:
         """From a viser ``CameraHandle`` (``client.camera``)."""
         position = tuple(float(v) for v in handle.position)
         wxyz = tuple(float(v) for v in handle.wxyz)
-        return cls((position[0], position[1], position[2]), (wxyz[0], wxyz[1], wxyz[2], wxyz[3]),
-                   float(handle.fov), float(handle.aspect))
+        return cls(
+            (position[0], position[1], position[2]),
+            (wxyz[0], wxyz[1], wxyz[2], wxyz[3]),
+            float(handle.fov),
+            float(handle.aspect),
+        )
 
     def rotation_world_to_camera(self) -> np.ndarray:
         """[3, 3] float64 ``R = R_wc^T``: rows are the camera's right, down and forward
@@ -93,8 +103,15 @@ def near_depth(view: ViewCamera, frame: SceneFrame, max_depth: float) -> float:
     return min(near, 0.5 * max_depth)
 
 
-def to_camera(view: ViewCamera, width: int, height: int, near: float, *, dtype: torch.dtype = torch.float32,
-              device: Union[str, torch.device] = "cpu") -> Camera:
+def to_camera(
+    view: ViewCamera,
+    width: int,
+    height: int,
+    near: float,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: Union[str, torch.device] = "cpu",
+) -> Camera:
     """The ``pulsar_py.Camera`` that renders ``view`` as a ``width`` x ``height`` image,
     lined up with the browser's canvas (see the module docstring). Its film plane sits
     at ``near / 2``, in front of the near depth ``near`` (world units) as the renderer
@@ -112,8 +129,16 @@ def to_camera(view: ViewCamera, width: int, height: int, near: float, *, dtype: 
     def tensor(values: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(values, dtype=dtype).to(device)
 
-    return Camera(tensor(rotation), tensor(translation), fx, fy, (width - 1) / 2, (height - 1) / 2, (height, width),
-                  film_distance=near / 2)
+    return Camera(
+        tensor(rotation),
+        tensor(translation),
+        fx,
+        fy,
+        (width - 1) / 2,
+        (height - 1) / 2,
+        (height, width),
+        film_distance=near / 2,
+    )
 
 
 def up_vector(up: Union[str, Sequence[float]]) -> Tuple[float, float, float]:
@@ -129,8 +154,12 @@ def up_vector(up: Union[str, Sequence[float]]) -> Tuple[float, float, float]:
     return float(values[0]), float(values[1]), float(values[2])
 
 
-def fit_view(frame: SceneFrame, up: Union[str, Sequence[float]] = "+y", fov_y_deg: float = DEFAULT_FOV_Y_DEG,
-             elevation_deg: float = DEFAULT_ELEVATION_DEG) -> Tuple[np.ndarray, np.ndarray]:
+def fit_view(
+    frame: SceneFrame,
+    up: Union[str, Sequence[float]] = "+y",
+    fov_y_deg: float = DEFAULT_FOV_Y_DEG,
+    elevation_deg: float = DEFAULT_ELEVATION_DEG,
+) -> Tuple[np.ndarray, np.ndarray]:
     """(eye, target) of a first camera that shows the whole bounding sphere ``frame`` in
     a vertical field of view of ``fov_y_deg``: from the +z side for +y up (for another up,
     the side perpendicular to it nearest +z, or -y: ``look_at.side_of_view``, as
@@ -151,8 +180,9 @@ def default_max_depth(frame: SceneFrame, fov_y_deg: float = DEFAULT_FOV_Y_DEG) -
     return 2.0 * (float(np.linalg.norm(eye - target)) + 1.01 * frame.radius)
 
 
-def camera_for_eye(eye: Sequence[float], target: Sequence[float], up: Union[str, Sequence[float]],
-                   fov_y: float, aspect: float) -> ViewCamera:
+def camera_for_eye(
+    eye: Sequence[float], target: Sequence[float], up: Union[str, Sequence[float]], fov_y: float, aspect: float
+) -> ViewCamera:
     """The ``ViewCamera`` at ``eye`` looking at ``target`` with ``up`` shown upwards, as
     viser orients a camera from its look-at point and up direction."""
     eye_v = np.asarray(eye, dtype=np.float64)

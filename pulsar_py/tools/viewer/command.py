@@ -30,19 +30,27 @@ def _build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=command_prog("view", prog),
         description="Show a PLY point cloud, a 3D Gaussian Splatting PLY or the scene pulsar-py demo saved "
-                    "(its scene.ply, or its output folder) in the browser: the page's camera drives "
-                    "pulsar_py renders on this machine. Serves until Ctrl-C. Needs viser: " + INSTALL + ".")
+        "(its scene.ply, or its output folder) in the browser: the page's camera drives "
+        "pulsar_py renders on this machine. Serves until Ctrl-C. Needs viser: " + INSTALL + ".",
+    )
     parser.add_argument("path", metavar="PATH", help="a .ply file, or a folder holding the demo's scene.ply")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to serve on (default {DEFAULT_PORT}; "
-                                                                       f"0: any free port)")
-    parser.add_argument("--host", default=DEFAULT_HOST,
-                        help=f"address to listen on (default {DEFAULT_HOST}: this machine only). Another address "
-                             f"lets anyone who reaches it see the scene and load this machine; see docs/viewer.md")
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"port to serve on (default {DEFAULT_PORT}; 0: any free port)"
+    )
+    parser.add_argument(
+        "--host",
+        default=DEFAULT_HOST,
+        help=f"address to listen on (default {DEFAULT_HOST}: this machine only). Another address "
+        f"lets anyone who reaches it see the scene and load this machine; see docs/viewer.md",
+    )
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
-    parser.add_argument("--up", default="+y", choices=tuple(UP_AXES),
-                        help="world axis shown upwards (default +y)")
-    parser.add_argument("--gamma", type=float, default=1e-3, help="first blending softness in [1e-5, 1] "
-                                                                  "(default 1e-3; a control on the page)")
+    parser.add_argument("--up", default="+y", choices=tuple(UP_AXES), help="world axis shown upwards (default +y)")
+    parser.add_argument(
+        "--gamma",
+        type=float,
+        default=1e-3,
+        help="first blending softness in [1e-5, 1] (default 1e-3; a control on the page)",
+    )
     return parser
 
 
@@ -72,10 +80,18 @@ def serve(args: argparse.Namespace) -> "SceneViewer":
     print(f"{NAME}: reading {path} ...", file=sys.stderr, flush=True)
     scene = load_scene(path, device)
     sh = f", SH degree {scene.sh_degree}" if scene.sh_degree is not None else ""
-    print(f"{NAME}: {len(scene)} spheres{sh} on {device.type} ({time.perf_counter() - start:.1f} s)",
-          file=sys.stderr, flush=True)
-    return SceneViewer(SceneSource(scene), args.host, args.port, ViewOptions(gamma=args.gamma, up=args.up),
-                       title=f"pulsar_py: {scene.name}")
+    print(
+        f"{NAME}: {len(scene)} spheres{sh} on {device.type} ({time.perf_counter() - start:.1f} s)",
+        file=sys.stderr,
+        flush=True,
+    )
+    return SceneViewer(
+        SceneSource(scene),
+        args.host,
+        args.port,
+        ViewOptions(gamma=args.gamma, up=args.up),
+        title=f"pulsar_py: {scene.name}",
+    )
 
 
 def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> int:
@@ -93,8 +109,12 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
     except KeyboardInterrupt:
         return 130
     if not viewer.loopback_only:
-        print(f"{NAME}: listening on {args.host}: anyone who can reach this address can open the page, "
-              f"without a password (docs/viewer.md, 'Security')", file=sys.stderr, flush=True)
+        print(
+            f"{NAME}: listening on {args.host}: anyone who can reach this address can open the page, "
+            f"without a password (docs/viewer.md, 'Security')",
+            file=sys.stderr,
+            flush=True,
+        )
     print(f"{NAME}: serving {viewer.source.get()[0].name} at {viewer.url} (Ctrl-C to stop)", flush=True)
     try:
         wait_for_interrupt()

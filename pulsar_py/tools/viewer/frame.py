@@ -127,8 +127,9 @@ class FrameRenderer:
         self._renderers.clear()
 
     @torch.no_grad()
-    def render(self, scene: ViewerScene, frame: SceneFrame, view: ViewCamera, width: int, height: int,
-               settings: FrameSettings) -> Frame:
+    def render(
+        self, scene: ViewerScene, frame: SceneFrame, view: ViewCamera, width: int, height: int, settings: FrameSettings
+    ) -> Frame:
         """Render ``scene`` seen by ``view`` as a ``width`` x ``height`` frame."""
         settings.check()
         start = time.perf_counter()
@@ -138,16 +139,31 @@ class FrameRenderer:
             # allocator from reusing the memory while this stream reads it.
             stream = torch.cuda.current_stream(device)
             stream.wait_event(scene.ready)
-            for t in (scene.positions, scene.colours, scene.radii, scene.opacity, scene.sh_coefficients,
-                      scene.background):
+            for t in (
+                scene.positions,
+                scene.colours,
+                scene.radii,
+                scene.opacity,
+                scene.sh_coefficients,
+                scene.background,
+            ):
                 if t is not None:
                     t.record_stream(stream)
         renderer = self._renderer(width, height, device)
         near = near_depth(view, frame, settings.max_depth)
         camera = to_camera(view, width, height, near, device=device)
         features, sh_degree = scene.features(settings.sh_degree)
-        result = renderer.render(scene.positions, features, scene.radii, camera, gamma=settings.gamma,
-                                 max_depth=settings.max_depth, min_depth=near, bg_col=scene.background,
-                                 opacity=scene.opacity, sh_degree=sh_degree)
+        result = renderer.render(
+            scene.positions,
+            features,
+            scene.radii,
+            camera,
+            gamma=settings.gamma,
+            max_depth=settings.max_depth,
+            min_depth=near,
+            bg_col=scene.background,
+            opacity=scene.opacity,
+            sh_degree=sh_degree,
+        )
         pixels = to_uint8(colour_output(result, settings.output)).contiguous().cpu().numpy()
         return Frame(pixels, time.perf_counter() - start)

@@ -41,14 +41,16 @@ _CURVE_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564
 def _as_float(name: str, value: Union[float, torch.Tensor]) -> float:
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
-            raise ValueError(f"losses[{name!r}]: expected a number or a one-element tensor, got shape "
-                             f"{tuple(value.shape)}")
+            raise ValueError(
+                f"losses[{name!r}]: expected a number or a one-element tensor, got shape {tuple(value.shape)}"
+            )
         return float(value.detach())
     try:
         return float(value)
     except (TypeError, ValueError):
-        raise TypeError(f"losses[{name!r}]: expected a number or a one-element tensor, got "
-                        f"{type(value).__name__}") from None
+        raise TypeError(
+            f"losses[{name!r}]: expected a number or a one-element tensor, got {type(value).__name__}"
+        ) from None
 
 
 class LiveViewer:
@@ -73,15 +75,25 @@ class LiveViewer:
     viser is missing (``pip install "pulsar_py[viewer]"``).
     """
 
-    def __init__(self, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST, *, gamma: float = 1e-3,
-                 max_depth: Optional[float] = None, background: Sequence[float] = (1.0, 1.0, 1.0),
-                 up: Union[str, Sequence[float]] = "+y", right_handed: bool = True, title: str = "pulsar_py live",
-                 announce: bool = True) -> None:
+    def __init__(
+        self,
+        port: int = DEFAULT_PORT,
+        host: str = DEFAULT_HOST,
+        *,
+        gamma: float = 1e-3,
+        max_depth: Optional[float] = None,
+        background: Sequence[float] = (1.0, 1.0, 1.0),
+        up: Union[str, Sequence[float]] = "+y",
+        right_handed: bool = True,
+        title: str = "pulsar_py live",
+        announce: bool = True,
+    ) -> None:
         self.background = background
         self._right_handed = bool(right_handed)
         self._source = SceneSource()
-        self._viewer = SceneViewer(self._source, host, port, ViewOptions(gamma=gamma, max_depth=max_depth, up=up),
-                                   title=title)
+        self._viewer = SceneViewer(
+            self._source, host, port, ViewOptions(gamma=gamma, max_depth=max_depth, up=up), title=title
+        )
         self._resume = threading.Event()
         self._resume.set()
         self._closed = threading.Event()
@@ -91,8 +103,9 @@ class LiveViewer:
         self._plot_version = 0
         gui = self._viewer.server.gui
         self._status = gui.add_markdown("waiting for the first update", order=1.0)
-        self._pause_button = gui.add_button("Pause", icon=None, order=2.0,
-                                            hint="pause the optimisation at its next update; press again to resume")
+        self._pause_button = gui.add_button(
+            "Pause", icon=None, order=2.0, hint="pause the optimisation at its next update; press again to resume"
+        )
         self._pause_button.on_click(lambda _event: self.resume() if self.paused else self.pause())
         self._plot = None
         self._plot_keys: tuple = ()
@@ -102,15 +115,25 @@ class LiveViewer:
         if announce:
             print(f"pulsar_py viewer at {self.url}", flush=True)
         if not self._viewer.loopback_only:
-            print(f"pulsar_py viewer: listening on {host}: anyone who can reach this address can open the page "
-                  f"and pause the run, without a password (docs/viewer.md, 'Security')", file=sys.stderr, flush=True)
+            print(
+                f"pulsar_py viewer: listening on {host}: anyone who can reach this address can open the page "
+                f"and pause the run, without a password (docs/viewer.md, 'Security')",
+                file=sys.stderr,
+                flush=True,
+            )
 
     # -----------------------------------------------------------------------------------
     # What a training loop calls
 
-    def update(self, positions: torch.Tensor, colours: torch.Tensor, radii: torch.Tensor,
-               opacity: Optional[torch.Tensor] = None,
-               losses: Optional[Mapping[str, Union[float, torch.Tensor]]] = None, step: Optional[int] = None) -> None:
+    def update(
+        self,
+        positions: torch.Tensor,
+        colours: torch.Tensor,
+        radii: torch.Tensor,
+        opacity: Optional[torch.Tensor] = None,
+        losses: Optional[Mapping[str, Union[float, torch.Tensor]]] = None,
+        step: Optional[int] = None,
+    ) -> None:
         """Show these spheres from now on and add ``losses`` to the plot.
 
         Args:
@@ -127,8 +150,15 @@ class LiveViewer:
         pressed again or the viewer closes. The spheres are copied: the caller may change
         its tensors right after.
         """
-        scene = scene_from_tensors(positions, colours, radii, opacity, right_handed=self._right_handed,
-                                   background=self._background, name="live")
+        scene = scene_from_tensors(
+            positions,
+            colours,
+            radii,
+            opacity,
+            right_handed=self._right_handed,
+            background=self._background,
+            name="live",
+        )
         values = {str(k): _as_float(str(k), v) for k, v in (losses or {}).items()}
         with self._lock:
             x = float(step) if step is not None else (self._steps[-1] + 1 if self._steps else 0.0)
@@ -210,8 +240,9 @@ class LiveViewer:
             steps = np.asarray(self._steps, dtype=np.float64)
             series = {key: np.asarray(values, dtype=np.float64) for key, values in self._losses.items()}
         if len(steps) > MAX_PLOT_POINTS:
-            keep = np.unique(np.concatenate([np.linspace(0, len(steps) - 1, MAX_PLOT_POINTS).round().astype(int),
-                                             [len(steps) - 1]]))
+            keep = np.unique(
+                np.concatenate([np.linspace(0, len(steps) - 1, MAX_PLOT_POINTS).round().astype(int), [len(steps) - 1]])
+            )
             steps = steps[keep]
             series = {key: values[keep] for key, values in series.items()}
         return steps, series
@@ -232,12 +263,19 @@ class LiveViewer:
             return
         if self._plot is not None:
             self._plot.remove()
-        curves = tuple(uplot.Series(label=key, stroke=_CURVE_COLOURS[k % len(_CURVE_COLOURS)], width=2)
-                       for k, key in enumerate(keys))
+        curves = tuple(
+            uplot.Series(label=key, stroke=_CURVE_COLOURS[k % len(_CURVE_COLOURS)], width=2)
+            for k, key in enumerate(keys)
+        )
         scales = {"x": uplot.Scale(time=False, auto=True), "y": uplot.Scale(distr=3 if log else 1, auto=True)}
         self._plot = self._viewer.server.gui.add_uplot(
-            data, (uplot.Series(label="step"),) + curves, title="losses" + (" (log scale)" if log else ""),
-            scales=scales, aspect=1.6, order=3.0)
+            data,
+            (uplot.Series(label="step"),) + curves,
+            title="losses" + (" (log scale)" if log else ""),
+            scales=scales,
+            aspect=1.6,
+            order=3.0,
+        )
         self._plot_keys, self._plot_log = keys, log
 
     def _plot_loop(self) -> None:
@@ -273,4 +311,3 @@ class LiveViewer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-

@@ -86,7 +86,7 @@ class ViewerScene:
             return self.colours, None
         degree = min(int(sh_degree), top)
         if degree not in self._features:
-            self._features[degree] = self.sh_coefficients[:, :(degree + 1) ** 2].contiguous()
+            self._features[degree] = self.sh_coefficients[:, : (degree + 1) ** 2].contiguous()
         return self._features[degree], degree
 
 
@@ -126,8 +126,10 @@ def resolve_scene_path(path: PathLike) -> str:
     if os.path.isdir(text):
         candidate = os.path.join(text, DEMO_SCENE_FILE)
         if not os.path.isfile(candidate):
-            raise ValueError(f"PATH: expected a .ply file or a folder holding {DEMO_SCENE_FILE} "
-                             f"(written by pulsar-py demo), got the folder {text!r} without it")
+            raise ValueError(
+                f"PATH: expected a .ply file or a folder holding {DEMO_SCENE_FILE} "
+                f"(written by pulsar-py demo), got the folder {text!r} without it"
+            )
         return candidate
     if not text.lower().endswith(".ply"):
         raise ValueError(f"PATH: expected a .ply file or a folder holding {DEMO_SCENE_FILE}, got {text!r}")
@@ -166,11 +168,19 @@ def load_scene(path: PathLike, device: Union[str, torch.device] = "cpu") -> View
 
 def move_scene(scene: ViewerScene, device: Union[str, torch.device]) -> ViewerScene:
     """A copy of ``scene`` with every tensor contiguous, float32, on ``device``."""
+
     def move(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
         return None if t is None else t.detach().to(device=device, dtype=torch.float32).contiguous()
 
-    return ViewerScene(move(scene.positions), move(scene.colours), move(scene.radii), move(scene.opacity),
-                       move(scene.sh_coefficients), move(scene.background), scene.name)
+    return ViewerScene(
+        move(scene.positions),
+        move(scene.colours),
+        move(scene.radii),
+        move(scene.opacity),
+        move(scene.sh_coefficients),
+        move(scene.background),
+        scene.name,
+    )
 
 
 def _shape_error(name: str, expected: str, t: object) -> ValueError:
@@ -178,9 +188,16 @@ def _shape_error(name: str, expected: str, t: object) -> ValueError:
     return ValueError(f"{name}: expected a tensor of shape {expected}, got {got}")
 
 
-def scene_from_tensors(positions: torch.Tensor, colours: torch.Tensor, radii: torch.Tensor,
-                       opacity: Optional[torch.Tensor] = None, *, right_handed: bool = True,
-                       background: Sequence[float] = DEFAULT_BACKGROUND, name: str = "scene") -> ViewerScene:
+def scene_from_tensors(
+    positions: torch.Tensor,
+    colours: torch.Tensor,
+    radii: torch.Tensor,
+    opacity: Optional[torch.Tensor] = None,
+    *,
+    right_handed: bool = True,
+    background: Sequence[float] = DEFAULT_BACKGROUND,
+    name: str = "scene",
+) -> ViewerScene:
     """A ``ViewerScene`` holding detached float32 copies of the tensors, on their device.
 
     Args:
@@ -204,8 +221,13 @@ def scene_from_tensors(positions: torch.Tensor, colours: torch.Tensor, radii: to
     if opacity is not None and (not isinstance(opacity, torch.Tensor) or tuple(opacity.shape) != (n,)):
         raise _shape_error("opacity", f"[N] = [{n}] or None", opacity)
     sh: Optional[torch.Tensor] = None
-    if isinstance(colours, torch.Tensor) and colours.dim() == 3 and colours.shape[0] == n and colours.shape[2] == 3 \
-            and colours.shape[1] in (4, 9, 16):
+    if (
+        isinstance(colours, torch.Tensor)
+        and colours.dim() == 3
+        and colours.shape[0] == n
+        and colours.shape[2] == 3
+        and colours.shape[1] in (4, 9, 16)
+    ):
         sh = colours
         dc = colours[:, 0].detach().float()
         colours = sh_dc_to_rgb(dc)  # the degree-0 term's colour
@@ -214,17 +236,24 @@ def scene_from_tensors(positions: torch.Tensor, colours: torch.Tensor, radii: to
     background_t = torch.tensor([float(v) for v in background], dtype=torch.float32)
     if background_t.shape != (3,):
         raise ValueError(f"background: expected 3 numbers (RGB), got {list(background)!r}")
+
     def copy(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
         # A copy of its own (``.to`` alone returns the same tensor where nothing
         # changes), so the caller may update its tensors in place right after.
-        return None if t is None else t.detach().to(device=positions.device, dtype=torch.float32,
-                                                    memory_format=torch.contiguous_format, copy=True)
+        return (
+            None
+            if t is None
+            else t.detach().to(
+                device=positions.device, dtype=torch.float32, memory_format=torch.contiguous_format, copy=True
+            )
+        )
 
     pos = copy(positions)
     if not right_handed:
         pos[:, 2].neg_()
-    scene = ViewerScene(pos, copy(colours), copy(radii), copy(opacity), copy(sh), background_t.to(positions.device),
-                        name)
+    scene = ViewerScene(
+        pos, copy(colours), copy(radii), copy(opacity), copy(sh), background_t.to(positions.device), name
+    )
     if positions.is_cuda:
         # The copies are queued on the caller's current stream; a render thread reads
         # them on its own stream after this event (FrameRenderer.render).

@@ -54,8 +54,10 @@ def check_address(host: str, port: int) -> None:
 def is_loopback(host: str) -> bool:
     """True when ``host`` names only this machine (127.0.0.0/8, ::1, localhost)."""
     try:
-        return all(ipaddress.ip_address(info[4][0]).is_loopback
-                   for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM))
+        return all(
+            ipaddress.ip_address(info[4][0]).is_loopback
+            for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+        )
     except (socket.gaierror, ValueError):
         return False
 
@@ -91,8 +93,14 @@ class SceneViewer:
     MissingDependency (an ImportError) where viser is missing.
     """
 
-    def __init__(self, source: SceneSource, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
-                 options: Optional[ViewOptions] = None, title: str = "pulsar_py") -> None:
+    def __init__(
+        self,
+        source: SceneSource,
+        host: str = DEFAULT_HOST,
+        port: int = DEFAULT_PORT,
+        options: Optional[ViewOptions] = None,
+        title: str = "pulsar_py",
+    ) -> None:
         self.options = options or ViewOptions()
         self.options.check()
         viser = require_viser()

@@ -187,25 +187,48 @@ class TabView:
         options = self._options
         order = self.GUI_ORDER
         with gui.add_folder("View", order=order):
-            output = gui.add_dropdown("output", OUTPUTS, initial_value="image",
-                                      hint="image: colours; depth: near white, far dark; coverage: white where "
-                                           "spheres cover the pixel")
-            gamma = gui.add_slider("log10 gamma", min=-5.0, max=0.0, step=0.1,
-                                   initial_value=round(math.log10(options.gamma), 1),
-                                   hint="blending softness: small is hard and opaque, 0 (gamma 1) is soft")
+            output = gui.add_dropdown(
+                "output",
+                OUTPUTS,
+                initial_value="image",
+                hint="image: colours; depth: near white, far dark; coverage: white where spheres cover the pixel",
+            )
+            gamma = gui.add_slider(
+                "log10 gamma",
+                min=-5.0,
+                max=0.0,
+                step=0.1,
+                initial_value=round(math.log10(options.gamma), 1),
+                hint="blending softness: small is hard and opaque, 0 (gamma 1) is soft",
+            )
             first_depth = options.first_max_depth(frame)
             high = _nice_ceil(5.0 * first_depth)
-            max_depth = gui.add_slider("max depth", min=high / 1000, max=high, step=high / 1000,
-                                       initial_value=first_depth, hint="far depth (world units); farther "
-                                                                       "spheres are not drawn")
+            max_depth = gui.add_slider(
+                "max depth",
+                min=high / 1000,
+                max=high,
+                step=high / 1000,
+                initial_value=first_depth,
+                hint="far depth (world units); farther spheres are not drawn",
+            )
             sh_degree = None
             if scene.sh_degree is not None:
-                sh_degree = gui.add_slider("SH degree", min=0, max=scene.sh_degree, step=1,
-                                           initial_value=scene.sh_degree,
-                                           hint="spherical-harmonics degree of the view-dependent colour")
-            scale = gui.add_slider("resolution scale", min=0.1, max=2.0, step=0.05,
-                                   initial_value=options.resolution_scale,
-                                   hint="frame pixels per screen pixel (per side); lower renders faster")
+                sh_degree = gui.add_slider(
+                    "SH degree",
+                    min=0,
+                    max=scene.sh_degree,
+                    step=1,
+                    initial_value=scene.sh_degree,
+                    hint="spherical-harmonics degree of the view-dependent colour",
+                )
+            scale = gui.add_slider(
+                "resolution scale",
+                min=0.1,
+                max=2.0,
+                step=0.05,
+                initial_value=options.resolution_scale,
+                hint="frame pixels per screen pixel (per side); lower renders faster",
+            )
             self._status = gui.add_markdown("waiting for the first frame")
         self._controls = dict(output=output, gamma=gamma, max_depth=max_depth, sh_degree=sh_degree, scale=scale)
         for handle in self._controls.values():
@@ -216,9 +239,12 @@ class TabView:
         """The render settings the tab's controls show now."""
         assert self._controls is not None
         c = self._controls
-        return FrameSettings(gamma=float(10.0 ** float(c["gamma"].value)), max_depth=float(c["max_depth"].value),
-                              output=str(c["output"].value),
-                              sh_degree=None if c["sh_degree"] is None else int(c["sh_degree"].value))
+        return FrameSettings(
+            gamma=float(10.0 ** float(c["gamma"].value)),
+            max_depth=float(c["max_depth"].value),
+            output=str(c["output"].value),
+            sh_degree=None if c["sh_degree"] is None else int(c["sh_degree"].value),
+        )
 
     # -----------------------------------------------------------------------------------
     # Render thread
@@ -240,8 +266,10 @@ class TabView:
     def _moving_for(self) -> float:
         """Seconds until the view counts as still (<= 0: it is still)."""
         now = time.monotonic()
-        return max(self._options.settle_seconds - (now - self._last_change),
-                   self._options.scene_settle_seconds - (now - self._last_scene_change))
+        return max(
+            self._options.settle_seconds - (now - self._last_change),
+            self._options.scene_settle_seconds - (now - self._last_scene_change),
+        )
 
     def _wait_seconds(self) -> Optional[float]:
         if self._refined and not self._dirty:
@@ -283,9 +311,11 @@ class TabView:
         self.frames_sent += 1
         self.last_frame = FrameStats(width, height, moving, rendered.seconds, encode, version)
         self._error = None
-        self._status.content = (f"{width}x{height}{' (moving: reduced)' if moving else ''}, "
-                                f"render {1e3 * rendered.seconds:.1f} ms, JPEG {1e3 * encode:.1f} ms; "
-                                f"gamma {settings.gamma:.2g}")
+        self._status.content = (
+            f"{width}x{height}{' (moving: reduced)' if moving else ''}, "
+            f"render {1e3 * rendered.seconds:.1f} ms, JPEG {1e3 * encode:.1f} ms; "
+            f"gamma {settings.gamma:.2g}"
+        )
 
     def _show_error(self, exc: Exception) -> None:
         message = f"{type(exc).__name__}: {exc}"

@@ -33,8 +33,8 @@ double finite_difference(const twins::Twin& tw, std::vector<double> x, const std
   auto f_at = [&](double offset) {
     x[i] = x0 + offset * tw.step;
     if (tw.branch && tw.branch(x.data()) != branch) {
-      std::fprintf(stderr, "%s: the difference along input %d crosses from branch %s to %s\n",
-                   tw.name.c_str(), i, branch.c_str(), tw.branch(x.data()).c_str());
+      std::fprintf(stderr, "%s: the difference along input %d crosses from branch %s to %s\n", tw.name.c_str(), i,
+                   branch.c_str(), tw.branch(x.data()).c_str());
       std::exit(3);
     }
     std::vector<double> y(tw.n_out);

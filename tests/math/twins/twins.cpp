@@ -31,9 +31,7 @@ const pulsar::RadiusGradSums<double> kStartRadius{0.3125, -0.6875};
 V at(const double* x) { return pulsar::load_vec3(x); }
 void put(double* y, V v) { pulsar::store_vec3(y, v); }
 
-V random_vec(Rng& rng, double lo, double hi) {
-  return {rng.uniform(lo, hi), rng.uniform(lo, hi), rng.uniform(lo, hi)};
-}
+V random_vec(Rng& rng, double lo, double hi) { return {rng.uniform(lo, hi), rng.uniform(lo, hi), rng.uniform(lo, hi)}; }
 V random_unit(Rng& rng) {
   for (;;) {
     const V v = random_vec(rng, -1, 1);
@@ -96,9 +94,18 @@ Twin dual_twin(const std::string& name, int n_param, std::function<void(Rng&, do
 }
 
 // Draws for the dual operations: any value, or one away from zero for divisors.
-void draw_any_any(Rng& rng, double* x) { x[0] = rng.uniform(-2, 2); x[1] = rng.uniform(-2, 2); }
-void draw_any_nonzero(Rng& rng, double* x) { x[0] = rng.uniform(-2, 2); x[1] = away_from_zero(rng); }
-void draw_nonzero_any(Rng& rng, double* x) { x[0] = away_from_zero(rng); x[1] = rng.uniform(-2, 2); }
+void draw_any_any(Rng& rng, double* x) {
+  x[0] = rng.uniform(-2, 2);
+  x[1] = rng.uniform(-2, 2);
+}
+void draw_any_nonzero(Rng& rng, double* x) {
+  x[0] = rng.uniform(-2, 2);
+  x[1] = away_from_zero(rng);
+}
+void draw_nonzero_any(Rng& rng, double* x) {
+  x[0] = away_from_zero(rng);
+  x[1] = rng.uniform(-2, 2);
+}
 void draw_any(Rng& rng, double* x) { x[0] = rng.uniform(-3, 3); }
 void draw_positive(Rng& rng, double* x) { x[0] = rng.uniform(0.2, 4); }
 
@@ -266,8 +273,7 @@ Twin orthographic_twin(const std::string& branch, OrthoCase which) {
     const OrthographicPair p(x);
     double ga = kStart, gb = kStart, gcz = kStart;
     pulsar::RadiusGradSums<double> grad_r = kStartRadius;
-    pulsar::intersect_orthographic_backward(p.hit, x[0], x[1], x[2], p.terms, g[0], g[1], ga, gb, gcz,
-                                            grad_r);
+    pulsar::intersect_orthographic_backward(p.hit, x[0], x[1], x[2], p.terms, g[0], g[1], ga, gb, gcz, grad_r);
     vjp[0] = ga - kStart;
     vjp[1] = gb - kStart;
     vjp[2] = gcz - kStart;
@@ -473,26 +479,25 @@ std::vector<Twin> twin_table() {
   std::vector<Twin> table;
 
   // vec3.h ---------------------------------------------------------------------------
-  table.push_back(Twin{
-      "vec3/cross_backward", 6, 3, 0, 8, 1e-4,
-      [](Rng& rng, int, double* x) {
-        put(x, random_vec(rng, -2, 2));
-        put(x + 3, random_vec(rng, -2, 2));
-      },
-      [](const double* x, double* y) { put(y, cross(at(x), at(x + 3))); },
-      [](const double* x, const double* g, double* vjp) {
-        V ga = kStartVec, gb = kStartVec;
-        pulsar::cross_backward(at(x), at(x + 3), at(g), ga, gb);
-        put(vjp, ga - kStartVec);
-        put(vjp + 3, gb - kStartVec);
-      },
-      nullptr});
-  table.push_back(Twin{
-      "vec3/normalize_backward", 3, 3, 0, 8, 1e-4,
-      [](Rng& rng, int, double* x) { put(x, rng.uniform(0.5, 3) * random_unit(rng)); },
-      [](const double* x, double* y) { put(y, pulsar::normalize(at(x))); },
-      [](const double* x, const double* g, double* vjp) { put(vjp, pulsar::normalize_backward(at(x), at(g))); },
-      nullptr});
+  table.push_back(Twin{"vec3/cross_backward", 6, 3, 0, 8, 1e-4,
+                       [](Rng& rng, int, double* x) {
+                         put(x, random_vec(rng, -2, 2));
+                         put(x + 3, random_vec(rng, -2, 2));
+                       },
+                       [](const double* x, double* y) { put(y, cross(at(x), at(x + 3))); },
+                       [](const double* x, const double* g, double* vjp) {
+                         V ga = kStartVec, gb = kStartVec;
+                         pulsar::cross_backward(at(x), at(x + 3), at(g), ga, gb);
+                         put(vjp, ga - kStartVec);
+                         put(vjp + 3, gb - kStartVec);
+                       },
+                       nullptr});
+  table.push_back(
+      Twin{"vec3/normalize_backward", 3, 3, 0, 8, 1e-4,
+           [](Rng& rng, int, double* x) { put(x, rng.uniform(0.5, 3) * random_unit(rng)); },
+           [](const double* x, double* y) { put(y, pulsar::normalize(at(x))); },
+           [](const double* x, const double* g, double* vjp) { put(vjp, pulsar::normalize_backward(at(x), at(g))); },
+           nullptr});
 
   // dual.h: every arithmetic rule of Dual ----------------------------------------------
   table.push_back(dual_twin<2>("add", 0, draw_any_any, [](auto in, const double*) { return in[0] + in[1]; }));
@@ -513,15 +518,30 @@ std::vector<Twin> twin_table() {
   // Dual and constant: x[0] the dual's value, x[1] the constant.
   table.push_back(dual_twin<1>("add_constant", 1, draw_any_any, [](auto in, const double* s) { return in[0] + s[0]; }));
   table.push_back(dual_twin<1>("constant_add", 1, draw_any_any, [](auto in, const double* s) { return s[0] + in[0]; }));
-  table.push_back(dual_twin<1>("subtract_constant", 1, draw_any_any, [](auto in, const double* s) { return in[0] - s[0]; }));
-  table.push_back(dual_twin<1>("constant_subtract", 1, draw_any_any, [](auto in, const double* s) { return s[0] - in[0]; }));
-  table.push_back(dual_twin<1>("multiply_constant", 1, draw_any_any, [](auto in, const double* s) { return in[0] * s[0]; }));
-  table.push_back(dual_twin<1>("constant_multiply", 1, draw_any_any, [](auto in, const double* s) { return s[0] * in[0]; }));
-  table.push_back(dual_twin<1>("divide_constant", 1, draw_any_nonzero, [](auto in, const double* s) { return in[0] / s[0]; }));
-  table.push_back(dual_twin<1>("constant_divide", 1, draw_nonzero_any, [](auto in, const double* s) { return s[0] / in[0]; }));
-  table.push_back(dual_twin<1>("sqrt", 0, draw_positive, [](auto in, const double*) { using std::sqrt; return sqrt(in[0]); }));
-  table.push_back(dual_twin<1>("sin", 0, draw_any, [](auto in, const double*) { using std::sin; return sin(in[0]); }));
-  table.push_back(dual_twin<1>("cos", 0, draw_any, [](auto in, const double*) { using std::cos; return cos(in[0]); }));
+  table.push_back(
+      dual_twin<1>("subtract_constant", 1, draw_any_any, [](auto in, const double* s) { return in[0] - s[0]; }));
+  table.push_back(
+      dual_twin<1>("constant_subtract", 1, draw_any_any, [](auto in, const double* s) { return s[0] - in[0]; }));
+  table.push_back(
+      dual_twin<1>("multiply_constant", 1, draw_any_any, [](auto in, const double* s) { return in[0] * s[0]; }));
+  table.push_back(
+      dual_twin<1>("constant_multiply", 1, draw_any_any, [](auto in, const double* s) { return s[0] * in[0]; }));
+  table.push_back(
+      dual_twin<1>("divide_constant", 1, draw_any_nonzero, [](auto in, const double* s) { return in[0] / s[0]; }));
+  table.push_back(
+      dual_twin<1>("constant_divide", 1, draw_nonzero_any, [](auto in, const double* s) { return s[0] / in[0]; }));
+  table.push_back(dual_twin<1>("sqrt", 0, draw_positive, [](auto in, const double*) {
+    using std::sqrt;
+    return sqrt(in[0]);
+  }));
+  table.push_back(dual_twin<1>("sin", 0, draw_any, [](auto in, const double*) {
+    using std::sin;
+    return sin(in[0]);
+  }));
+  table.push_back(dual_twin<1>("cos", 0, draw_any, [](auto in, const double*) {
+    using std::cos;
+    return cos(in[0]);
+  }));
 
   // intersection.h: each twin on each branch of its forward ------------------------------
   table.push_back(finish_hit_twin("hit", false, true));
@@ -538,91 +558,87 @@ std::vector<Twin> twin_table() {
   // blend.h -----------------------------------------------------------------------------
   // x = z | min_depth, max_depth.
   table.push_back(Twin{
-      "blend/normalized_depth_grad", 1, 1, 2, 8, 1e-4,
-      [](Rng& rng, int, double* x) { draw_depths(rng, x + 1, x, 1); },
+      "blend/normalized_depth_grad", 1, 1, 2, 8, 1e-4, [](Rng& rng, int, double* x) { draw_depths(rng, x + 1, x, 1); },
       [](const double* x, double* y) { y[0] = pulsar::normalized_depth(blend_params(0.1, x[1], x[2]), x[0]); },
       [](const double* x, const double* g, double* vjp) {
         vjp[0] = pulsar::normalized_depth_grad(blend_params(0.1, x[1], x[2]), g[0]);
       },
       nullptr});
   // x = opacity | z, gamma, min_depth, max_depth.
-  table.push_back(Twin{
-      "blend/blend_exponent_grad_opacity", 1, 1, 4, 8, 1e-4,
-      [](Rng& rng, int, double* x) {
-        x[0] = rng.uniform(0.05, 1);
-        x[2] = draw_gamma(rng);
-        draw_depths(rng, x + 3, x + 1, 1);
-      },
-      [](const double* x, double* y) {
-        const auto p = blend_params(x[2], x[3], x[4]);
-        y[0] = pulsar::blend_exponent(p, pulsar::blend_exponent_slope(p, x[0]), x[1]);
-      },
-      [](const double* x, const double* g, double* vjp) {
-        vjp[0] = pulsar::blend_exponent_grad_opacity(blend_params(x[2], x[3], x[4]), x[1], g[0]);
-      },
-      nullptr});
+  table.push_back(Twin{"blend/blend_exponent_grad_opacity", 1, 1, 4, 8, 1e-4,
+                       [](Rng& rng, int, double* x) {
+                         x[0] = rng.uniform(0.05, 1);
+                         x[2] = draw_gamma(rng);
+                         draw_depths(rng, x + 3, x + 1, 1);
+                       },
+                       [](const double* x, double* y) {
+                         const auto p = blend_params(x[2], x[3], x[4]);
+                         y[0] = pulsar::blend_exponent(p, pulsar::blend_exponent_slope(p, x[0]), x[1]);
+                       },
+                       [](const double* x, const double* g, double* vjp) {
+                         vjp[0] = pulsar::blend_exponent_grad_opacity(blend_params(x[2], x[3], x[4]), x[1], g[0]);
+                       },
+                       nullptr});
   // x = z | opacity, gamma, min_depth, max_depth.
-  table.push_back(Twin{
-      "blend/blend_exponent_grad_depth", 1, 1, 4, 8, 1e-4,
-      [](Rng& rng, int, double* x) {
-        x[1] = rng.uniform(0.05, 1);
-        x[2] = draw_gamma(rng);
-        draw_depths(rng, x + 3, x, 1);
-      },
-      [](const double* x, double* y) {
-        const auto p = blend_params(x[2], x[3], x[4]);
-        y[0] = pulsar::blend_exponent(p, pulsar::blend_exponent_slope(p, x[1]), x[0]);
-      },
-      [](const double* x, const double* g, double* vjp) {
-        const auto p = blend_params(x[2], x[3], x[4]);
-        vjp[0] = pulsar::blend_exponent_grad_depth(pulsar::blend_exponent_slope(p, x[1]), g[0]);
-      },
-      nullptr});
+  table.push_back(Twin{"blend/blend_exponent_grad_depth", 1, 1, 4, 8, 1e-4,
+                       [](Rng& rng, int, double* x) {
+                         x[1] = rng.uniform(0.05, 1);
+                         x[2] = draw_gamma(rng);
+                         draw_depths(rng, x + 3, x, 1);
+                       },
+                       [](const double* x, double* y) {
+                         const auto p = blend_params(x[2], x[3], x[4]);
+                         y[0] = pulsar::blend_exponent(p, pulsar::blend_exponent_slope(p, x[1]), x[0]);
+                       },
+                       [](const double* x, const double* g, double* vjp) {
+                         const auto p = blend_params(x[2], x[3], x[4]);
+                         vjp[0] = pulsar::blend_exponent_grad_depth(pulsar::blend_exponent_slope(p, x[1]), g[0]);
+                       },
+                       nullptr});
   // The depth range's terms of kHits normalised depths: x = min_depth, max_depth | z[kHits].
-  table.push_back(Twin{
-      "blend/DepthRangeSums/normalized_depth", 2, kHits, kHits, 8, 1e-4,
-      [](Rng& rng, int, double* x) { draw_depths(rng, x, x + 2, kHits); },
-      [](const double* x, double* y) {
-        const auto p = blend_params(0.1, x[0], x[1]);
-        for (int i = 0; i < kHits; ++i) y[i] = pulsar::normalized_depth(p, x[2 + i]);
-      },
-      [](const double* x, const double* g, double* vjp) {
-        const auto p = blend_params(0.1, x[0], x[1]);
-        pulsar::DepthRangeSums<double> sums;
-        for (int i = 0; i < kHits; ++i) sums.add(pulsar::normalized_depth_grad(p, g[i]), x[2 + i]);
-        double grad_min = kStart, grad_max = kStart;
-        sums.finish(p, grad_min, grad_max);
-        vjp[0] = grad_min - kStart;
-        vjp[1] = grad_max - kStart;
-      },
-      nullptr});
+  table.push_back(Twin{"blend/DepthRangeSums/normalized_depth", 2, kHits, kHits, 8, 1e-4,
+                       [](Rng& rng, int, double* x) { draw_depths(rng, x, x + 2, kHits); },
+                       [](const double* x, double* y) {
+                         const auto p = blend_params(0.1, x[0], x[1]);
+                         for (int i = 0; i < kHits; ++i) y[i] = pulsar::normalized_depth(p, x[2 + i]);
+                       },
+                       [](const double* x, const double* g, double* vjp) {
+                         const auto p = blend_params(0.1, x[0], x[1]);
+                         pulsar::DepthRangeSums<double> sums;
+                         for (int i = 0; i < kHits; ++i) sums.add(pulsar::normalized_depth_grad(p, g[i]), x[2 + i]);
+                         double grad_min = kStart, grad_max = kStart;
+                         sums.finish(p, grad_min, grad_max);
+                         vjp[0] = grad_min - kStart;
+                         vjp[1] = grad_max - kStart;
+                       },
+                       nullptr});
   // The depth range's terms of kHits exponents (through their dL/dz, as the backward adds
   // them): x = min_depth, max_depth | z[kHits], opacity[kHits], gamma.
-  table.push_back(Twin{
-      "blend/DepthRangeSums/blend_exponent", 2, kHits, 2 * kHits + 1, 8, 1e-4,
-      [](Rng& rng, int, double* x) {
-        draw_depths(rng, x, x + 2, kHits);
-        for (int i = 0; i < kHits; ++i) x[2 + kHits + i] = rng.uniform(0.05, 1);
-        x[2 + 2 * kHits] = draw_gamma(rng);
-      },
-      [](const double* x, double* y) {
-        const auto p = blend_params(x[2 + 2 * kHits], x[0], x[1]);
-        for (int i = 0; i < kHits; ++i)
-          y[i] = pulsar::blend_exponent(p, pulsar::blend_exponent_slope(p, x[2 + kHits + i]), x[2 + i]);
-      },
-      [](const double* x, const double* g, double* vjp) {
-        const auto p = blend_params(x[2 + 2 * kHits], x[0], x[1]);
-        pulsar::DepthRangeSums<double> sums;
-        for (int i = 0; i < kHits; ++i) {
-          const double slope = pulsar::blend_exponent_slope(p, x[2 + kHits + i]);
-          sums.add(pulsar::blend_exponent_grad_depth(slope, g[i]), x[2 + i]);
-        }
-        double grad_min = kStart, grad_max = kStart;
-        sums.finish(p, grad_min, grad_max);
-        vjp[0] = grad_min - kStart;
-        vjp[1] = grad_max - kStart;
-      },
-      nullptr});
+  table.push_back(Twin{"blend/DepthRangeSums/blend_exponent", 2, kHits, 2 * kHits + 1, 8, 1e-4,
+                       [](Rng& rng, int, double* x) {
+                         draw_depths(rng, x, x + 2, kHits);
+                         for (int i = 0; i < kHits; ++i) x[2 + kHits + i] = rng.uniform(0.05, 1);
+                         x[2 + 2 * kHits] = draw_gamma(rng);
+                       },
+                       [](const double* x, double* y) {
+                         const auto p = blend_params(x[2 + 2 * kHits], x[0], x[1]);
+                         for (int i = 0; i < kHits; ++i)
+                           y[i] =
+                               pulsar::blend_exponent(p, pulsar::blend_exponent_slope(p, x[2 + kHits + i]), x[2 + i]);
+                       },
+                       [](const double* x, const double* g, double* vjp) {
+                         const auto p = blend_params(x[2 + 2 * kHits], x[0], x[1]);
+                         pulsar::DepthRangeSums<double> sums;
+                         for (int i = 0; i < kHits; ++i) {
+                           const double slope = pulsar::blend_exponent_slope(p, x[2 + kHits + i]);
+                           sums.add(pulsar::blend_exponent_grad_depth(slope, g[i]), x[2 + i]);
+                         }
+                         double grad_min = kStart, grad_max = kStart;
+                         sums.finish(p, grad_min, grad_max);
+                         vjp[0] = grad_min - kStart;
+                         vjp[1] = grad_max - kStart;
+                       },
+                       nullptr});
   // The depth statistics (DepthStats) of kHits hits, accumulated in a shuffled order of
   // weights: x = the hits' weights w | their normalised depths n (weight_grad), or x = n |
   // w (depth_grad). f = (mean, variance); the twins give dL/dw_i = weight_grad(n_i) / W_h
@@ -660,42 +676,40 @@ std::vector<Twin> twin_table() {
 
   // camera.h ----------------------------------------------------------------------------
   // load_camera's frame: x = packed camera | right-handed (alternating by point).
-  table.push_back(Twin{
-      "camera/frame_backward", pulsar::CAMERA_PARAMS, pulsar::CameraGrad<double>::kValues, 1, 8, 1e-4,
-      [](Rng& rng, int point, double* x) {
-        draw_packed_camera(rng, x, point % 2);
-        x[15] = point % 2;
-      },
-      [](const double* x, double* y) { frame_values(pulsar::load_camera(x, false, x[15] != 0), y); },
-      [](const double* x, const double* g, double* vjp) {
-        const auto cam = pulsar::load_camera(x, false, x[15] != 0);
-        pulsar::frame_backward(cam, pulsar::CameraGrad<double>::from_array(g), vjp);
-      },
-      [](const double* x) { return handedness(x + 15); }});
+  table.push_back(Twin{"camera/frame_backward", pulsar::CAMERA_PARAMS, pulsar::CameraGrad<double>::kValues, 1, 8, 1e-4,
+                       [](Rng& rng, int point, double* x) {
+                         draw_packed_camera(rng, x, point % 2);
+                         x[15] = point % 2;
+                       },
+                       [](const double* x, double* y) { frame_values(pulsar::load_camera(x, false, x[15] != 0), y); },
+                       [](const double* x, const double* g, double* vjp) {
+                         const auto cam = pulsar::load_camera(x, false, x[15] != 0);
+                         pulsar::frame_backward(cam, pulsar::CameraGrad<double>::from_array(g), vjp);
+                       },
+                       [](const double* x) { return handedness(x + 15); }});
   // The sensor point of pixel (i, j): x = p00_rel, pdx, pdy | i, j.
-  table.push_back(Twin{
-      "camera/add_sensor_offset", 9, 3, 2, 8, 1e-4,
-      [](Rng& rng, int, double* x) {
-        for (int k = 0; k < 9; ++k) x[k] = rng.uniform(-2, 2);
-        x[9] = std::floor(rng.uniform(0, 64));
-        x[10] = std::floor(rng.uniform(0, 48));
-      },
-      [](const double* x, double* y) {
-        pulsar::CameraFrame<double> cam{};
-        cam.p00_rel = at(x);
-        cam.pdx = at(x + 3);
-        cam.pdy = at(x + 6);
-        put(y, cam.sensor_offset(x[9], x[10]));
-      },
-      [](const double* x, const double* g, double* vjp) {
-        pulsar::CameraGrad<double> grad;
-        grad.p00_rel = grad.pdx = grad.pdy = kStartVec;
-        grad.add_sensor_offset(at(g), x[9], x[10]);
-        put(vjp, grad.p00_rel - kStartVec);
-        put(vjp + 3, grad.pdx - kStartVec);
-        put(vjp + 6, grad.pdy - kStartVec);
-      },
-      nullptr});
+  table.push_back(Twin{"camera/add_sensor_offset", 9, 3, 2, 8, 1e-4,
+                       [](Rng& rng, int, double* x) {
+                         for (int k = 0; k < 9; ++k) x[k] = rng.uniform(-2, 2);
+                         x[9] = std::floor(rng.uniform(0, 64));
+                         x[10] = std::floor(rng.uniform(0, 48));
+                       },
+                       [](const double* x, double* y) {
+                         pulsar::CameraFrame<double> cam{};
+                         cam.p00_rel = at(x);
+                         cam.pdx = at(x + 3);
+                         cam.pdy = at(x + 6);
+                         put(y, cam.sensor_offset(x[9], x[10]));
+                       },
+                       [](const double* x, const double* g, double* vjp) {
+                         pulsar::CameraGrad<double> grad;
+                         grad.p00_rel = grad.pdx = grad.pdy = kStartVec;
+                         grad.add_sensor_offset(at(g), x[9], x[10]);
+                         put(vjp, grad.p00_rel - kStartVec);
+                         put(vjp + 3, grad.pdx - kStartVec);
+                         put(vjp + 6, grad.pdy - kStartVec);
+                       },
+                       nullptr});
 
   // pixel_ray.h -------------------------------------------------------------------------
   table.push_back(pixel_ray_twin(false));
