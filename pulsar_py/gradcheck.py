@@ -23,7 +23,7 @@ entry sums over all pixels, so one kink touches all of them and is not limited. 
 flips therefore pass, while a wrong gradient - scaled, normalised per sphere like
 Pulsar's, or missing a term - fails every entry it touches.
 
-``pulsar-py gradcheck`` runs this on built-in random scenes (pulsar_py/tools/gradcheck.py).
+``pulsar-py gradcheck`` runs this on built-in random scenes (pulsar_py/tools/gradcheck_command.py).
 """
 
 from __future__ import annotations

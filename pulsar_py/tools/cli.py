@@ -6,7 +6,7 @@ Commands:
     view       show a PLY file or the demo's scene in the browser (pulsar_py.tools.viewer)
     selftest   compare this build's images and gradients with stored reference output
     sample     render the built-in sample scene to an image
-    gradcheck  finite-difference check of every gradient (pulsar_py.tools.gradcheck)
+    gradcheck  finite-difference check of every gradient (pulsar_py.tools.gradcheck_command)
     bench      the benchmark driver (workloads W1-W6 of docs/benchmarks.md)
     info       version, compiled backends and compiler
 
@@ -39,7 +39,7 @@ _FORWARDED: Dict[str, Tuple[str, str]] = {
         "render built-in scenes on every backend and compare with stored reference output; see 'selftest --help'",
     ),
     "gradcheck": (
-        "gradcheck",
+        "gradcheck_command",
         "finite-difference check of every gradient (pulsar_py.gradcheck); see 'gradcheck --help'",
     ),
     "bench": ("bench", "benchmark driver, workloads W1-W6 (pulsar_py.tools.bench); see 'bench --help'"),

@@ -11,7 +11,7 @@ from helpers import DEVICES, HAS_CUDA
 from scenes import Scene, pixel_deltas, random_scene
 
 import pulsar_py.gradcheck as gc
-import pulsar_py.tools.gradcheck as gc_tool
+import pulsar_py.tools.gradcheck_command as gc_tool
 from pulsar_py import Renderer, ops
 
 ALL_GROUPS = ("vert_pos", "vert_col", "vert_rad", "opacity", "bg_col", "cam_params")
