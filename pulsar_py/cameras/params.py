@@ -9,7 +9,7 @@ rotation, focal length, sensor width and the (real-valued) principal-point offse
 ``camera_from_params`` is the reference implementation. The renderer converts camera
 vectors natively instead (include/pulsar/camera_params.h: inside the render operator, or
 ``pulsar::pack_cameras``), one operation each way where this takes about 60 small torch
-operations; tests/native/test_camera_native.py holds the two to the same values and
+operations; tests/cameras/test_camera_native.py holds the two to the same values and
 gradients.
 """
 

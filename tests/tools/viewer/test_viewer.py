@@ -26,7 +26,7 @@ from pulsar_py.tools.viewer.frame import FrameRenderer, FrameSettings
 from pulsar_py.tools.viewer.scene import ViewerScene, load_scene, scene_frame, scene_from_tensors
 from pulsar_py.tools.viewer.server import check_address, is_loopback
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 # ---------------------------------------------------------------------------------------
