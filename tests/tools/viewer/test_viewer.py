@@ -296,12 +296,22 @@ def test_demo_calls_back_every_step_and_saves_a_scene_the_viewer_reads(tmp_path)
 # The command as a process: loopback only, nothing but the page, Ctrl-C
 
 
+# ``python -m pulsar_py`` as a terminal starts it, with SIGINT's default action (Python's
+# KeyboardInterrupt). A process started with SIGINT ignored keeps it ignored (a background
+# job of a non-interactive shell is, and passes that on to the test's processes): Ctrl-C
+# could not reach the command there, and the test would not test it.
+_AS_FROM_A_TERMINAL = (
+    "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "sys.argv[0] = 'pulsar_py'; runpy.run_module('pulsar_py', run_name='__main__', alter_sys=True)"
+)
+
+
 def test_view_listens_on_loopback_only_serves_no_files_and_stops_on_ctrl_c(tmp_path):
     ply = tmp_path / "scene.ply"
     write_gaussian_ply(ply, n=20)
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "pulsar_py", "view", str(ply), "--port", str(port)],
+        [sys.executable, "-c", _AS_FROM_A_TERMINAL, "view", str(ply), "--port", str(port)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
