@@ -44,9 +44,9 @@ PROGRESS = "ab-progress: "  # marks the child's progress lines among its other o
 def run_child(spec: Dict[str, Any]) -> Dict[str, Any]:
     """Time every workload of ``spec`` with the pulsar_py of ``spec['build']``."""
     if spec.get("cpus"):
-        # Every child on the same cores: the host's share of a call depends on which core
-        # (and how far from the GPU) the process lands on, a spread larger than the
-        # differences an A/B looks for.
+        # Every child on the same cores: the host's share of a call can depend on which
+        # core (and how far from the GPU) the process lands on, a spread that may exceed
+        # the differences an A/B looks for.
         os.sched_setaffinity(0, spec["cpus"])
     harness.use_build(spec["build"])
     device = torch.device(spec["device"])
@@ -169,7 +169,8 @@ def _align(header: List[str], lines: List[List[str]]) -> str:
 
 def format_table(rows: List[Dict[str, Any]], labels: Sequence[str]) -> str:
     """Per mode: each build's median ms, then each later build's ratio to the first and, in
-    brackets, the rounds in which it was the faster of the two (of the rounds both ran)."""
+    brackets, the rounds in which it was the faster of the two (the builds' completed
+    rounds paired in the order they ran)."""
     header = ["workload"]
     for mode in MODES:
         header += [f"{label} {mode} ms" for label in labels]
