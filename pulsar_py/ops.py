@@ -315,40 +315,13 @@ def _render_fake(positions, features, radii, opacities, background, cameras, set
     return image, state, counts, info, moments
 
 
-def _render_backward_kernel(
-    grad_image,
-    grad_depth_moments,
-    positions,
-    features,
-    radii,
-    opacities,
-    background,
-    cameras,
-    image,
-    blend_state,
-    counts,
-    depth_moments,
-    settings,
-    needs,
-):
-    grads = _render_backward_impl(
-        grad_image,
-        grad_depth_moments,
-        positions,
-        features,
-        radii,
-        opacities,
-        background,
-        cameras,
-        image,
-        blend_state,
-        counts,
-        depth_moments,
-        settings,
-        needs,
-    )
-    if any(g is None for g in grads):  # the operator returns a tensor for every gradient
-        empty = grad_image.new_empty((0,))
+def _render_backward_kernel(*args):
+    """pulsar::render_backward's kernel: the schema's arguments, in order, to
+    ``_render_backward_impl``, and an empty tensor for every gradient not asked for (the
+    operator returns a tensor for each)."""
+    grads = _render_backward_impl(*args)
+    if any(g is None for g in grads):
+        empty = args[0].new_empty((0,))  # args[0]: grad_image
         grads = [empty if g is None else g for g in grads]
     return tuple(grads)
 
