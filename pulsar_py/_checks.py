@@ -120,18 +120,56 @@ def check_bool(name: str, value: object) -> bool:
     return bool(value)
 
 
+#: A per-call number as the renderer carries it: a Python float (checked), or data that a
+#: traced call must not specialise on (a 0-dim floating tensor, or a SymFloat while
+#: torch.compile traces), whose value the render operator's kernel checks at every call
+#: (check_call_numbers).
+Setting = Union[float, torch.Tensor, "torch.SymFloat"]
+
+
+def is_number(value: object) -> bool:
+    """True for a setting that is a plain Python float (a graph constant when traced)."""
+    return type(value) is float
+
+
+def check_setting(
+    name: str, value: object, low: float, high: float, *, low_open: bool = False, high_open: bool = False
+) -> Setting:
+    """A per-call number: a Python number, checked and returned as a float, or a
+    one-element floating tensor (shape [] or [1]), checked for its shape and dtype and
+    returned 0-dim and not read (its value reaches the operator as data; the kernel
+    checks it), or a SymFloat under torch.compile (likewise)."""
+    if type(value) is float and _in_interval(value, low, high, low_open, high_open):
+        return value  # the common case (NaN fails the comparisons), without the checks below
+    if isinstance(value, torch.SymFloat):
+        return value
+    if isinstance(value, torch.Tensor):
+        return _setting_tensor(name, value)
+    return check_float(name, value, low, high, low_open=low_open, high_open=high_open)
+
+
+def _setting_tensor(name: str, value: torch.Tensor) -> torch.Tensor:
+    if check_readable(name, value).numel() != 1 or value.dim() > 1 or not value.is_floating_point():
+        raise (ValueError if value.is_floating_point() else TypeError)(
+            f"{name}: expected a float or a one-element floating tensor (shape [] or [1]), got a tensor of "
+            f"shape {tuple(value.shape)} and dtype {value.dtype}"
+        )
+    return value.reshape(())
+
+
 class CallSettings(NamedTuple):
     """The checked per-call settings of a render call."""
 
-    gamma: float
-    percent_allowed_difference: float
+    gamma: Setting
+    percent_allowed_difference: Setting
     max_n_hits: int  # < 0: unlimited
 
 
 def check_call_settings(gamma: object, percent_allowed_difference: object, max_n_hits: object) -> CallSettings:
-    """gamma in [1e-5, 1], p in [0, 1), max_n_hits >= 1 or None (unlimited)."""
-    gamma = check_float("gamma", gamma, MIN_GAMMA, MAX_GAMMA)
-    percent = check_float("percent_allowed_difference", percent_allowed_difference, 0.0, 1.0, high_open=True)
+    """gamma in [1e-5, 1], p in [0, 1) (numbers, or tensors checked by the kernel),
+    max_n_hits >= 1 or None (unlimited)."""
+    gamma = check_setting("gamma", gamma, MIN_GAMMA, MAX_GAMMA)
+    percent = check_setting("percent_allowed_difference", percent_allowed_difference, 0.0, 1.0, high_open=True)
     if max_n_hits is None:
         hit_cap = -1
     else:
@@ -141,18 +179,33 @@ def check_call_settings(gamma: object, percent_allowed_difference: object, max_n
     return CallSettings(gamma, percent, hit_cap)
 
 
+def check_call_numbers(gamma: float, percent_allowed_difference: float, min_depth: float, max_depth: float) -> None:
+    """The values of a call's settings that came as data (the render operator's values
+    tensor), as ``check_call_settings`` and ``check_depths`` check numbers."""
+    check_float("gamma", gamma, MIN_GAMMA, MAX_GAMMA)
+    check_float("percent_allowed_difference", percent_allowed_difference, 0.0, 1.0, high_open=True)
+    near, far = check_depth("min_depth", min_depth), check_depth("max_depth", max_depth)
+    if far <= near:
+        raise ValueError(f"max_depth: expected > min_depth ({near}), got {far}")
+
+
 # ----------------------------------------------------------------------------- depths
 class DepthRange(NamedTuple):
-    """A call's min_depth and max_depth: plain floats (the common case, resolved by the
-    native camera conversion), or 0-dim tensors that require grad (the blend exponent
-    depends on them, so they stay in the graph)."""
+    """A call's min_depth and max_depth: plain floats (the common case), data (0-dim
+    tensors that do not require grad, or SymFloats under torch.compile: the render
+    operator reads their values at each call), or 0-dim tensors that require grad (the
+    blend exponent depends on them, so they stay in the graph)."""
 
-    min_depth: Union[float, torch.Tensor]
-    max_depth: Union[float, torch.Tensor]
+    min_depth: Setting
+    max_depth: Setting
 
     @property
     def differentiable(self) -> bool:
-        return isinstance(self.min_depth, torch.Tensor) or isinstance(self.max_depth, torch.Tensor)
+        return any(isinstance(d, torch.Tensor) and d.requires_grad for d in self)
+
+    @property
+    def numbers(self) -> bool:
+        return type(self.min_depth) is float and type(self.max_depth) is float
 
 
 def _is_real_number(value: object) -> bool:
@@ -161,18 +214,14 @@ def _is_real_number(value: object) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
 
 
-def check_depth(name: str, value: object) -> Union[float, torch.Tensor]:
-    """A depth: a real number or a one-element floating tensor, finite and >= 0. A tensor
-    that requires grad is kept (0-dim); any other tensor is read as a number."""
+def check_depth(name: str, value: object) -> Setting:
+    """A depth: a real number, finite and >= 0, as a float; or a one-element floating
+    tensor (0-dim) or a SymFloat, whose value is checked where it is read (the render
+    operator's kernel, or the value checks of a differentiable depth)."""
     if isinstance(value, torch.Tensor):
-        if check_readable(name, value).numel() != 1 or value.dim() > 1 or not value.is_floating_point():
-            raise (ValueError if value.is_floating_point() else TypeError)(
-                f"{name}: expected a float or a one-element floating tensor (shape [] or [1]), got a tensor of "
-                f"shape {tuple(value.shape)} and dtype {value.dtype}"
-            )
-        if value.requires_grad:
-            return value.reshape(())
-        value = float(value.detach().reshape(()).item())
+        return _setting_tensor(name, value)
+    if isinstance(value, torch.SymFloat):
+        return value
     if not _is_real_number(value):
         raise TypeError(f"{name}: expected a float, got {type(value).__name__} {_short(value)}")
     value = float(value)
@@ -188,9 +237,16 @@ def check_depths(max_depth: object, min_depth: object) -> DepthRange:
         return DepthRange(min_depth, max_depth)  # the common case
     far = check_depth("max_depth", max_depth)
     near = check_depth("min_depth", min_depth)
-    if not isinstance(far, torch.Tensor) and not isinstance(near, torch.Tensor) and far <= near:
+    if type(far) is float and type(near) is float and far <= near:
         raise ValueError(f"max_depth: expected > min_depth ({near}), got {far}")
     return DepthRange(near, far)
+
+
+def depth_like(depth: Setting, like: torch.Tensor) -> torch.Tensor:
+    """``depth`` (a number or a 0-dim tensor) as a tensor of ``like``'s shape and dtype."""
+    if isinstance(depth, torch.Tensor):
+        return depth.to(like.dtype).expand_as(like)
+    return torch.full_like(like, depth)
 
 
 def near_for_focal(focal: torch.Tensor) -> torch.Tensor:

@@ -111,7 +111,7 @@ def replay(path: str, device: Optional[str] = None) -> Dict[str, Optional[torch.
     if backward:
         inputs = [None if x is None else x.clone().requires_grad_() for x in inputs]
     with torch.enable_grad():
-        image, _, counts, info, moments = render(*inputs, s.encode())
+        image, _, counts, info, moments = render(*inputs, None, s.encode())  # snapshots hold numbers
     result = dict(
         image=image.detach(),
         hit_count=counts[0],

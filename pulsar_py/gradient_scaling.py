@@ -127,12 +127,14 @@ def render_call(
     opacities: Optional[Tensor],
     background: Optional[Tensor],
     cameras: Tensor,
+    values: Optional[Tensor],
     settings: ops.RenderSettings,
 ) -> Tuple[Tensor, ...]:
     """``ops.render_call`` with Pulsar-scaled gradients (forward info always computed)."""
+    settings = ops.resolved_settings(settings, values)  # an eager call: the numbers are read here
     needs = [t is not None and t.requires_grad for t in (positions, features, radii, opacities, cameras)]
     if not (torch.is_grad_enabled() and any(needs)):
-        return ops.render_call(positions, features, radii, opacities, background, cameras, settings)
+        return ops.render_call(positions, features, radii, opacities, background, cameras, None, settings)
     s = settings
     if not s.want_forward_info:
         settings = s._replace(want_forward_info=True)
@@ -140,7 +142,7 @@ def render_call(
     positions, features, radii, opacities, cameras = _ScaleGradients.apply(
         factors, positions, features, radii, opacities, cameras
     )
-    outputs = ops.render_call(positions, features, radii, opacities, background, cameras, settings)
+    outputs = ops.render_call(positions, features, radii, opacities, background, cameras, None, settings)
     with torch.no_grad():
         counts = _tracked_pixel_counts(outputs[3], positions.shape[-2])  # [B, N]
         batch = counts.shape[0]

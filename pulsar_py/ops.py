@@ -1,6 +1,6 @@
 """The renderer as torch.library operators: all PyTorch sees of the native core.
 
-    pulsar::render(positions, features, radii, opacities?, background?, cameras, settings)
+    pulsar::render(positions, features, radii, opacities?, background?, cameras, values?, settings)
         -> (image, blend_state, counts, forward_info, depth_moments)
     pulsar::render_backward(grad_image, grad_depth_moments?, <render's inputs and outputs>,
                             settings, needs) -> (the six gradients)
@@ -18,7 +18,8 @@ Shapes (B cameras, N spheres, C channels, K = n_track, image H x W):
     positions [B?, N, 3], features [B?, N, C], radii [B?, N], opacities [B?, N] or None
     (all 1), background [C] or None (ones); cameras [B, 15] packed (include/pulsar/
     camera.h) or [B, L] Pulsar camera vectors, L in {8, 10, 11, 13}, which the native
-    call converts (its gradient comes back as [B, L]).
+    call converts (its gradient comes back as [B, L]); values float64 [4] on the CPU
+    (``CallValue``: gamma, percent_allowed_difference, min_depth, max_depth) or None.
     image [B, H, W, C]; blend_state [B, H, W, 2] (m, D); counts int32 [2, B, H, W] (the
     hit count, then the traversal end the backward reads); forward_info [B, H, W, 3 + 2K]
     or [0]; depth_moments [B, H, W, 4] (outputs.DEPTH_STATS) or [0].
@@ -28,6 +29,11 @@ Shapes (B cameras, N spheres, C channels, K = n_track, image H x W):
 
 ``settings`` is a ``RenderSettings`` encoded as a list of floats (an operator schema of
 few arguments: torch.library's autograd wrapper costs time quadratic in their number).
+They are graph constants of a traced call (torch.compile guards on their values), so the
+numbers a training loop changes from call to call (an annealed gamma, a depth range) come
+as data instead when they are tensors or the call is traced: the ``values`` tensor,
+whose slots the settings then hold as placeholders. The kernels read it (four numbers on
+the CPU, no device synchronisation) and check its values at every call.
 """
 
 from __future__ import annotations
@@ -44,6 +50,16 @@ from .outputs import DEPTH_STATS
 from .render_settings import PackSettings, RenderSettings
 
 Tensor = torch.Tensor
+
+
+class CallValue:
+    """Slots of the render operator's ``values`` tensor (float64 [4], CPU)."""
+
+    GAMMA = 0
+    PERCENT_ALLOWED_DIFFERENCE = 1
+    MIN_DEPTH = 2  # near depth (0: focal length + 2e-6); packed cameras carry their own
+    MAX_DEPTH = 3  # far depth; likewise
+    COUNT = 4
 
 
 # The leading fields of RenderSettings that configure a native renderer.
@@ -208,15 +224,49 @@ def _failed(error: RuntimeError, stage: str, s: RenderSettings, device: torch.de
     ) from error
 
 
+# ------------------------------------------------------------------ settings as data
+def call_values(gamma, percent_allowed_difference, min_depth, max_depth) -> Tensor:
+    """The render operator's ``values`` (float64 [4] on the CPU, ``CallValue``'s slots)
+    of a call's settings: Python numbers, SymFloats (traced) or 0-dim tensors, which are
+    copied (a tensor on a GPU: a synchronisation in an eager call). No tensor's graph is
+    followed: the settings get no gradient."""
+    one = torch.ones((), dtype=torch.float64)
+    # A traced number enters as one * x: torch.compile keeps a float that a tensor
+    # operation takes dynamic, where torch.tensor([x]) would specialise on its value.
+    return torch.stack(
+        [
+            v.detach().to(device="cpu", dtype=torch.float64) if isinstance(v, Tensor) else one * v
+            for v in (gamma, percent_allowed_difference, min_depth, max_depth)
+        ]
+    )
+
+
+def resolved_settings(settings: RenderSettings, values: Optional[Tensor]) -> RenderSettings:
+    """``settings`` with the numbers of ``values`` (None: as they are) in their slots,
+    checked as the renderer checks numbers (ValueError naming the setting)."""
+    if values is None:
+        return settings
+    if values.shape != (CallValue.COUNT,) or values.dtype != torch.float64 or values.device.type != "cpu":
+        raise ValueError(
+            f"values: expected a float64 tensor of shape [{CallValue.COUNT}] on the CPU, got shape "
+            f"{tuple(values.shape)}, dtype {values.dtype} on {values.device}"
+        )
+    gamma, percent, near, far = values.tolist()
+    _checks.check_call_numbers(gamma, percent, near, far)
+    if not settings.camera_length:  # packed cameras carry their depths: the slots are only checked
+        return settings._replace(gamma=gamma, percent_allowed_difference=percent)
+    return settings._replace(gamma=gamma, percent_allowed_difference=percent, min_depth=near, max_depth=far)
+
+
 # ------------------------------------------------------------------ pulsar::render
 _RENDER_SCHEMA = (
     "render(Tensor positions, Tensor features, Tensor radii, Tensor? opacities, Tensor? background, "
-    "Tensor cameras, float[] settings) -> (Tensor, Tensor, Tensor, Tensor, Tensor)"
+    "Tensor cameras, Tensor? values, float[] settings) -> (Tensor, Tensor, Tensor, Tensor, Tensor)"
 )
 _BACKWARD_SCHEMA = (
     "render_backward(Tensor grad_image, Tensor? grad_depth_moments, Tensor positions, "
     "Tensor features, Tensor radii, Tensor? opacities, Tensor? background, Tensor cameras, "
-    "Tensor image, Tensor blend_state, Tensor counts, Tensor depth_moments, "
+    "Tensor? values, Tensor image, Tensor blend_state, Tensor counts, Tensor depth_moments, "
     "float[] settings, bool[] needs) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)"
 )
 _PACK_SCHEMA = "pack_cameras(Tensor camera_vectors, float[] settings) -> Tensor"
@@ -297,14 +347,15 @@ def _render_forward(
     return tuple(outputs), _NativeCall(s, native, scene, options, pointers)
 
 
-def _render_kernel(positions, features, radii, opacities, background, cameras, settings):
-    outputs = _render_forward(positions, features, radii, opacities, background, cameras, settings)[0]
+def _render_kernel(positions, features, radii, opacities, background, cameras, values, settings):
+    s = resolved_settings(RenderSettings.decode(settings), values)
+    outputs = _render_forward(positions, features, radii, opacities, background, cameras, s)[0]
     # The operator returns a tensor for every output: [0] for forward info and depth
     # moments that were not asked for (eager calls get None, _RenderFunction).
     return tuple(positions.new_empty((0,)) if t is None else t for t in outputs)
 
 
-def _render_fake(positions, features, radii, opacities, background, cameras, settings):
+def _render_fake(positions, features, radii, opacities, background, cameras, values, settings):
     s = RenderSettings.decode(settings)
     lead = _lead(s, _batch(cameras))
     image = positions.new_empty(lead + (features.shape[-1],))
@@ -335,6 +386,7 @@ def _render_backward_impl(
     opacities,
     background,
     cameras,
+    values,
     image,
     blend_state,
     counts,
@@ -370,7 +422,7 @@ def _render_backward_impl(
             view(cameras),
         )
         background = None if background is None else view(background)
-        s = RenderSettings.decode(settings)
+        s = resolved_settings(RenderSettings.decode(settings), values)
         if background is None:
             background = _ones(features.shape[-1], dtype, device)
         call = _NativeCall(
@@ -430,6 +482,7 @@ def _render_backward_fake(
     opacities,
     background,
     cameras,
+    values,
     image,
     blend_state,
     counts,
@@ -445,10 +498,12 @@ def _render_backward_fake(
 
 
 def _render_setup_context(ctx, inputs, output):
-    positions, features, radii, opacities, background, cameras, settings = inputs
+    positions, features, radii, opacities, background, cameras, values, settings = inputs
     image, state, counts, info, moments = output
     ctx.settings = settings
-    ctx.save_for_backward(positions, features, radii, opacities, background, cameras, image, state, counts, moments)
+    ctx.save_for_backward(
+        positions, features, radii, opacities, background, cameras, values, image, state, counts, moments
+    )
     ctx.mark_non_differentiable(state, counts, *(() if info is None else (info,)))
     # Outputs without a gradient reach backward as None, not as zero-filled tensors.
     ctx.set_materialize_grads(False)
@@ -460,7 +515,9 @@ def _backward_arguments(ctx, grad_image, grad_moments) -> Optional[tuple]:
     if grad_image is None and grad_moments is None:
         return None
     need = ctx.needs_input_grad
-    positions, features, radii, opacities, background, cameras, image, state, counts, moments = ctx.saved_tensors
+    positions, features, radii, opacities, background, cameras, values, image, state, counts, moments = (
+        ctx.saved_tensors
+    )
     if grad_image is None:
         grad_image = torch.zeros_like(image)
     needs = [
@@ -476,6 +533,7 @@ def _backward_arguments(ctx, grad_image, grad_moments) -> Optional[tuple]:
         opacities,
         background,
         cameras,
+        values,
         image,
         state,
         counts,
@@ -492,14 +550,14 @@ def _input_gradients(grads, args: tuple) -> tuple:
         anchor = next((t for t in args[:8] if isinstance(t, Tensor) and t.requires_grad), None)
         if anchor is not None:
             grads = _NotDifferentiable.apply(anchor, *grads)
-    return (*(g if n else None for g, n in zip(grads, args[-1])), None)
+    return (*(g if n else None for g, n in zip(grads, args[-1])), None, None)  # and values, settings
 
 
 def _render_backward(ctx, grad_image, _state, _counts, _info, grad_moments):
     """The render operator's registered backward: through pulsar::render_backward."""
     args = _backward_arguments(ctx, grad_image, grad_moments)
     if args is None:
-        return (None,) * 7
+        return (None,) * 8
     return _input_gradients(torch.ops.pulsar.render_backward(*args), args)
 
 
@@ -604,7 +662,8 @@ class _RenderFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, positions, features, radii, opacities, background, cameras, settings, rendered):
         output, ctx.call = rendered
-        _render_setup_context(ctx, (positions, features, radii, opacities, background, cameras, settings), output)
+        inputs = (positions, features, radii, opacities, background, cameras, None, settings)
+        _render_setup_context(ctx, inputs, output)
         return output
 
     @staticmethod
@@ -612,7 +671,7 @@ class _RenderFunction(torch.autograd.Function):
         args = _backward_arguments(ctx, grad_image, grad_moments)
         if args is None:
             return (None,) * 8
-        return (*_input_gradients(_render_backward_impl(*args, call=ctx.call), args), None)
+        return _input_gradients(_render_backward_impl(*args, call=ctx.call), args)
 
 
 def _plain(t: Optional[Tensor]) -> bool:
@@ -626,6 +685,7 @@ def render_call(
     opacities: Optional[Tensor],
     background: Optional[Tensor],
     cameras: Tensor,
+    values: Optional[Tensor],
     settings: RenderSettings,
 ) -> Tuple[Tensor, ...]:
     """pulsar::render, as the renderer calls it.
@@ -647,6 +707,7 @@ def render_call(
         and _plain(background)
         and _plain(cameras)
     ):
+        settings = resolved_settings(settings, values)
         rendered = _render_forward(positions, features, radii, opacities, background, cameras, settings)
         if torch.is_grad_enabled() and (
             positions.requires_grad
@@ -658,4 +719,4 @@ def render_call(
         ):
             return _RenderFunction.apply(positions, features, radii, opacities, background, cameras, settings, rendered)
         return rendered[0]
-    return render(positions, features, radii, opacities, background, cameras, settings.encode())
+    return render(positions, features, radii, opacities, background, cameras, values, settings.encode())

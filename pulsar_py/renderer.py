@@ -311,7 +311,6 @@ class Renderer(torch.nn.Module):
             )
         if scene is None:
             scene = self._check_scene(vert_pos, vert_col, vert_rad, opacity, bg_col)
-        gamma_arg, percent_arg = gamma, percent_allowed_difference
         checked = _checks.check_call_settings(gamma, percent_allowed_difference, max_n_hits)
         depths = _checks.check_depths(max_depth, min_depth)
         if camera_input is None:
@@ -321,6 +320,16 @@ class Renderer(torch.nn.Module):
             _checks.check_batch(cams.shape[0], self.width, self.height)
         batched = batched or scene.batched or camera_input.batched
         vectors = camera_input.length > 0
+        # Numbers travel in the settings (graph constants when traced); anything else, or
+        # every number of a traced call, in the values tensor, whose slots the settings
+        # then hold as placeholders (0). Packed cameras carry their own depths (the
+        # settings' are 0), which the values still bring to be checked.
+        near, far = depths
+        numbers = eager and all(map(_checks.is_number, (checked.gamma, checked.percent_allowed_difference, near, far)))
+        values = None if numbers else ops.call_values(checked.gamma, checked.percent_allowed_difference, near, far)
+        number = (lambda x: x) if values is None else (lambda x: 0.0)  # noqa: E731
+        if not vectors:
+            near = far = 0.0
         settings = ops.RenderSettings(
             self._renderer_id,
             self.width,
@@ -330,8 +339,8 @@ class Renderer(torch.nn.Module):
             self.background_normalized_depth,
             self.num_threads,
             self._backward_row_budget,
-            checked.gamma,
-            checked.percent_allowed_difference,
+            number(checked.gamma),
+            number(checked.percent_allowed_difference),
             checked.max_n_hits,
             camera_input.right_handed,
             want_info,
@@ -341,23 +350,31 @@ class Renderer(torch.nn.Module):
             self.debug,
             camera_input.length,
             vectors and bool(first_R_then_T),
-            depths.min_depth if vectors else 0.0,
-            depths.max_depth if vectors else 0.0,
+            number(near),
+            number(far),
             _checks.CAMERA_ARGUMENTS.index(camera_name),
         )
         image, _state, counts, info, moments = self._render(
-            scene.positions, scene.features, scene.radii, scene.opacities, scene.background, cams, settings
+            scene.positions, scene.features, scene.radii, scene.opacities, scene.background, cams, values, settings
         )
         if eager:  # after the call: the device works meanwhile
-            self._warn_once(gamma_arg, percent_arg, checked.gamma, scene, cams)
+            self._warn_once(gamma, percent_allowed_difference, checked.gamma, scene, cams)
         return RawOutputs(image, counts[0], info, moments, batched)
 
     def _render(
-        self, positions, features, radii, opacities, background, cameras, settings: ops.RenderSettings
+        self,
+        positions,
+        features,
+        radii,
+        opacities,
+        background,
+        cameras,
+        values: Optional[torch.Tensor],
+        settings: ops.RenderSettings,
     ) -> Tuple[torch.Tensor, ...]:
         """The render operator's call with checked arguments: its five outputs."""
         call = scaled_render_call if self._pulsar_gradients else ops.render_call
-        return call(positions, features, radii, opacities, background, cameras, settings)
+        return call(positions, features, radii, opacities, background, cameras, values, settings)
 
     def _check_scene(self, vert_pos, vert_col, vert_rad, opacity, bg_col) -> _checks.SceneTensors:
         return _checks.check_scene(
@@ -410,7 +427,7 @@ class Renderer(torch.nn.Module):
         ``pulsar::pack_cameras`` (differentiable)."""
         if isinstance(cams, NativeCamera):
             return cams
-        plain = lambda d: d if not isinstance(d, torch.Tensor) else 0.0  # noqa: E731
+        plain = lambda d: d if _checks.is_number(d) else 0.0  # noqa: E731  (packed depths replace them)
         pack = ops.PackSettings(
             self.width,
             self.height,
@@ -428,11 +445,7 @@ class Renderer(torch.nn.Module):
         """Packed cameras [B, 15] of a NativeCamera and the call's depth range (min_depth 0:
         focal length + 2e-6; tensor depths keep their graph)."""
         near = _checks.resolve_near(depths.min_depth, native.focal)
-        far = depths.max_depth
-        far = (
-            far.to(native.focal.dtype).expand_as(near) if isinstance(far, torch.Tensor) else torch.full_like(near, far)
-        )
-        return native.pack(near, far)
+        return native.pack(near, _checks.depth_like(depths.max_depth, near))
 
     def _camera_input(
         self, camera, pos: torch.Tensor, depths: _checks.DepthRange, first_R_then_T: object, name: str
@@ -452,9 +465,12 @@ class Renderer(torch.nn.Module):
         native = self._native_camera(cams, depths, bool(first_R_then_T))
         return CameraInput(self._pack(native, depths), 0, batched, right_handed, orthographic)
 
-    def _warn_once(self, gamma_arg, percent_arg, gamma: float, scene: _checks.SceneTensors, cams: torch.Tensor) -> None:
-        """Warnings, once per renderer: a small gamma with geometry or camera gradients,
-        and a gamma or percent_allowed_difference tensor that requires grad (it gets none)."""
+    def _warn_once(
+        self, gamma_arg, percent_arg, gamma: _checks.Setting, scene: _checks.SceneTensors, cams: torch.Tensor
+    ) -> None:
+        """Warnings, once per renderer: a small gamma with geometry or camera gradients
+        (a gamma given as a tensor is not read for it), and a gamma or
+        percent_allowed_difference tensor that requires grad (it gets none)."""
         if not self._warned_setting_grad:
             for name, value in (("gamma", gamma_arg), ("percent_allowed_difference", percent_arg)):
                 if isinstance(value, torch.Tensor) and value.requires_grad:
@@ -464,7 +480,7 @@ class Renderer(torch.nn.Module):
                         stacklevel=4,
                     )
                     self._warned_setting_grad = True
-        if gamma >= 1e-3 or self._warned_small_gamma or not torch.is_grad_enabled():
+        if not _checks.is_number(gamma) or gamma >= 1e-3 or self._warned_small_gamma or not torch.is_grad_enabled():
             return
         if scene.positions.requires_grad or scene.radii.requires_grad or cams.requires_grad:
             warnings.warn(
@@ -771,7 +787,7 @@ def _near_far(camera_input: CameraInput, depths: _checks.DepthRange) -> Tuple[to
     n_rot = 6 if camera_input.length in (11, 13) else 3
     focal = torch.zeros_like(cams[:, 0]) if camera_input.orthographic else cams[:, 3 + n_rot]
     near = _checks.resolve_near(depths.min_depth, focal)
-    return near, torch.full_like(near, depths.max_depth)
+    return near, _checks.depth_like(depths.max_depth, near)
 
 
 def _unify_sphere_batch(pos, col, rad, opacity):

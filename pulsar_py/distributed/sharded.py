@@ -136,19 +136,24 @@ class ShardedRenderer(Renderer):
         return out
 
     def _render(
-        self, positions, features, radii, opacities, background, cameras, settings: ops.RenderSettings
+        self,
+        positions,
+        features,
+        radii,
+        opacities,
+        background,
+        cameras,
+        values: Optional[Tensor],
+        settings: ops.RenderSettings,
     ) -> Tuple[Tensor, ...]:
         self._check_gradient_scaling()
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError(
                 "ShardedRenderer: torch.distributed is not initialised: call torch.distributed.init_process_group first"
             )
-        if settings.check_values:
-            batch = positions.shape[0] if positions.dim() == 3 else 0
-            check_ranks_agree(
-                cameras, background, [*(getattr(settings, name) for name in _AGREED), batch], self.process_group
-            )
-        return sharded_render(positions, features, radii, opacities, background, cameras, settings, self.process_group)
+        return sharded_render(
+            positions, features, radii, opacities, background, cameras, values, settings, self.process_group
+        )
 
 
 @torch.compiler.disable
@@ -159,13 +164,18 @@ def sharded_render(
     opacities: Optional[Tensor],
     background: Optional[Tensor],
     cameras: Tensor,
+    values: Optional[Tensor],
     settings: ops.RenderSettings,
     group: Optional[dist.ProcessGroup],
 ) -> Tuple[Optional[Tensor], ...]:
     """The render operator's outputs (ops.render_call) for this rank's share of the spheres:
-    (image, merged blend state, this share's counts, merged forward info or None, None)."""
+    (image, merged blend state, this share's counts, merged forward info or None, None).
+    ``values``: the call's settings given as data (ops.call_values), or None."""
     inputs = (positions, features, radii, opacities, background, cameras)
-    settings = settings._replace(partial=True)
+    settings = ops.resolved_settings(settings, values)._replace(partial=True)
+    if settings.check_values:
+        batch = positions.shape[0] if positions.dim() == 3 else 0
+        check_ranks_agree(cameras, background, [*(getattr(settings, name) for name in _AGREED), batch], group)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs):
         return _ShardedRender.apply(*inputs, settings, group)
     return _forward(*inputs, settings, group)[0]
@@ -193,7 +203,8 @@ class _ShardedRender(torch.autograd.Function):
     @staticmethod
     def forward(ctx, positions, features, radii, opacities, background, cameras, settings, group):
         outputs, ctx.call = _forward(positions, features, radii, opacities, background, cameras, settings, group)
-        ops._render_setup_context(ctx, (positions, features, radii, opacities, background, cameras, settings), outputs)
+        inputs = (positions, features, radii, opacities, background, cameras, None, settings)
+        ops._render_setup_context(ctx, inputs, outputs)
         ctx.group = group
         return outputs
 
@@ -205,4 +216,4 @@ class _ShardedRender(torch.autograd.Function):
         grads = ops._render_backward_impl(*args, call=ctx.call)
         if grads[5] is not None:  # the camera's gradient comes through every share's spheres
             dist.all_reduce(grads[5], group=ctx.group)
-        return (*ops._input_gradients(grads, args), None)
+        return (*ops._input_gradients(grads, args)[:6], None, None)  # and settings, group

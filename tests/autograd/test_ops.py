@@ -123,7 +123,7 @@ def test_operators_pass_opcheck():
     ).encode()
     torch.library.opcheck(
         torch.ops.pulsar.render.default,
-        (pos, col, rad, opa, None, cam[None], settings),
+        (pos, col, rad, opa, None, cam[None], None, settings),
         test_utils=("test_schema", "test_faketensor", "test_autograd_registration"),
     )
     pack = ops.PackSettings(24, 16, False, False, False, 0.0, 30.0).encode()

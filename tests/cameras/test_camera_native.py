@@ -348,7 +348,7 @@ def test_native_renderer_names_a_bad_camera_vector_length():
         0,
     )
     with pytest.raises(ValueError, match="camera_vectors.length: expected 0 .*got 9"):
-        ops.render(pos, col, rad, None, None, cams, settings.encode())
+        ops.render(pos, col, rad, None, None, cams, None, settings.encode())
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -49,10 +49,11 @@ def test_one_share_merged_alone_is_the_render(device, dtype, p):
     grad_image = grad_output_like(image)
     want = torch.autograd.grad(image, list(tensors.values()), grad_image)
     args = renderer.arguments
-    settings = args[6]._replace(partial=True)
+    assert args[6] is None  # the numbers travel in the settings
+    settings = args[7]._replace(partial=True)
     with torch.no_grad():
         (partial, state, counts, _, _), call = ops._render_forward(*args[:6], settings)
-        plain = ops._render_forward(*args[:6], args[6])[0]
+        plain = ops._render_forward(*args[:6], args[7])[0]
     tol = 1e-12 if dtype == F64 else 2e-6
     assert (state[..., 1] >= 0).all()
     merged_image, merged_state = _merge_alone(partial, state, tensors["bg_col"].detach(), scene.beta / scene.gamma)
@@ -61,7 +62,7 @@ def test_one_share_merged_alone_is_the_render(device, dtype, p):
     assert torch.equal(state[..., 0], plain[1][..., 0])
     with torch.no_grad():
         got = ops._render_backward_impl(
-            grad_image, None, *args[:6], merged_image, merged_state, counts, None, settings, [True] * 6, call=call
+            grad_image, None, *args[:7], merged_image, merged_state, counts, None, settings, [True] * 6, call=call
         )
     for name, g, w in zip(tensors, got, want):
         assert w.abs().max() > 0, name
@@ -83,10 +84,11 @@ def test_a_partial_renders_depth_statistics_of_its_share(device):
         camera=scene.cam_params.to(device),
     )
     args = renderer.arguments
-    assert args[6].want_depth_moments
+    settings = args[7]
+    assert settings.want_depth_moments
     with torch.no_grad():
-        plain = ops._render_forward(*args[:6], args[6])[0]
-        (_, state, _, _, moments), _ = ops._render_forward(*args[:6], args[6]._replace(partial=True))
+        plain = ops._render_forward(*args[:6], settings)[0]
+        (_, state, _, _, moments), _ = ops._render_forward(*args[:6], settings._replace(partial=True))
     m, d_share = state[..., 0], state[..., 1]
     total = d_share + torch.exp(scene.beta / scene.gamma - m)
     want = plain[4]
