@@ -121,14 +121,13 @@ def check_bool(name: str, value: object) -> bool:
 
 
 #: A per-call number as the renderer carries it: a Python float (checked), or data that a
-#: traced call must not specialise on (a 0-dim floating tensor, or a SymFloat while
-#: torch.compile traces), whose value the render operator's kernel checks at every call
-#: (check_call_numbers).
-Setting = Union[float, torch.Tensor, "torch.SymFloat"]
+#: traced call does not specialise on (a 0-dim floating tensor), whose value the render
+#: operator's kernel checks at every call (check_call_numbers).
+Setting = Union[float, torch.Tensor]
 
 
 def is_number(value: object) -> bool:
-    """True for a setting that is a plain Python float (a graph constant when traced)."""
+    """True for a setting that is a Python float (a graph constant when traced)."""
     return type(value) is float
 
 
@@ -138,11 +137,9 @@ def check_setting(
     """A per-call number: a Python number, checked and returned as a float, or a
     one-element floating tensor (shape [] or [1]), checked for its shape and dtype and
     returned 0-dim and not read (its value reaches the operator as data; the kernel
-    checks it), or a SymFloat under torch.compile (likewise)."""
+    checks it)."""
     if type(value) is float and _in_interval(value, low, high, low_open, high_open):
         return value  # the common case (NaN fails the comparisons), without the checks below
-    if isinstance(value, torch.SymFloat):
-        return value
     if isinstance(value, torch.Tensor):
         return _setting_tensor(name, value)
     return check_float(name, value, low, high, low_open=low_open, high_open=high_open)
@@ -192,9 +189,9 @@ def check_call_numbers(gamma: float, percent_allowed_difference: float, min_dept
 # ----------------------------------------------------------------------------- depths
 class DepthRange(NamedTuple):
     """A call's min_depth and max_depth: plain floats (the common case), data (0-dim
-    tensors that do not require grad, or SymFloats under torch.compile: the render
-    operator reads their values at each call), or 0-dim tensors that require grad (the
-    blend exponent depends on them, so they stay in the graph)."""
+    tensors that do not require grad: the render operator reads their values at each
+    call), or 0-dim tensors that require grad (the blend exponent depends on them, so they
+    stay in the graph)."""
 
     min_depth: Setting
     max_depth: Setting
@@ -216,12 +213,10 @@ def _is_real_number(value: object) -> bool:
 
 def check_depth(name: str, value: object) -> Setting:
     """A depth: a real number, finite and >= 0, as a float; or a one-element floating
-    tensor (0-dim) or a SymFloat, whose value is checked where it is read (the render
-    operator's kernel, or the value checks of a differentiable depth)."""
+    tensor (0-dim), whose value is checked where it is read (the render operator's
+    kernel, or the value checks of a differentiable depth)."""
     if isinstance(value, torch.Tensor):
         return _setting_tensor(name, value)
-    if isinstance(value, torch.SymFloat):
-        return value
     if not _is_real_number(value):
         raise TypeError(f"{name}: expected a float, got {type(value).__name__} {_short(value)}")
     value = float(value)

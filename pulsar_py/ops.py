@@ -31,9 +31,9 @@ Shapes (B cameras, N spheres, C channels, K = n_track, image H x W):
 few arguments: torch.library's autograd wrapper costs time quadratic in their number).
 They are graph constants of a traced call (torch.compile guards on their values), so the
 numbers a training loop changes from call to call (an annealed gamma, a depth range) come
-as data instead when they are tensors or the call is traced: the ``values`` tensor,
-whose slots the settings then hold as placeholders. The kernels read it (four numbers on
-the CPU, no device synchronisation) and check its values at every call.
+as data instead when they are given as tensors: the ``values`` tensor, whose slots the
+settings then hold as placeholders. The kernels read it (four numbers on the CPU, no
+device synchronisation) and check its values at every call.
 """
 
 from __future__ import annotations
@@ -227,12 +227,12 @@ def _failed(error: RuntimeError, stage: str, s: RenderSettings, device: torch.de
 # ------------------------------------------------------------------ settings as data
 def call_values(gamma, percent_allowed_difference, min_depth, max_depth) -> Tensor:
     """The render operator's ``values`` (float64 [4] on the CPU, ``CallValue``'s slots)
-    of a call's settings: Python numbers, SymFloats (traced) or 0-dim tensors, which are
-    copied (a tensor on a GPU: a synchronisation in an eager call). No tensor's graph is
-    followed: the settings get no gradient."""
+    of a call's settings, Python numbers or 0-dim tensors, which are copied (a tensor on a
+    GPU: a synchronisation in an eager call). No tensor's graph is followed: the settings
+    get no gradient."""
     one = torch.ones((), dtype=torch.float64)
-    # A traced number enters as one * x: torch.compile keeps a float that a tensor
-    # operation takes dynamic, where torch.tensor([x]) would specialise on its value.
+    # A number enters as one * x: torch.compile keeps a float that a tensor operation
+    # takes dynamic, where torch.tensor([x]) would specialise on its value.
     return torch.stack(
         [
             v.detach().to(device="cpu", dtype=torch.float64) if isinstance(v, Tensor) else one * v

@@ -320,12 +320,12 @@ class Renderer(torch.nn.Module):
             _checks.check_batch(cams.shape[0], self.width, self.height)
         batched = batched or scene.batched or camera_input.batched
         vectors = camera_input.length > 0
-        # Numbers travel in the settings (graph constants when traced); anything else, or
-        # every number of a traced call, in the values tensor, whose slots the settings
-        # then hold as placeholders (0). Packed cameras carry their own depths (the
-        # settings' are 0), which the values still bring to be checked.
+        # Python numbers travel in the settings (constants of a traced graph); when any
+        # of the four is a tensor, all four travel in the values tensor, whose slots the
+        # settings then hold as placeholders (0). Packed cameras carry their own depths
+        # (the settings' are 0), which the values still bring to be checked.
         near, far = depths
-        numbers = eager and all(map(_checks.is_number, (checked.gamma, checked.percent_allowed_difference, near, far)))
+        numbers = all(map(_checks.is_number, (checked.gamma, checked.percent_allowed_difference, near, far)))
         values = None if numbers else ops.call_values(checked.gamma, checked.percent_allowed_difference, near, far)
         number = (lambda x: x) if values is None else (lambda x: 0.0)  # noqa: E731
         if not vectors:
