@@ -289,8 +289,11 @@ def check_tensor(
     last: Optional[int] = None,
     dtype: Optional[torch.dtype] = None,
     device: Optional[torch.device] = None,
+    like: str = "vert_pos",
+    device_of: str = "the renderer's device; move the renderer with .to(device)",
 ) -> torch.Tensor:
-    """Type, layout, dtype, device and rank of one tensor argument."""
+    """Type, layout, dtype, device and rank of one tensor argument. ``like``: the argument
+    whose dtype every other takes; ``device_of``: what the device is, for messages."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
     check_readable(name, t)
@@ -301,12 +304,9 @@ def check_tensor(
     if t.dtype not in FLOAT_DTYPES:
         raise TypeError(f"{name}: expected dtype float32 or float64, got {t.dtype}")
     if dtype is not None and t.dtype != dtype:
-        raise TypeError(f"{name}: expected dtype {dtype} like vert_pos (mixed dtypes are not cast), got {t.dtype}")
+        raise TypeError(f"{name}: expected dtype {dtype} like {like} (mixed dtypes are not cast), got {t.dtype}")
     if device is not None and t.device != device:
-        raise ValueError(
-            f"{name}: expected a tensor on {device} (the renderer's device; move the renderer "
-            f"with .to(device)), got {t.device}"
-        )
+        raise ValueError(f"{name}: expected a tensor on {device} ({device_of}), got {t.device}")
     if t.dim() not in dims:
         want = " or ".join(str(d) for d in dims)
         raise ValueError(f"{name}: expected {want} dimension{'' if dims == (1,) else 's'}, got shape {tuple(t.shape)}")
@@ -358,36 +358,87 @@ def check_scene(
     if _plain_scene(vert_pos, vert_col, vert_rad, opacity, bg_col, n_channels, device, max_num_balls):
         return SceneTensors(vert_pos, vert_col, vert_rad, opacity, None)
     pos = check_tensor("vert_pos", vert_pos, dims=(2, 3), last=3)
-    dtype = pos.dtype
     check_tensor("vert_pos", pos, dims=(2, 3), device=device)
-    col = check_tensor("vert_col", vert_col, dims=(pos.dim(),), last=n_channels, dtype=dtype, device=device)
-    rad = check_tensor("vert_rad", vert_rad, dims=(pos.dim() - 1,), dtype=dtype, device=device)
+    scene = _check_spheres(SCENE_NAMES, pos, vert_col, vert_rad, opacity, bg_col, n_channels, dict(device=device))
+    n = pos.shape[-2]
+    if max_num_balls is not None and n > max_num_balls:
+        raise ValueError(f"vert_pos: expected at most max_num_balls={max_num_balls} spheres, got {n}")
+    return scene
+
+
+#: The names of the sphere tensors in messages: the renderer's arguments, and the render
+#: operator's (pulsar::render, checked by check_operands).
+SCENE_NAMES = ("vert_pos", "vert_col", "vert_rad", "opacity", "bg_col")
+OPERAND_NAMES = ("positions", "features", "radii", "opacities", "background")
+
+
+def _check_spheres(
+    names: Sequence[str], pos: torch.Tensor, col, rad, opacity, bg, n_channels: int, where: dict
+) -> SceneTensors:
+    """The rules of a call's sphere tensors given positions [B?, N, 3] (checked): ranks,
+    dtypes (pos's), devices (``where``: check_tensor's device arguments) and shapes
+    matching pos, at least one sphere set and at most 2^31 - 1 spheres."""
+    p, c, r, o, b = names
+    dtype = pos.dtype
+    col = check_tensor(c, col, dims=(pos.dim(),), last=n_channels, dtype=dtype, like=p, **where)
+    rad = check_tensor(r, rad, dims=(pos.dim() - 1,), dtype=dtype, like=p, **where)
     n = pos.shape[-2]
     if pos.dim() == 3 and pos.shape[0] == 0:
-        raise ValueError(f"vert_pos: expected a batch of at least 1 sphere set, got shape {tuple(pos.shape)}")
+        raise ValueError(f"{p}: expected a batch of at least 1 sphere set, got shape {tuple(pos.shape)}")
     if col.shape[:-1] != pos.shape[:-1]:
         raise ValueError(
-            f"vert_col: expected shape {tuple(pos.shape[:-1]) + (n_channels,)} "
-            f"to match vert_pos {tuple(pos.shape)}, got {tuple(col.shape)}"
+            f"{c}: expected shape {tuple(pos.shape[:-1]) + (n_channels,)} "
+            f"to match {p} {tuple(pos.shape)}, got {tuple(col.shape)}"
         )
     if rad.shape != pos.shape[:-1]:
         raise ValueError(
-            f"vert_rad: expected shape {tuple(pos.shape[:-1])} to match vert_pos "
-            f"{tuple(pos.shape)}, got {tuple(rad.shape)}"
+            f"{r}: expected shape {tuple(pos.shape[:-1])} to match {p} {tuple(pos.shape)}, got {tuple(rad.shape)}"
         )
     if opacity is not None:
-        check_tensor("opacity", opacity, dims=(pos.dim() - 1,), dtype=dtype, device=device)
+        check_tensor(o, opacity, dims=(pos.dim() - 1,), dtype=dtype, like=p, **where)
         if opacity.shape != pos.shape[:-1]:
-            raise ValueError(
-                f"opacity: expected shape {tuple(pos.shape[:-1])} to match vert_pos, got {tuple(opacity.shape)}"
-            )
-    if bg_col is not None:
-        check_tensor("bg_col", bg_col, dims=(1,), last=n_channels, dtype=dtype, device=device)
-    if max_num_balls is not None and n > max_num_balls:
-        raise ValueError(f"vert_pos: expected at most max_num_balls={max_num_balls} spheres, got {n}")
+            raise ValueError(f"{o}: expected shape {tuple(pos.shape[:-1])} to match {p}, got {tuple(opacity.shape)}")
+    if bg is not None:
+        check_tensor(b, bg, dims=(1,), last=n_channels, dtype=dtype, like=p, **where)
     if n > MAX_SPHERES:
-        raise ValueError(f"vert_pos: expected at most 2^31 - 1 spheres (ids are int32), got {n}")
-    return SceneTensors(pos, col, rad, opacity, bg_col)
+        raise ValueError(f"{p}: expected at most 2^31 - 1 spheres (ids are int32), got {n}")
+    return SceneTensors(pos, col, rad, opacity, bg)
+
+
+def check_operands(
+    positions: object,
+    features: object,
+    radii: object,
+    opacities: object,
+    background: object,
+    cameras: object,
+    camera_length: int,
+    batch_dim: bool,
+) -> None:
+    """The structural rules of a direct pulsar::render call (the renderer checks its own
+    arguments, with its own names, before it calls the operator): the sphere tensors as
+    ``check_scene`` takes them, on positions' device; cameras [B, 15] packed
+    (``camera_length`` 0) or [B, camera_length] Pulsar camera vectors ([15] or [L]: one
+    camera), of positions' dtype and device, one per sphere set when the spheres are
+    batched; one camera when the outputs drop the batch (``batch_dim`` False)."""
+    pos = check_tensor("positions", positions, dims=(2, 3), last=3, like="positions")
+    where = dict(device=pos.device, device_of="positions' device")
+    _check_spheres(OPERAND_NAMES, pos, features, radii, opacities, background, _channels(features), where)
+    if camera_length not in (0,) + VALID_PARAM_LENGTHS:
+        raise ValueError(f"settings.camera_length: expected 0, 8, 10, 11 or 13, got {camera_length}")
+    length = camera_length or PACKED_CAMERA
+    cams = check_tensor("cameras", cameras, dims=(1, 2), last=length, dtype=pos.dtype, like="positions", **where)
+    batch = cams.shape[0] if cams.dim() == 2 else 1
+    if batch < 1 or (pos.dim() == 3 and batch != pos.shape[0]):
+        want = f"{pos.shape[0]} (one per sphere set of positions)" if pos.dim() == 3 else "at least 1"
+        raise ValueError(f"cameras: expected {want} cameras, got shape {tuple(cams.shape)}")
+    if not batch_dim and batch != 1:
+        raise ValueError(f"cameras: expected 1 camera for outputs without a batch dimension, got {batch}")
+
+
+def _channels(features: object) -> int:
+    """C of features [B?, N, C] (1 when it has no dimension: the check names the rank)."""
+    return features.shape[-1] if isinstance(features, torch.Tensor) and features.dim() > 0 else 1
 
 
 def _plain_scene(

@@ -349,6 +349,9 @@ def _render_forward(
 
 def _render_kernel(positions, features, radii, opacities, background, cameras, values, settings):
     s = resolved_settings(RenderSettings.decode(settings), values)
+    _checks.check_operands(
+        positions, features, radii, opacities, background, cameras, int(s.camera_length), bool(s.batch_dim)
+    )
     outputs = _render_forward(positions, features, radii, opacities, background, cameras, s)[0]
     # The operator returns a tensor for every output: [0] for forward info and depth
     # moments that were not asked for (eager calls get None, _RenderFunction).
@@ -357,6 +360,9 @@ def _render_kernel(positions, features, radii, opacities, background, cameras, v
 
 def _render_fake(positions, features, radii, opacities, background, cameras, values, settings):
     s = RenderSettings.decode(settings)
+    _checks.check_operands(
+        positions, features, radii, opacities, background, cameras, int(s.camera_length), bool(s.batch_dim)
+    )
     lead = _lead(s, _batch(cameras))
     image = positions.new_empty(lead + (features.shape[-1],))
     state = positions.new_empty(lead + (2,))

@@ -320,7 +320,8 @@ def test_hot_path_backward_after_forwards_of_other_cameras(device):
 
 
 def test_native_renderer_names_a_bad_camera_vector_length():
-    """The native render call checks the camera-vector length it is told (0: packed)."""
+    """The native render call checks the camera-vector length it is told (0: packed), and
+    the render operator before it."""
     pos, col, rad = _scene("cpu")
     cams = _cams("cpu", 1)
     settings = ops.RenderSettings(
@@ -348,7 +349,9 @@ def test_native_renderer_names_a_bad_camera_vector_length():
         0,
     )
     with pytest.raises(ValueError, match="camera_vectors.length: expected 0 .*got 9"):
-        ops.render(pos, col, rad, None, None, cams, None, settings.encode())
+        ops._render_forward(pos, col, rad, None, None, cams, settings)  # the native call, unchecked
+    with pytest.raises(ValueError, match="camera_length: expected 0, 8, 10, 11 or 13, got 9"):
+        ops.render(pos, col, rad, None, None, cams, None, settings.encode())  # the operator checks first
 
 
 @pytest.mark.parametrize("device", DEVICES)
