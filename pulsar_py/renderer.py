@@ -63,6 +63,15 @@ class CameraInput(NamedTuple):
     batched: bool  # the caller gave a batch of cameras
     right_handed: bool
     orthographic: bool
+    first_R_then_T: bool = False  # camera vectors: eye = M * position
+
+
+class OutputRequest(NamedTuple):
+    """Which outputs a call makes beside the image, and their batch dimension."""
+
+    forward_info: bool
+    depth_moments: bool
+    batched: bool  # keep B even when neither the spheres nor the cameras were batched
 
 
 class RawOutputs(NamedTuple):
@@ -253,72 +262,45 @@ class Renderer(torch.nn.Module):
         """
         mode = _checks.check_int("mode", mode, 0, 1)
         want_info = _checks.check_bool("return_forward_info", return_forward_info)
-        raw = self._call(
-            vert_pos,
-            vert_col,
-            vert_rad,
-            opacity,
-            bg_col,
-            cam_params,
-            gamma,
-            max_depth,
-            min_depth,
-            percent_allowed_difference,
-            max_n_hits,
-            first_R_then_T,
-            want_info and mode == 0,
-            False,
-            "cam_params",
-        )
+        self._check_traceable()
+        scene = self._check_scene(vert_pos, vert_col, vert_rad, opacity, bg_col)
+        settings = _checks.check_call_settings(gamma, percent_allowed_difference, max_n_hits)
+        depths = _checks.check_depths(max_depth, min_depth)
+        camera_input = self._camera_input(cam_params, scene.positions, depths, first_R_then_T, "cam_params")
+        request = OutputRequest(want_info and mode == 0, False, False)
+        raw = self._call(scene, camera_input, settings, depths, request, "cam_params")
         if mode == 0:
             return (raw.image, raw.forward_info) if want_info else raw.image
         hits = raw.hit_count[..., None].to(raw.image.dtype)
         return (hits, None) if want_info else hits  # mode 1 has no forward info (as Pulsar)
 
     # ----------------------------------------------------------------------------------
-    def _call(
-        self,
-        vert_pos,
-        vert_col,
-        vert_rad,
-        opacity,
-        bg_col,
-        camera,
-        gamma,
-        max_depth,
-        min_depth,
-        percent_allowed_difference,
-        max_n_hits,
-        first_R_then_T,
-        want_info: bool,
-        want_moments: bool,
-        camera_name: str,
-        scene: Optional[_checks.SceneTensors] = None,
-        camera_input: Optional[CameraInput] = None,
-        batched: bool = False,
-    ) -> RawOutputs:
-        """The one checked call into the render operator, shared by every entry point.
-
-        ``scene`` and ``camera_input``: already checked and resolved (render() with a mask
-        or SH features), else checked here; ``batched``: the outputs keep B even when
-        neither the spheres nor the cameras were batched.
-        """
-        eager = not torch.compiler.is_compiling()
-        if eager and torch._C._are_functorch_transforms_active():
+    def _check_traceable(self) -> None:
+        """RuntimeError under torch.func transforms, which the native calls cannot follow."""
+        if not torch.compiler.is_compiling() and torch._C._are_functorch_transforms_active():
             raise RuntimeError(
                 "pulsar_py.Renderer: torch.func transforms (vmap, grad, jacrev, ...) are not "
                 "supported; use torch.autograd (backward(), torch.autograd.grad) instead"
             )
-        if scene is None:
-            scene = self._check_scene(vert_pos, vert_col, vert_rad, opacity, bg_col)
-        checked = _checks.check_call_settings(gamma, percent_allowed_difference, max_n_hits)
-        depths = _checks.check_depths(max_depth, min_depth)
-        if camera_input is None:
-            camera_input = self._camera_input(camera, scene.positions, depths, first_R_then_T, camera_name)
+
+    def _call(
+        self,
+        scene: _checks.SceneTensors,
+        camera_input: CameraInput,
+        checked: _checks.CallSettings,
+        depths: _checks.DepthRange,
+        request: OutputRequest,
+        camera_name: str,
+    ) -> RawOutputs:
+        """The one call into the render operator, shared by every entry point, with
+        checked arguments: the spheres, the cameras in the operator's form, the per-call
+        settings and depth range, the outputs asked for; ``camera_name``: the camera's
+        argument, for messages."""
+        eager = not torch.compiler.is_compiling()
         cams = camera_input.cameras
         if cams.dim() == 2 and cams.shape[0] > 1:  # one image always fits
             _checks.check_batch(cams.shape[0], self.width, self.height)
-        batched = batched or scene.batched or camera_input.batched
+        batched = request.batched or scene.batched or camera_input.batched
         vectors = camera_input.length > 0
         # Python numbers travel in the settings (constants of a traced graph); when any
         # of the four is a tensor, all four travel in the values tensor, whose slots the
@@ -343,13 +325,13 @@ class Renderer(torch.nn.Module):
             number(checked.percent_allowed_difference),
             checked.max_n_hits,
             camera_input.right_handed,
-            want_info,
-            want_moments,
+            request.forward_info,
+            request.depth_moments,
             batched,
             self.check_values,
             self.debug,
             camera_input.length,
-            vectors and bool(first_R_then_T),
+            vectors and camera_input.first_R_then_T,
             number(near),
             number(far),
             _checks.CAMERA_ARGUMENTS.index(camera_name),
@@ -358,7 +340,7 @@ class Renderer(torch.nn.Module):
             scene.positions, scene.features, scene.radii, scene.opacities, scene.background, cams, values, settings
         )
         if eager:  # after the call: the device works meanwhile
-            self._warn_once(gamma, percent_allowed_difference, checked.gamma, scene, cams)
+            self._warn_once(checked, scene, cams)
         return RawOutputs(image, counts[0], info, moments, batched)
 
     def _render(
@@ -457,22 +439,26 @@ class Renderer(torch.nn.Module):
         ):
             # The common call, tested without building messages: [L] or [B, L] as given.
             return CameraInput(
-                camera, camera.shape[-1], camera.dim() == 2, self.right_handed_system, self.orthogonal_projection
+                camera,
+                camera.shape[-1],
+                camera.dim() == 2,
+                self.right_handed_system,
+                self.orthogonal_projection,
+                first_R_then_T,
             )
         cams, batched, right_handed, orthographic = self._resolve_camera(camera, pos, first_R_then_T, name)
         if isinstance(cams, torch.Tensor) and not depths.differentiable:
-            return CameraInput(cams, cams.shape[-1], batched, right_handed, orthographic)
+            return CameraInput(cams, cams.shape[-1], batched, right_handed, orthographic, bool(first_R_then_T))
         native = self._native_camera(cams, depths, bool(first_R_then_T))
         return CameraInput(self._pack(native, depths), 0, batched, right_handed, orthographic)
 
-    def _warn_once(
-        self, gamma_arg, percent_arg, gamma: _checks.Setting, scene: _checks.SceneTensors, cams: torch.Tensor
-    ) -> None:
+    def _warn_once(self, checked: _checks.CallSettings, scene: _checks.SceneTensors, cams: torch.Tensor) -> None:
         """Warnings, once per renderer: a small gamma with geometry or camera gradients
         (a gamma given as a tensor is not read for it), and a gamma or
         percent_allowed_difference tensor that requires grad (it gets none)."""
+        gamma = checked.gamma
         if not self._warned_setting_grad:
-            for name, value in (("gamma", gamma_arg), ("percent_allowed_difference", percent_arg)):
+            for name, value in (("gamma", gamma), ("percent_allowed_difference", checked.percent_allowed_difference)):
                 if isinstance(value, torch.Tensor) and value.requires_grad:
                     warnings.warn(
                         f"{name}: a tensor that requires grad was given; the renderer reads its value "
@@ -542,6 +528,7 @@ class Renderer(torch.nn.Module):
         """
         want_info = _checks.check_bool("return_forward_info", return_forward_info)
         z_depth_wanted = _checks.check_bool("z_depth", z_depth)
+        self._check_traceable()
         pos = _checks.check_tensor("vert_pos", vert_pos, dims=(2, 3), last=3, device=self.device)
         depths = _checks.check_depths(max_depth, min_depth)
         mask_batched = False
@@ -552,26 +539,9 @@ class Renderer(torch.nn.Module):
             scene, camera_input, mask_batched = self._masked_sh_scene(
                 pos, vert_col, vert_rad, opacity, bg_col, camera, depths, first_R_then_T, sh_degree, mask
             )
-        raw = self._call(
-            None,
-            None,
-            None,
-            None,
-            None,
-            camera,
-            gamma,
-            max_depth,
-            min_depth,
-            percent_allowed_difference,
-            max_n_hits,
-            first_R_then_T,
-            want_info,
-            True,
-            "camera",
-            scene=scene,
-            camera_input=camera_input,
-            batched=mask_batched,
-        )
+        settings = _checks.check_call_settings(gamma, percent_allowed_difference, max_n_hits)
+        request = OutputRequest(want_info, True, mask_batched)
+        raw = self._call(scene, camera_input, settings, depths, request, "camera")
         near, far = _near_far(camera_input, depths)
         if raw.batched:
             near, far = near[:, None, None], far[:, None, None]
