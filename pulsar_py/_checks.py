@@ -26,13 +26,15 @@ from typing import TYPE_CHECKING, Callable, NamedTuple, Optional, Sequence, Unio
 import numpy as np
 import torch
 
+from .cameras import layouts as _layouts
+
 if TYPE_CHECKING:
     from .render_settings import RenderSettings
 
 FLOAT_DTYPES = (torch.float32, torch.float64)
-# Lengths of a Pulsar camera vector: position 3, rotation 3 or 6, focal, sensor, [offsets 2].
-VALID_PARAM_LENGTHS = (8, 10, 11, 13)
-PACKED_CAMERA = 15  # values of a packed camera (include/pulsar/camera.h)
+# Lengths of a Pulsar camera vector and of a packed camera (cameras/layouts.py).
+VALID_PARAM_LENGTHS = _layouts.VALID_PARAM_LENGTHS
+PACKED_CAMERA = _layouts.PackedLayout.SIZE
 MAX_IMAGE_SIDE = 16384  # pixels per side (include/pulsar/renderer.h kMaxImageSide)
 MAX_TRACK = 128  # n_track (kMaxTrack)
 MAX_SPHERES = 2**31 - 1  # sphere ids are int32
@@ -583,11 +585,12 @@ def check_values(
         add_depth_checks(checks, near, far, focal, settings.orthographic, settings.min_depth, settings.max_depth)
     else:
         checks.finite(f"{name} (as packed cameras)", cameras)
+        packed = _layouts.PACKED
         add_depth_checks(
             checks,
-            cameras[:, 13],
-            cameras[:, 14],
-            cameras[:, 12],
+            packed.near(cameras),
+            packed.far(cameras),
+            packed.focal(cameras),
             settings.orthographic,
             "the camera's",
             "the camera's",
@@ -616,13 +619,13 @@ def check_visible_values(
         add_camera_vector_checks(checks, cam_params, orthographic, "camera")
     else:
         checks.finite("camera (as packed cameras)", packed[:, :13])
-    near, far = packed[:, 13], packed[:, 14]
+    near, far = _layouts.PACKED.near(packed), _layouts.PACKED.far(packed)
     min_depth = depths.min_depth if not isinstance(depths.min_depth, torch.Tensor) else "a tensor"
     max_depth = depths.max_depth if not isinstance(depths.max_depth, torch.Tensor) else "a tensor"
     if isinstance(depths.max_depth, float) and math.isinf(depths.max_depth):
         far = near + 1  # no far plane: only the near depth is checked
         max_depth = None
-    add_depth_checks(checks, near, far, packed[:, 12], orthographic, min_depth, max_depth)
+    add_depth_checks(checks, near, far, _layouts.PACKED.focal(packed), orthographic, min_depth, max_depth)
     checks.run()
 
 
@@ -630,36 +633,37 @@ def add_camera_vector_checks(
     checks: "DeferredValueChecks", cams: torch.Tensor, orthographic: bool, name: str = "cam_params"
 ) -> torch.Tensor:
     """Value checks of Pulsar camera vectors [B, L]; returns their focal lengths [B]."""
-    length = cams.shape[-1]
+    layout = _layouts.CameraVectorLayout.of(cams.shape[-1])
     checks.bounded(name, cams, magnitude_limit(cams.dtype))
-    n_rot = 6 if length in (11, 13) else 3
-    focal, sensor = cams[:, 3 + n_rot], cams[:, 4 + n_rot]
+    focal, sensor = layout.focal(cams), layout.sensor_width(cams)
     checks.add(
         (sensor <= 0).any(),
-        lambda: fail(f"{name}: expected sensor width (index {4 + n_rot}) > 0, got {sensor.min().item()}"),
+        lambda: fail(
+            f"{name}: expected sensor width (index {layout.sensor_width_index}) > 0, got {sensor.min().item()}"
+        ),
     )
     if orthographic:
         checks.add(
             (focal != 0).any(),
             lambda: fail(
-                f"{name}: expected focal length (index {3 + n_rot}) 0 for an orthographic renderer, "
+                f"{name}: expected focal length (index {layout.focal_index}) 0 for an orthographic renderer, "
                 f"got {focal.abs().max().item()}"
             ),
         )
     else:
         checks.add(
             (focal <= 0).any(),
-            lambda: fail(f"{name}: expected focal length (index {3 + n_rot}) > 0, got {focal.min().item()}"),
+            lambda: fail(f"{name}: expected focal length (index {layout.focal_index}) > 0, got {focal.min().item()}"),
         )
-    if n_rot == 6:
+    if layout.rotation_size == 6:
         # Gram-Schmidt of the two rows needs them non-zero and not parallel.
-        a1, a2 = cams[:, 3:6], cams[:, 6:9]
+        a1, a2 = layout.rotation(cams)[:, 0:3], layout.rotation(cams)[:, 3:6]
         sine = torch.linalg.cross(a1, a2).norm(dim=-1) / (a1.norm(dim=-1) * a2.norm(dim=-1))
         checks.add(
             ~(sine > 1e-6).all(),
             lambda: fail(
                 f"{name}: expected a 6D rotation (indices 3..8) of two non-zero, non-parallel rows, got "
-                f"rows {cams[:, 3:6][~(sine > 1e-6)][0].tolist()} and {cams[:, 6:9][~(sine > 1e-6)][0].tolist()}"
+                f"rows {a1[~(sine > 1e-6)][0].tolist()} and {a2[~(sine > 1e-6)][0].tolist()}"
             ),
         )
     return focal

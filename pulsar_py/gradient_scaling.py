@@ -43,6 +43,7 @@ from typing import Callable, Optional, Tuple
 import torch
 
 from . import ops
+from .cameras.layouts import PACKED
 from .cameras.params import cross3, dot3, normalize3
 from .outputs import forward_info_ids
 
@@ -218,7 +219,8 @@ def _screen_box(
     (orthographic); its low end is floored and its high end ceiled plus one, both clipped
     to the image [0, W] x [0, H] (pixel (0, 0) centred at 0).
     """
-    eye, p00_rel, pdx, pdy, focal = packed[:, 0:3], packed[:, 3:6], packed[:, 6:9], packed[:, 9:12], packed[:, 12]
+    eye, p00_rel, pdx, pdy = PACKED.eye(packed), PACKED.p00_rel(packed), PACKED.pdx(packed), PACKED.pdy(packed)
+    focal = PACKED.focal(packed)
     step_x, step_y = dot3(pdx, pdx).sqrt(), dot3(pdy, pdy).sqrt()  # [B]
     right, down = pdx / step_x[:, None], pdy / step_y[:, None]
     axis = normalize3(cross3(pdy, pdx))

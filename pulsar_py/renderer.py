@@ -20,6 +20,7 @@ import torch
 from . import _checks, _native, ops
 from .autocast import float32_under_autocast
 from .cameras.camera import Camera
+from .cameras.layouts import PACKED, CameraVectorLayout
 from .cameras.params import NativeCamera
 from .gradient_scaling import check_gradient_scaling
 from .gradient_scaling import render_call as scaled_render_call
@@ -650,7 +651,7 @@ class Renderer(torch.nn.Module):
             _checks.check_visible_values(
                 pos, rad, cams if isinstance(cams, torch.Tensor) else None, packed, orthographic, depths
             )
-        result = visible_spheres(pos, rad, native, self.width, self.height, packed[:, 13], packed[:, 14])
+        result = visible_spheres(pos, rad, native, self.width, self.height, PACKED.near(packed), PACKED.far(packed))
         return result if (pos.dim() == 3 or batched) else result[0]
 
     # ----------------------------------------------------------------------------------
@@ -753,9 +754,11 @@ def _near_far(camera_input: CameraInput, depths: _checks.DepthRange) -> Tuple[to
     cams = camera_input.cameras
     cams = cams if cams.dim() == 2 else cams[None]
     if camera_input.length == 0:
-        return cams[:, 13], cams[:, 14]
-    n_rot = 6 if camera_input.length in (11, 13) else 3
-    focal = torch.zeros_like(cams[:, 0]) if camera_input.orthographic else cams[:, 3 + n_rot]
+        return PACKED.near(cams), PACKED.far(cams)
+    layout = CameraVectorLayout.of(camera_input.length)
+    focal = layout.focal(cams)
+    if camera_input.orthographic:
+        focal = torch.zeros_like(focal)
     near = _checks.resolve_near(depths.min_depth, focal)
     return near, _checks.depth_like(depths.max_depth, near)
 

@@ -28,9 +28,9 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import torch
 
 from .. import _checks
+from .layouts import VALID_PARAM_LENGTHS, CameraVectorLayout
 from .look_at import up_for_view
 from .params import (
-    VALID_PARAM_LENGTHS,
     NativeCamera,
     axis_angle_to_matrix,
     cross3,
@@ -432,25 +432,24 @@ class Camera:
         width = _checks.check_int("width", width, 1, _checks.MAX_IMAGE_SIDE)
         height = _checks.check_int("height", height, 1, _checks.MAX_IMAGE_SIDE)
         params = _checks.check_tensor("cam_params", cam_params, dims=(1, 2))
-        length = params.shape[-1]
-        if length not in VALID_PARAM_LENGTHS:
+        if params.shape[-1] not in VALID_PARAM_LENGTHS:
             raise ValueError(
                 f"cam_params: expected a last dimension of 8, 10, 11 or 13 values, got shape {tuple(params.shape)}"
             )
-        n_rot = 6 if length in (11, 13) else 3
-        rot = params[..., 3 : 3 + n_rot]
-        m = rotation_6d_to_matrix(rot) if n_rot == 6 else axis_angle_to_matrix(rot)
-        position = params[..., 0:3]
+        layout = CameraVectorLayout.of(params.shape[-1])
+        rot = layout.rotation(params)
+        m = rotation_6d_to_matrix(rot) if layout.rotation_size == 6 else axis_angle_to_matrix(rot)
+        position = layout.position(params)
         if first_R_then_T:
             position = matvec3(m, position)
         # Camera axes in world: right = M e1, down = -M e2, forward = +-M e3. Rows of A.
         signs = torch.tensor([1.0, -1.0, -1.0 if right_handed else 1.0], dtype=params.dtype, device=params.device)
         world_to_camera = m.transpose(-1, -2) * signs[:, None]
         translation = -matvec3(world_to_camera, position)
-        focal, sensor_width = params[..., 3 + n_rot], params[..., 4 + n_rot]
+        focal, sensor_width = layout.focal(params), layout.sensor_width(params)
         pixels_per_unit = width / sensor_width  # 1 / pixel size
-        if length in (10, 13):
-            offset_x, offset_y = params[..., 5 + n_rot], params[..., 6 + n_rot]
+        if layout.has_offsets:
+            offset_x, offset_y = layout.offsets(params)
         else:
             offset_x = offset_y = torch.zeros_like(focal)
         # Pulsar's offsets move the optical axis left/up from the image centre.

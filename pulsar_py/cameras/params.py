@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .._checks import VALID_PARAM_LENGTHS
+from .layouts import PACKED, CameraVectorLayout
 
 
 # 3-vector helpers over the last dim, written element by element: unlike matmul or a
@@ -76,11 +76,11 @@ class NativeCamera:
     def from_packed(cls, packed: torch.Tensor, right_handed: bool, orthographic: bool) -> "NativeCamera":
         """The cameras of packed cameras [B, 15] (include/pulsar/camera.h), as views."""
         return cls(
-            eye=packed[:, 0:3],
-            p00_rel=packed[:, 3:6],
-            pdx=packed[:, 6:9],
-            pdy=packed[:, 9:12],
-            focal=packed[:, 12],
+            eye=PACKED.eye(packed),
+            p00_rel=PACKED.p00_rel(packed),
+            pdx=PACKED.pdx(packed),
+            pdy=PACKED.pdy(packed),
+            focal=PACKED.focal(packed),
             right_handed=right_handed,
             orthographic=orthographic,
         )
@@ -173,15 +173,12 @@ def camera_from_params(
         right_handed: negate the optical axis.
         first_R_then_T: replace the position by ``M @ position``.
     """
-    length = cam_params.shape[-1]
-    if length not in VALID_PARAM_LENGTHS:
-        raise ValueError(f"cam_params: expected a last dimension of 8, 10, 11 or 13 values, got {length}")
-    n_rot = 6 if length in (11, 13) else 3
-    pos = cam_params[..., 0:3]
-    rot = cam_params[..., 3 : 3 + n_rot]
-    focal = cam_params[..., 3 + n_rot]
-    sensor_width = cam_params[..., 4 + n_rot]
-    matrix = rotation_6d_to_matrix(rot) if n_rot == 6 else axis_angle_to_matrix(rot)
+    layout = CameraVectorLayout.of(cam_params.shape[-1])
+    pos = layout.position(cam_params)
+    rot = layout.rotation(cam_params)
+    focal = layout.focal(cam_params)
+    sensor_width = layout.sensor_width(cam_params)
+    matrix = rotation_6d_to_matrix(rot) if layout.rotation_size == 6 else axis_angle_to_matrix(rot)
     if first_R_then_T:
         pos = matvec3(matrix, pos)
     x_axis = matrix[..., :, 0]
@@ -193,9 +190,8 @@ def camera_from_params(
     # Sensor centre relative to the eye: f z (perspective) or the eye itself.
     centre = torch.zeros_like(pos) if orthographic else focal[..., None] * z_axis
     p00_rel = centre - (width - 1) / 2 * pdx - (height - 1) / 2 * pdy
-    if length in (10, 13):
-        offset_x = cam_params[..., 5 + n_rot]
-        offset_y = cam_params[..., 6 + n_rot]
+    if layout.has_offsets:
+        offset_x, offset_y = layout.offsets(cam_params)
         p00_rel = p00_rel + offset_x[..., None] * pdx + offset_y[..., None] * pdy
     return NativeCamera(
         eye=pos,
