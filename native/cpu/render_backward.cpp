@@ -15,10 +15,10 @@ namespace pulsar {
 
 namespace {
 
-// What the backward keeps of one hit between its blend terms and the rest (render_backward).
+// What the backward keeps of one hit between its blend terms and the rest (render_backward),
+// beside its PairHit.
 template <typename T>
 struct HitTerms {
-  PairHit<T> hit;
   std::int64_t e = 0;  // list position (its instance row)
   std::int32_t i = 0;  // sphere
   T opacity = 0, slope = 0;
@@ -100,9 +100,8 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
         // Everything of a hit's gradient but its features', given the part of dL/ds that
         // comes through the image and the coverage (blend_grad_s). dominant: the hit's
         // weight exceeds 1/2 (below).
-        auto hit_backward = [&](const HitTerms<T>& t, T blend_grad_s, bool dominant) {
+        auto hit_backward = [&](const HitTerms<T>& t, const PairHit<T>& h, T blend_grad_s, bool dominant) {
           const SphereRecord<T>& r = rec[t.i];
-          const PairHit<T>& h = t.hit;
           T* gi = inst + t.e * stride;
           // w = kappa * o * exp(s): dL/ds = weight * g, dL/dkappa = o * unit * g, and
           // opacity enters both as a factor (dL/d(factor) = kappa * unit * g) and through s.
@@ -166,23 +165,26 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
         // (col - C), nearly 0 there), which the exponent's slope 1 / (gamma range) and, at a
         // silhouette, 1 / kappa then amplify in every saturated pixel.
         HitTerms<T> dominant;
+        PairHit<T> dominant_hit;
         bool has_dominant = false;
         T others_grad_s = 0;  // sum of weight * g over the other contributors
         for (std::int64_t e = first; e < end; ++e) {
           const std::int32_t i = entries[e];
           const SphereRecord<T>& r = rec[i];
           if (!r.bounds.contains(x, y)) continue;
+          // The pair stays a local of its own: copied into a record as a whole right after
+          // it is computed field by field, it would be reloaded wider than it was stored.
+          const PairHit<T> h = evaluate_pair(cam, r.c, r.dist, sv.radii[i], r.terms, ray);
+          if (!h.hit) continue;
           HitTerms<T> t;
-          t.hit = evaluate_pair(cam, r.c, r.dist, sv.radii[i], r.terms, ray);
-          if (!t.hit.hit) continue;
           t.e = e;
           t.i = i;
           t.opacity = sv.opacity(i);
           t.slope = blend_exponent_slope(bp, t.opacity);
-          const T s = blend_exponent(bp, t.slope, t.hit.depth);
+          const T s = blend_exponent(bp, t.slope, h.depth);
           t.rel = std::exp(s - m);  // exp(s) relative to exp(m)
           t.unit = t.rel / norm_d;  // exp(s) / total weight
-          const T weight = t.hit.kappa * t.opacity * t.unit;  // normalised blend weight a_i
+          const T weight = h.kappa * t.opacity * t.unit;  // normalised blend weight a_i
           const T* col = sv.features + std::int64_t(i) * channels;
           T* gi = inst + e * stride;
           // g = dL/dw * total weight. Image: gL . (col - C); coverage: g_coverage.
@@ -194,18 +196,19 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
           if (!want_blend) continue;
           if (!has_dominant && whole_pixel && weight > T(0.5)) {
             dominant = t;
+            dominant_hit = h;
             has_dominant = true;
             continue;
           }
           const T grad_s = weight * t.g;
           others_grad_s += grad_s;
-          hit_backward(t, grad_s, false);
+          hit_backward(t, h, grad_s, false);
         }
         if (has_dominant) {
           // The background's weight * g: gL . (bg - C), and through the coverage -M_0 dL/dM_0.
           T g_bg = g_mom ? -mom[kCoverage] * g_mom[kCoverage] : T(0);
           for (int ch = 0; ch < channels; ++ch) g_bg += g_img[ch] * (sv.background[ch] - colour[ch]);
-          hit_backward(dominant, -(others_grad_s + bg_share * g_bg), true);
+          hit_backward(dominant, dominant_hit, -(others_grad_s + bg_share * g_bg), true);
         }
         // The pixel's own camera terms: its ray (perspective) or sensor point (orthographic).
         if (want_geometry) {
