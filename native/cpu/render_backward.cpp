@@ -3,6 +3,7 @@
 // the exact gradient of the blend (docs/model.md section 8). Sphere terms accumulate per
 // (tile, sphere) instance and camera terms per tile; each is owned by one work item,
 // so the later fixed-order reduction makes the result bitwise reproducible.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -26,6 +27,16 @@ struct HitTerms {
   T unit = 0;  // exp(s) / total weight
   T g = 0;     // dL/dw * total weight through the image and the coverage
 };
+
+// A hit of a pixel between the two passes over a batch of its entries (render_backward).
+template <typename T>
+struct PendingHit {
+  PairHit<T> hit;
+  HitTerms<T> terms;
+};
+
+// Entries per batch: its pending hits (a few kilobytes) stay in the L1 cache.
+constexpr int kHitBatch = 32;
 
 }  // namespace
 
@@ -68,6 +79,7 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
     DepthRangeSums<T> range_sums;  // the depth range's camera terms, resolved after the tile
     T* bg = tile_bg + item * channels;
     for (int ch = 0; ch < channels; ++ch) bg[ch] = T(0);
+    PendingHit<T> batch[kHitBatch];
     for (int y = w.y_begin; y < w.y_end; ++y) {
       for (int x = w.x_begin; x < w.x_end; ++x) {
         const std::int64_t pix = std::int64_t(b) * pixels + std::int64_t(y) * config.width + x;
@@ -168,41 +180,56 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
         PairHit<T> dominant_hit;
         bool has_dominant = false;
         T others_grad_s = 0;  // sum of weight * g over the other contributors
-        for (std::int64_t e = first; e < end; ++e) {
-          const std::int32_t i = entries[e];
-          const SphereRecord<T>& r = rec[i];
-          if (!r.bounds.contains(x, y)) continue;
-          // The pair stays a local of its own: copied into a record as a whole right after
-          // it is computed field by field, it would be reloaded wider than it was stored.
-          const PairHit<T> h = evaluate_pair(cam, r.c, r.dist, sv.radii[i], r.terms, ray);
-          if (!h.hit) continue;
-          HitTerms<T> t;
-          t.e = e;
-          t.i = i;
-          t.opacity = sv.opacity(i);
-          t.slope = blend_exponent_slope(bp, t.opacity);
-          const T s = blend_exponent(bp, t.slope, h.depth);
-          t.rel = std::exp(s - m);  // exp(s) relative to exp(m)
-          t.unit = t.rel / norm_d;  // exp(s) / total weight
-          const T weight = h.kappa * t.opacity * t.unit;  // normalised blend weight a_i
-          const T* col = sv.features + std::int64_t(i) * channels;
-          T* gi = inst + e * stride;
-          // g = dL/dw * total weight. Image: gL . (col - C); coverage: g_coverage.
-          t.g = g_coverage;
-          for (int ch = 0; ch < channels; ++ch) {
-            t.g += g_img[ch] * (col[ch] - colour[ch]);
-            gi[kInstFeatures + ch] += weight * g_img[ch];
+        // The entries go in batches, in two passes each: the pairs and their exponentials
+        // first, which depend on nothing of the other hits, so that the long latencies of
+        // their square roots, divisions and exponentials overlap; then each hit's gradient
+        // terms, in list order as before.
+        for (std::int64_t batch_first = first; batch_first < end; batch_first += kHitBatch) {
+          const std::int64_t batch_end = std::min(end, batch_first + kHitBatch);
+          int n_batch = 0;
+          for (std::int64_t e = batch_first; e < batch_end; ++e) {
+            const std::int32_t i = entries[e];
+            const SphereRecord<T>& r = rec[i];
+            if (!r.bounds.contains(x, y)) continue;
+            // The pair stays a local of its own until it is known to hit: copied into a
+            // record as a whole right after it is computed field by field, it would be
+            // reloaded wider than it was stored.
+            const PairHit<T> h = evaluate_pair(cam, r.c, r.dist, sv.radii[i], r.terms, ray);
+            if (!h.hit) continue;
+            PendingHit<T>& p = batch[n_batch++];
+            p.hit = h;
+            HitTerms<T>& t = p.terms;
+            t.e = e;
+            t.i = i;
+            t.opacity = sv.opacity(i);
+            t.slope = blend_exponent_slope(bp, t.opacity);
+            const T s = blend_exponent(bp, t.slope, h.depth);
+            t.rel = std::exp(s - m);  // exp(s) relative to exp(m)
+            t.unit = t.rel / norm_d;  // exp(s) / total weight
           }
-          if (!want_blend) continue;
-          if (!has_dominant && whole_pixel && weight > T(0.5)) {
-            dominant = t;
-            dominant_hit = h;
-            has_dominant = true;
-            continue;
+          for (int k = 0; k < n_batch; ++k) {
+            const PairHit<T>& h = batch[k].hit;
+            HitTerms<T>& t = batch[k].terms;
+            const T weight = h.kappa * t.opacity * t.unit;  // normalised blend weight a_i
+            const T* col = sv.features + std::int64_t(t.i) * channels;
+            T* gi = inst + t.e * stride;
+            // g = dL/dw * total weight. Image: gL . (col - C); coverage: g_coverage.
+            t.g = g_coverage;
+            for (int ch = 0; ch < channels; ++ch) {
+              t.g += g_img[ch] * (col[ch] - colour[ch]);
+              gi[kInstFeatures + ch] += weight * g_img[ch];
+            }
+            if (!want_blend) continue;
+            if (!has_dominant && whole_pixel && weight > T(0.5)) {
+              dominant = t;
+              dominant_hit = h;
+              has_dominant = true;
+              continue;
+            }
+            const T grad_s = weight * t.g;
+            others_grad_s += grad_s;
+            hit_backward(t, h, grad_s, false);
           }
-          const T grad_s = weight * t.g;
-          others_grad_s += grad_s;
-          hit_backward(t, h, grad_s, false);
         }
         if (has_dominant) {
           // The background's weight * g: gL . (bg - C), and through the coverage -M_0 dL/dM_0.
