@@ -1,6 +1,7 @@
 // Stage 2 on the CPU: per pixel, traverse its tile's depth-ordered list and blend
 // (docs/model.md sections 4-7). One work item is one (camera, tile); every pixel is written
 // by exactly one thread, so the result does not depend on scheduling.
+#include <algorithm>
 #include <limits>
 
 #include "cpu_scratch.h"
@@ -10,6 +11,14 @@
 #include "pulsar/pixel_ray.h"
 
 namespace pulsar {
+
+namespace {
+
+// Entries per batch of pairs: a small multiple of the pairs whose latencies overlap, so
+// that few are evaluated past a pixel's termination.
+constexpr int kPairBatch = 16;
+
+}  // namespace
 
 template <typename T>
 void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
@@ -40,6 +49,8 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene, co
     T* accum = worker_mem + per_worker * worker;
     T* track_depth = accum + channels;
     auto* track_id = reinterpret_cast<std::int32_t*>(track_depth + k_track);
+    bool pair_hit[kPairBatch];  // a batch's pairs (below)
+    T pair_kappa[kPairBatch], pair_depth[kPairBatch];
     for (int y = w.y_begin; y < w.y_end; ++y) {
       for (int x = w.x_begin; x < w.x_end; ++x) {
         const PixelRay<T> ray = pixel_ray(cam, x, y);
@@ -51,32 +62,53 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene, co
         DepthStats<T> stats;  // the depth outputs' sums (moments)
         std::int64_t hits = 0;
         std::int64_t end = 0;  // one past the last processed entry, relative to `first`
-        for (std::int64_t e = first; e < last; ++e) {
-          const std::int32_t i = entries[e];
-          const SphereRecord<T>& r = rec[i];
-          if (hits >= cap ||
-              termination.stops(r.closest_depth, TerminationTest<T>::key(bp, key_offset, r.closest_depth), bp, blend,
-                                int(hits)))
-            break;
-          if (!r.bounds.contains(x, y)) continue;
-          const T radius = sv.radii[i];
-          const PairHit<T> h = evaluate_pair(cam, r.c, r.dist, radius, r.terms, ray);
-          if (!h.hit) continue;
-          const T opacity = sv.opacity(i);
-          const T s = blend_exponent(bp, blend_exponent_slope(bp, opacity), h.depth);
-          T rescale;
-          const T w = blend.add(s, h.kappa * opacity, rescale);
-          const T* col = sv.features + std::int64_t(i) * channels;
-          for (int ch = 0; ch < channels; ++ch) accum[ch] = accum[ch] * rescale + w * col[ch];
-          if (moments) {
-            stats.scale(rescale);
-            stats.add(w, normalized_depth(bp, h.depth));
+        // The entries go in batches, in two passes each: the pairs of the entries whose
+        // box holds the pixel first, which depend on nothing of the blend, so that the
+        // latencies of their square roots overlap; then the walk as it was, in list order,
+        // stopping at the first entry beyond the termination depth or the hit cap. Pairs
+        // of a batch's entries past that point are evaluated and dropped; nothing else
+        // of the walk changes.
+        bool stopped = false;
+        for (std::int64_t batch_first = first; batch_first < last && !stopped; batch_first += kPairBatch) {
+          const int n_batch = int(std::min<std::int64_t>(kPairBatch, last - batch_first));
+          for (int k = 0; k < n_batch; ++k) {
+            const std::int32_t i = entries[batch_first + k];
+            const SphereRecord<T>& r = rec[i];
+            pair_hit[k] = false;
+            if (!r.bounds.contains(x, y)) continue;
+            const PairHit<T> h = evaluate_pair(cam, r.c, r.dist, sv.radii[i], r.terms, ray);
+            pair_hit[k] = h.hit;
+            pair_kappa[k] = h.kappa;
+            pair_depth[k] = h.depth;
           }
-          ++hits;
-          end = e - first + 1;
-          if (bp.early_stop) termination.after_hit(blend);
-          max_closest = r.closest_depth;
-          if (info) tracked.insert(h.depth, i);
+          for (int k = 0; k < n_batch; ++k) {
+            const std::int64_t e = batch_first + k;
+            const std::int32_t i = entries[e];
+            const SphereRecord<T>& r = rec[i];
+            if (hits >= cap ||
+                termination.stops(r.closest_depth, TerminationTest<T>::key(bp, key_offset, r.closest_depth), bp, blend,
+                                  int(hits))) {
+              stopped = true;
+              break;
+            }
+            if (!pair_hit[k]) continue;
+            const T depth = pair_depth[k];
+            const T opacity = sv.opacity(i);
+            const T s = blend_exponent(bp, blend_exponent_slope(bp, opacity), depth);
+            T rescale;
+            const T w = blend.add(s, pair_kappa[k] * opacity, rescale);
+            const T* col = sv.features + std::int64_t(i) * channels;
+            for (int ch = 0; ch < channels; ++ch) accum[ch] = accum[ch] * rescale + w * col[ch];
+            if (moments) {
+              stats.scale(rescale);
+              stats.add(w, normalized_depth(bp, depth));
+            }
+            ++hits;
+            end = e - first + 1;
+            if (bp.early_stop) termination.after_hit(blend);
+            max_closest = r.closest_depth;
+            if (info) tracked.insert(depth, i);
+          }
         }
         const std::int64_t pix = std::int64_t(b) * pixels + std::int64_t(y) * config.width + x;
         T* img = image + pix * channels;
