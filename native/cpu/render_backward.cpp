@@ -66,7 +66,12 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
   // its own product, as the CUDA backward does.
   const bool whole_pixel = !options.partial;
 
-  parallel_for(scratch.workers(), scene.batch_size * n_tiles, [&](std::int64_t item, int) {
+  // The tile's background gradient accumulates in the worker's row (a pixel at a time) and
+  // is stored once the tile is done: neighbouring tiles' rows of tile_bg share lines.
+  const auto worker_bg =
+      WorkerRows<T>::reserve(scratch.pixel_scratch, std::size_t(channels), scratch.threads, "background gradient rows");
+
+  parallel_for(scratch.workers(), scene.batch_size * n_tiles, [&](std::int64_t item, int worker) {
     const TileWork<T> w = TileWork<T>::of(item, config, scene, options, scratch);
     const int b = w.b;
     const CameraFrame<T>& cam = w.cam;
@@ -77,7 +82,7 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
     std::memset(inst + first * stride, 0, sizeof(T) * std::size_t((last - first) * stride));
     CameraGrad<T> cg;
     DepthRangeSums<T> range_sums;  // the depth range's camera terms, resolved after the tile
-    T* bg = tile_bg + item * channels;
+    T* bg = worker_bg.row(worker);
     for (int ch = 0; ch < channels; ++ch) bg[ch] = T(0);
     PendingHit<T> batch[kHitBatch];
     for (int y = w.y_begin; y < w.y_end; ++y) {
@@ -246,6 +251,7 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
     }
     range_sums.finish(bp, cg.min_depth, cg.max_depth);
     tile_cam[item] = cg;
+    for (int ch = 0; ch < channels; ++ch) tile_bg[item * channels + ch] = bg[ch];
   });
 }
 

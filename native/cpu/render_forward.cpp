@@ -29,8 +29,8 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene, co
   const std::int64_t pixels = std::int64_t(config.width) * config.height;
   const std::int64_t cap = options.max_n_hits < 0 ? std::numeric_limits<std::int64_t>::max() : options.max_n_hits;
   const auto* entries = scratch.entries.as<std::int32_t>();
-  const std::size_t per_worker = std::size_t(channels + 2 * k_track);
-  T* worker_mem = scratch.pixel_scratch.reserve<T>(per_worker * scratch.threads, "pixel scratch");
+  const auto worker_mem = WorkerRows<T>::reserve(scratch.pixel_scratch, std::size_t(channels + 2 * k_track),
+                                                 scratch.threads, "pixel scratch");
   auto* image = static_cast<T*>(out.image);
   auto* state = static_cast<T*>(out.blend_state);
   auto* info = static_cast<T*>(out.forward_info);
@@ -46,7 +46,7 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene, co
     const SphereRecord<T>* rec = w.records;
     const std::int64_t first = w.first, last = w.last;
     const T key_offset = TerminationTest<T>::key_offset(bp);
-    T* accum = worker_mem + per_worker * worker;
+    T* accum = worker_mem.row(worker);
     T* track_depth = accum + channels;
     auto* track_id = reinterpret_cast<std::int32_t*>(track_depth + k_track);
     bool pair_hit[kPairBatch];  // a batch's pairs (below)
