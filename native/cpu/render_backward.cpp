@@ -35,6 +35,24 @@ struct PendingHit {
   HitTerms<T> terms;
 };
 
+// to = h, member by member. A copy of the whole pair right after it was computed makes
+// GCC store it field by field and reload it 16 bytes at a time, loads that cannot be
+// served from those narrower stores and stall until they retire; member by member, the
+// pair stays in registers until it is stored.
+template <typename T>
+inline void store_pair(PairHit<T>& to, const PairHit<T>& h) {
+  to.hit = h.hit;
+  to.inside = h.inside;
+  to.tiny = h.tiny;
+  to.kappa = h.kappa;
+  to.depth = h.depth;
+  to.delta = h.delta;
+  to.o1 = h.o1;
+  to.perp_sq = h.perp_sq;
+  to.half_chord = h.half_chord;
+  to.chord_vector = h.chord_vector;
+}
+
 // Entries per batch: its pending hits (a few kilobytes) stay in the L1 cache.
 constexpr int kHitBatch = 32;
 
@@ -196,13 +214,10 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
             const std::int32_t i = entries[e];
             const SphereRecord<T>& r = rec[i];
             if (!r.bounds.contains(x, y)) continue;
-            // The pair stays a local of its own until it is known to hit: copied into a
-            // record as a whole right after it is computed field by field, it would be
-            // reloaded wider than it was stored.
             const PairHit<T> h = evaluate_pair(cam, r.c, r.dist, sv.radii[i], r.terms, ray);
             if (!h.hit) continue;
             PendingHit<T>& p = batch[n_batch++];
-            p.hit = h;
+            store_pair(p.hit, h);
             HitTerms<T>& t = p.terms;
             t.e = e;
             t.i = i;
