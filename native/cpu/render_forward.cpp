@@ -49,8 +49,10 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene, co
     T* accum = worker_mem.row(worker);
     T* track_depth = accum + channels;
     auto* track_id = reinterpret_cast<std::int32_t*>(track_depth + k_track);
-    bool pair_hit[kPairBatch];  // a batch's pairs (below)
-    T pair_kappa[kPairBatch], pair_depth[kPairBatch];
+    // A batch's entries to walk (below): position in the batch, whether it hit, its pair.
+    int walk_at[kPairBatch];
+    bool walk_hit[kPairBatch];
+    T walk_kappa[kPairBatch], walk_depth[kPairBatch];
     for (int y = w.y_begin; y < w.y_end; ++y) {
       for (int x = w.x_begin; x < w.x_end; ++x) {
         const PixelRay<T> ray = pixel_ray(cam, x, y);
@@ -64,39 +66,58 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene, co
         std::int64_t end = 0;  // one past the last processed entry, relative to `first`
         // The entries go in batches, in two passes each: the pairs of the entries whose
         // box holds the pixel first, which depend on nothing of the blend, so that the
-        // latencies of their square roots overlap; then the walk as it was, in list order,
-        // stopping at the first entry beyond the termination depth or the hit cap. Pairs
-        // of a batch's entries past that point are evaluated and dropped; nothing else
-        // of the walk changes.
-        bool stopped = false;
-        for (std::int64_t batch_first = first; batch_first < last && !stopped; batch_first += kPairBatch) {
+        // latencies of their square roots overlap; then the walk in list order over the
+        // batch's hits, stopping at the first entry beyond the termination depth or the
+        // hit cap (model.md section 6).
+        //
+        // The walk tests only the hits and each batch's first entry, not the entries
+        // between: those change nothing of the pixel, and whether the walk stops at one
+        // of them shows at the next tested entry. The list ascends in zc, each entry's key
+        // descends with it (a positive slope times max_depth - zc, rounded monotonically),
+        // and between two hits the blend state, the test's bound and the hit count stay
+        // as they are, so if an entry stops the walk, every later one up to the next hit
+        // does too. Where the slope is negative (a depth range that value checks would
+        // reject), every entry is tested, as the test is then not monotonic. The outputs
+        // are those of the walk that tests every entry; only pairs past the stopping point
+        // within its batch are evaluated and dropped.
+        const bool test_every_entry = bp.inv_gamma_range < T(0);
+        auto stops_at = [&](std::int64_t e) {
+          const T zc = rec[entries[e]].closest_depth;
+          return hits >= cap ||
+                 termination.stops(zc, TerminationTest<T>::key(bp, key_offset, zc), bp, blend, int(hits));
+        };
+        for (std::int64_t batch_first = first; batch_first < last; batch_first += kPairBatch) {
+          if (stops_at(batch_first)) break;
           const int n_batch = int(std::min<std::int64_t>(kPairBatch, last - batch_first));
+          int n_walk = 0;  // the batch's entries to walk: its hits (or every entry), in order
           for (int k = 0; k < n_batch; ++k) {
             const std::int32_t i = entries[batch_first + k];
             const SphereRecord<T>& r = rec[i];
-            pair_hit[k] = false;
-            if (!r.bounds.contains(x, y)) continue;
-            const PairHit<T> h = evaluate_pair(cam, r.c, r.dist, sv.radii[i], r.terms, ray);
-            pair_hit[k] = h.hit;
-            pair_kappa[k] = h.kappa;
-            pair_depth[k] = h.depth;
+            bool hit = false;
+            if (r.bounds.contains(x, y)) {
+              const PairHit<T> h = evaluate_pair(cam, r.c, r.dist, sv.radii[i], r.terms, ray);
+              hit = h.hit;
+              walk_kappa[n_walk] = h.kappa;
+              walk_depth[n_walk] = h.depth;
+            }
+            walk_hit[n_walk] = hit;
+            walk_at[n_walk] = k;
+            n_walk += (hit || test_every_entry) ? 1 : 0;
           }
-          for (int k = 0; k < n_batch; ++k) {
-            const std::int64_t e = batch_first + k;
-            const std::int32_t i = entries[e];
-            const SphereRecord<T>& r = rec[i];
-            if (hits >= cap ||
-                termination.stops(r.closest_depth, TerminationTest<T>::key(bp, key_offset, r.closest_depth), bp, blend,
-                                  int(hits))) {
+          bool stopped = false;
+          for (int j = 0; j < n_walk; ++j) {
+            const std::int64_t e = batch_first + walk_at[j];
+            if (stops_at(e)) {
               stopped = true;
               break;
             }
-            if (!pair_hit[k]) continue;
-            const T depth = pair_depth[k];
+            if (!walk_hit[j]) continue;
+            const std::int32_t i = entries[e];
+            const T depth = walk_depth[j];
             const T opacity = sv.opacity(i);
             const T s = blend_exponent(bp, blend_exponent_slope(bp, opacity), depth);
             T rescale;
-            const T w = blend.add(s, pair_kappa[k] * opacity, rescale);
+            const T w = blend.add(s, walk_kappa[j] * opacity, rescale);
             const T* col = sv.features + std::int64_t(i) * channels;
             for (int ch = 0; ch < channels; ++ch) accum[ch] = accum[ch] * rescale + w * col[ch];
             if (moments) {
@@ -106,9 +127,10 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene, co
             ++hits;
             end = e - first + 1;
             if (bp.early_stop) termination.after_hit(blend);
-            max_closest = r.closest_depth;
+            max_closest = rec[i].closest_depth;
             if (info) tracked.insert(depth, i);
           }
+          if (stopped) break;
         }
         const std::int64_t pix = std::int64_t(b) * pixels + std::int64_t(y) * config.width + x;
         T* img = image + pix * channels;
