@@ -45,13 +45,14 @@ struct CpuScratch {
   HostBuffer tile_background_grads;  // T [B * n_tiles, C]
   HostBuffer pixel_scratch;  // per worker (WorkerRows): the forward's features and tracked
                              // hits, the backward's background gradient
+  HostBuffer tile_entries;   // per worker (WorkerRows): its tile's TileEntryArrays
   HostBuffer packed_cameras;  // T [B, 15]: cameras converted from camera vectors (Renderer)
   HostBuffer zero_features;   // T [C] of zeros: a partial render's background
 
   std::size_t bytes() const {
     return records.capacity() + order.capacity() + tile_offsets.capacity() + entries.capacity() +
            instance_grads.capacity() + tile_camera_grads.capacity() + tile_background_grads.capacity() +
-           pixel_scratch.capacity() + packed_cameras.capacity() + zero_features.capacity();
+           pixel_scratch.capacity() + tile_entries.capacity() + packed_cameras.capacity() + zero_features.capacity();
   }
 };
 
@@ -104,6 +105,15 @@ struct TileWork {
     return w;
   }
 };
+
+// The longest tile list of the binning (entries of one (camera, tile) pair).
+inline std::int64_t longest_tile_list(const CpuScratch& scratch, std::int64_t items) {
+  const auto* offsets = scratch.tile_offsets.as<std::int64_t>();
+  std::int64_t longest = 0;
+  for (std::int64_t item = 0; item < items; ++item)
+    longest = offsets[item + 1] - offsets[item] > longest ? offsets[item + 1] - offsets[item] : longest;
+  return longest;
+}
 
 // Per-instance gradient layout of stage 3: [position 3, radius, opacity, features C].
 constexpr int kInstPos = 0, kInstRadius = 3, kInstOpacity = 4, kInstFeatures = 5;

@@ -9,6 +9,7 @@
 #include "pulsar/blend.h"
 #include "pulsar/forward_info.h"
 #include "pulsar/pixel_ray.h"
+#include "tile_pairs.h"
 
 namespace pulsar {
 
@@ -36,6 +37,9 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene, co
   auto* info = static_cast<T*>(out.forward_info);
   auto* moments = static_cast<T*>(out.depth_moments);
   const int info_len = 3 + 2 * k_track;
+  const std::int64_t longest = longest_tile_list(scratch, scene.batch_size * n_tiles);
+  const auto tile_mem = WorkerRows<unsigned char>::reserve(
+      scratch.tile_entries, TileEntryArrays<T>::bytes(std::size_t(longest)), scratch.threads, "tile entries");
 
   parallel_for(scratch.workers(), scene.batch_size * n_tiles, [&](std::int64_t item, int worker) {
     const TileWork<T> w = TileWork<T>::of(item, config, scene, options, scratch);
@@ -49,7 +53,12 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene, co
     T* accum = worker_mem.row(worker);
     T* track_depth = accum + channels;
     auto* track_id = reinterpret_cast<std::int32_t*>(track_depth + k_track);
-    // A batch's entries to walk (below): position in the batch, whether it hit, its pair.
+    const TileEntryArrays<T> tile = TileEntryArrays<T>::in(tile_mem.row(worker), std::size_t(longest));
+    tile.gather(entries + first, last - first, rec, sv.radii);
+    tile.fill_keys(last - first, bp, key_offset);
+    // A batch's pairs (below), and its entries to walk: position in the batch, whether it
+    // hit, its pair.
+    PairBatch<T, kPairBatch> pairs;
     int walk_at[kPairBatch];
     bool walk_hit[kPairBatch];
     T walk_kappa[kPairBatch], walk_depth[kPairBatch];
@@ -82,27 +91,20 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene, co
         // within its batch are evaluated and dropped.
         const bool test_every_entry = bp.inv_gamma_range < T(0);
         auto stops_at = [&](std::int64_t e) {
-          const T zc = rec[entries[e]].closest_depth;
           return hits >= cap ||
-                 termination.stops(zc, TerminationTest<T>::key(bp, key_offset, zc), bp, blend, int(hits));
+                 termination.stops(tile.closest_depth[e - first], tile.key[e - first], bp, blend, int(hits));
         };
         for (std::int64_t batch_first = first; batch_first < last; batch_first += kPairBatch) {
           if (stops_at(batch_first)) break;
           const int n_batch = int(std::min<std::int64_t>(kPairBatch, last - batch_first));
+          pairs.evaluate(cam, ray, x, y, tile, batch_first - first, n_batch);
           int n_walk = 0;  // the batch's entries to walk: its hits (or every entry), in order
           for (int k = 0; k < n_batch; ++k) {
-            const std::int32_t i = entries[batch_first + k];
-            const SphereRecord<T>& r = rec[i];
-            bool hit = false;
-            if (r.bounds.contains(x, y)) {
-              const PairHit<T> h = evaluate_pair(cam, r.c, r.dist, sv.radii[i], r.terms, ray);
-              hit = h.hit;
-              walk_kappa[n_walk] = h.kappa;
-              walk_depth[n_walk] = h.depth;
-            }
-            walk_hit[n_walk] = hit;
             walk_at[n_walk] = k;
-            n_walk += (hit || test_every_entry) ? 1 : 0;
+            walk_hit[n_walk] = pairs.hit[k];
+            walk_kappa[n_walk] = pairs.kappa[k];
+            walk_depth[n_walk] = pairs.depth[k];
+            n_walk += (pairs.hit[k] || test_every_entry) ? 1 : 0;
           }
           bool stopped = false;
           for (int j = 0; j < n_walk; ++j) {
@@ -127,7 +129,7 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene, co
             ++hits;
             end = e - first + 1;
             if (bp.early_stop) termination.after_hit(blend);
-            max_closest = rec[i].closest_depth;
+            max_closest = tile.closest_depth[e - first];
             if (info) tracked.insert(depth, i);
           }
           if (stopped) break;
