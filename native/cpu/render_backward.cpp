@@ -11,6 +11,7 @@
 #include "parallel_for.h"
 #include "pulsar/blend.h"
 #include "pulsar/pixel_ray.h"
+#include "tile_pairs.h"
 
 namespace pulsar {
 
@@ -28,17 +29,10 @@ struct HitTerms {
   T g = 0;     // dL/dw * total weight through the image and the coverage
 };
 
-// A hit of a pixel between the two passes over a batch of its entries (render_backward).
-template <typename T>
-struct PendingHit {
-  PairHit<T> hit;
-  HitTerms<T> terms;
-};
-
-// to = h, member by member. A copy of the whole pair right after it was computed makes
-// GCC store it field by field and reload it 16 bytes at a time, loads that cannot be
-// served from those narrower stores and stall until they retire; member by member, the
-// pair stays in registers until it is stored.
+// to = h, member by member. A copy of a whole pair right after it was computed makes GCC
+// store it field by field and reload it 16 bytes at a time, loads that cannot be served
+// from those narrower stores and stall until they retire; member by member, the pair
+// stays in registers until it is stored.
 template <typename T>
 inline void store_pair(PairHit<T>& to, const PairHit<T>& h) {
   to.hit = h.hit;
@@ -53,7 +47,7 @@ inline void store_pair(PairHit<T>& to, const PairHit<T>& h) {
   to.chord_vector = h.chord_vector;
 }
 
-// Entries per batch: its pending hits (a few kilobytes) stay in the L1 cache.
+// Entries per batch: its pairs and pending hits (a few kilobytes) stay in the L1 cache.
 constexpr int kHitBatch = 32;
 
 }  // namespace
@@ -88,6 +82,9 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
   // is stored once the tile is done: neighbouring tiles' rows of tile_bg share lines.
   const auto worker_bg =
       WorkerRows<T>::reserve(scratch.pixel_scratch, std::size_t(channels), scratch.threads, "background gradient rows");
+  const std::int64_t longest = longest_tile_list(scratch, scene.batch_size * n_tiles);
+  const auto tile_mem = WorkerRows<unsigned char>::reserve(
+      scratch.tile_entries, TileEntryArrays<T>::bytes(std::size_t(longest)), scratch.threads, "tile entries");
 
   parallel_for(scratch.workers(), scene.batch_size * n_tiles, [&](std::int64_t item, int worker) {
     const TileWork<T> w = TileWork<T>::of(item, config, scene, options, scratch);
@@ -102,7 +99,11 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
     DepthRangeSums<T> range_sums;  // the depth range's camera terms, resolved after the tile
     T* bg = worker_bg.row(worker);
     for (int ch = 0; ch < channels; ++ch) bg[ch] = T(0);
-    PendingHit<T> batch[kHitBatch];
+    const TileEntryArrays<T> tile = TileEntryArrays<T>::in(tile_mem.row(worker), std::size_t(longest));
+    tile.gather(entries + first, last - first, rec, sv.radii);
+    PairBatch<T, kHitBatch> pairs;  // a batch's pairs (below)
+    HitTerms<T> pending[kHitBatch];  // and its hits'
+    int pending_slot[kHitBatch];     // the hits' slots in `pairs`
     for (int y = w.y_begin; y < w.y_end; ++y) {
       for (int x = w.x_begin; x < w.x_end; ++x) {
         const std::int64_t pix = std::int64_t(b) * pixels + std::int64_t(y) * config.width + x;
@@ -203,33 +204,31 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
         PairHit<T> dominant_hit;
         bool has_dominant = false;
         T others_grad_s = 0;  // sum of weight * g over the other contributors
-        // The entries go in batches, in two passes each: the pairs and their exponentials
-        // first, which depend on nothing of the other hits, so that the long latencies of
-        // their square roots, divisions and exponentials overlap; then each hit's gradient
-        // terms, in list order as before.
+        // The entries go in batches, in three passes each: the pairs (PairBatch), then the
+        // hits' exponentials, both independent of the other hits, so that the long
+        // latencies of their square roots, divisions and exponentials overlap; then each
+        // hit's gradient terms, in list order.
         for (std::int64_t batch_first = first; batch_first < end; batch_first += kHitBatch) {
-          const std::int64_t batch_end = std::min(end, batch_first + kHitBatch);
-          int n_batch = 0;
-          for (std::int64_t e = batch_first; e < batch_end; ++e) {
-            const std::int32_t i = entries[e];
-            const SphereRecord<T>& r = rec[i];
-            if (!r.bounds.contains(x, y)) continue;
-            const PairHit<T> h = evaluate_pair(cam, r.c, r.dist, sv.radii[i], r.terms, ray);
-            if (!h.hit) continue;
-            PendingHit<T>& p = batch[n_batch++];
-            store_pair(p.hit, h);
-            HitTerms<T>& t = p.terms;
-            t.e = e;
-            t.i = i;
-            t.opacity = sv.opacity(i);
+          const int n_batch = int(std::min<std::int64_t>(kHitBatch, end - batch_first));
+          pairs.evaluate(cam, ray, x, y, tile, batch_first - first, n_batch);
+          int n_hits = 0;
+          for (int k = 0; k < n_batch; ++k) {
+            pending_slot[n_hits] = k;
+            n_hits += pairs.hit[k] ? 1 : 0;
+          }
+          for (int j = 0; j < n_hits; ++j) {
+            HitTerms<T>& t = pending[j];
+            t.e = batch_first + pending_slot[j];
+            t.i = entries[t.e];
+            t.opacity = sv.opacity(t.i);
             t.slope = blend_exponent_slope(bp, t.opacity);
-            const T s = blend_exponent(bp, t.slope, h.depth);
+            const T s = blend_exponent(bp, t.slope, pairs.depth[pending_slot[j]]);
             t.rel = std::exp(s - m);  // exp(s) relative to exp(m)
             t.unit = t.rel / norm_d;  // exp(s) / total weight
           }
-          for (int k = 0; k < n_batch; ++k) {
-            const PairHit<T>& h = batch[k].hit;
-            HitTerms<T>& t = batch[k].terms;
+          for (int j = 0; j < n_hits; ++j) {
+            const PairHit<T> h = pairs.get(pending_slot[j]);
+            HitTerms<T>& t = pending[j];
             const T weight = h.kappa * t.opacity * t.unit;  // normalised blend weight a_i
             const T* col = sv.features + std::int64_t(t.i) * channels;
             T* gi = inst + t.e * stride;
@@ -242,7 +241,7 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
             if (!want_blend) continue;
             if (!has_dominant && whole_pixel && weight > T(0.5)) {
               dominant = t;
-              dominant_hit = h;
+              store_pair(dominant_hit, h);
               has_dominant = true;
               continue;
             }
