@@ -214,7 +214,7 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
           int n_hits = 0;
           for (int k = 0; k < n_batch; ++k) {
             pending_slot[n_hits] = k;
-            n_hits += pairs.hit[k] ? 1 : 0;
+            n_hits += pairs.hits(k) ? 1 : 0;
           }
           for (int j = 0; j < n_hits; ++j) {
             HitTerms<T>& t = pending[j];

@@ -101,10 +101,10 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene, co
           int n_walk = 0;  // the batch's entries to walk: its hits (or every entry), in order
           for (int k = 0; k < n_batch; ++k) {
             walk_at[n_walk] = k;
-            walk_hit[n_walk] = pairs.hit[k];
+            walk_hit[n_walk] = pairs.hits(k);
             walk_kappa[n_walk] = pairs.kappa[k];
             walk_depth[n_walk] = pairs.depth[k];
-            n_walk += (pairs.hit[k] || test_every_entry) ? 1 : 0;
+            n_walk += (pairs.hits(k) || test_every_entry) ? 1 : 0;
           }
           bool stopped = false;
           for (int j = 0; j < n_walk; ++j) {

@@ -90,19 +90,24 @@ struct TileEntryArrays {
   bool in_box(std::int64_t k, int x, int y) const { return (x >= x0[k]) & (x <= x1[k]) & (y >= y0[k]) & (y <= y1[k]); }
 };
 
-// The pairs of one pixel and up to kMax consecutive entries of a tile, one array per
-// PairHit member; hit[k]: the pixel lies in entry k's box and the pair hits.
+// The pairs of one pixel and up to kMax (<= 32) consecutive entries of a tile: an array
+// per real PairHit member, a bit mask per flag (bit k: entry k). hit: the pixel lies in
+// the entry's box and the pair hits.
 template <typename T, int kMax>
 struct PairBatch {
+  static_assert(kMax <= 32, "one bit per entry in a 32-bit mask");
   T kappa[kMax], depth[kMax], delta[kMax], o1[kMax], perp_sq[kMax], half_chord[kMax];
   T ux[kMax], uy[kMax], uz[kMax];  // chord_vector
-  bool hit[kMax], inside[kMax], tiny[kMax];
+  std::uint32_t hit = 0, inside = 0, tiny = 0;
+
+  static bool bit(std::uint32_t mask, int k) { return (mask >> k) & 1u; }
+  bool hits(int k) const { return bit(hit, k); }
 
   PairHit<T> get(int k) const {
     PairHit<T> h;
-    h.hit = hit[k];
-    h.inside = inside[k];
-    h.tiny = tiny[k];
+    h.hit = bit(hit, k);
+    h.inside = bit(inside, k);
+    h.tiny = bit(tiny, k);
     h.kappa = kappa[k];
     h.depth = depth[k];
     h.delta = delta[k];
@@ -113,9 +118,9 @@ struct PairBatch {
     return h;
   }
   void set(int k, const PairHit<T>& h, bool in_box) {
-    hit[k] = in_box & h.hit;
-    inside[k] = h.inside;
-    tiny[k] = h.tiny;
+    hit |= std::uint32_t(in_box & h.hit) << k;
+    inside |= std::uint32_t(h.inside) << k;
+    tiny |= std::uint32_t(h.tiny) << k;
     kappa[k] = h.kappa;
     depth[k] = h.depth;
     delta[k] = h.delta;
@@ -130,6 +135,7 @@ struct PairBatch {
   // Entries first .. first + n of the tile (n <= kMax) against pixel (x, y).
   void evaluate(const CameraFrame<T>& cam, const PixelRay<T>& ray, int x, int y, const TileEntryArrays<T>& a,
                 std::int64_t first, int n) {
+    hit = inside = tiny = 0;
 #ifdef PULSAR_CPU_PAIR_LANES
     if constexpr (std::is_same<T, float>::value) {
       static_assert(kMax % PULSAR_CPU_PAIR_LANES == 0, "whole groups of lanes");
@@ -197,11 +203,9 @@ struct PairBatch {
     const int outside_bits = outside(e) | (outside(e + 4) << 4);
     const int hit_bits = _mm256_movemask_ps(hit) & ~outside_bits, inside_bits = _mm256_movemask_ps(inside),
               tiny_bits = _mm256_movemask_ps(tiny);
-    for (int l = 0; l < PULSAR_CPU_PAIR_LANES; ++l) {
-      this->hit[k + l] = (hit_bits >> l) & 1;
-      this->inside[k + l] = (inside_bits >> l) & 1;
-      this->tiny[k + l] = (tiny_bits >> l) & 1;
-    }
+    this->hit |= std::uint32_t(hit_bits) << k;
+    this->inside |= std::uint32_t(inside_bits) << k;
+    this->tiny |= std::uint32_t(tiny_bits) << k;
   }
 #endif
 };
