@@ -11,6 +11,7 @@
 #include "parallel_for.h"
 #include "pulsar/blend.h"
 #include "pulsar/pixel_ray.h"
+#include "hit_lanes.h"
 #include "tile_pairs.h"
 
 namespace pulsar {
@@ -104,6 +105,10 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
     PairBatch<T, kHitBatch> pairs;  // a batch's pairs (below)
     HitTerms<T> pending[kHitBatch];  // and its hits'
     int pending_slot[kHitBatch];     // the hits' slots in `pairs`
+#ifdef PULSAR_CPU_PAIR_LANES
+    HitLanes<kHitBatch> lanes;          // float: the hits' gradient terms (below)
+    std::int64_t lane_row[kHitBatch];  // and their instance rows
+#endif
     for (int y = w.y_begin; y < w.y_end; ++y) {
       for (int x = w.x_begin; x < w.x_end; ++x) {
         const std::int64_t pix = std::int64_t(b) * pixels + std::int64_t(y) * config.width + x;
@@ -129,6 +134,10 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
                                     g_mom[kDepthVariance]};
         }
         const bool with_stats = g_mom != nullptr && hits_weight > T(0);
+#ifdef PULSAR_CPU_PAIR_LANES
+        // The common case that HitLanes computes (with the perspective projection).
+        const bool lanes_apply = !cam.orthographic && want_geometry && !with_stats;
+#endif
         const PixelRay<T> ray = pixel_ray(cam, x, y);
         const Vec3<T> sensor_rel = cam.sensor_offset(T(x), T(y));  // S = P - eye
         Vec3<T> grad_ray{0, 0, 0};     // perspective: dL/d(unit ray)
@@ -226,6 +235,77 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
             t.rel = std::exp(s - m);  // exp(s) relative to exp(m)
             t.unit = t.rel / norm_d;  // exp(s) / total weight
           }
+#ifdef PULSAR_CPU_PAIR_LANES
+          if constexpr (std::is_same<T, float>::value) {
+            if (lanes_apply) {
+              // The hits' features, g and the dominant hit in list order; the others'
+              // gradient terms eight at a time (HitLanes), then their shared sums in list
+              // order.
+              int n_lanes = 0;
+              lanes.tiny = 0;
+              for (int j = 0; j < n_hits; ++j) {
+                const int k = pending_slot[j];
+                HitTerms<T>& t = pending[j];
+                const T weight = pairs.kappa[k] * t.opacity * t.unit;  // normalised blend weight a_i
+                const T* col = sv.features + std::int64_t(t.i) * channels;
+                T* gi = inst + t.e * stride;
+                t.g = g_coverage;
+                for (int ch = 0; ch < channels; ++ch) {
+                  t.g += g_img[ch] * (col[ch] - colour[ch]);
+                  gi[kInstFeatures + ch] += weight * g_img[ch];
+                }
+                if (!has_dominant && whole_pixel && weight > T(0.5)) {
+                  dominant = t;
+                  store_pair(dominant_hit, pairs.get(k));
+                  has_dominant = true;
+                  continue;
+                }
+                const std::int64_t at = t.e - first;  // in the tile's arrays
+                lanes.weight[n_lanes] = weight;
+                lanes.g[n_lanes] = t.g;
+                lanes.opacity[n_lanes] = t.opacity;
+                lanes.unit[n_lanes] = t.unit;
+                lanes.slope[n_lanes] = t.slope;
+                lanes.kappa[n_lanes] = pairs.kappa[k];
+                lanes.depth[n_lanes] = pairs.depth[k];
+                lanes.half_chord[n_lanes] = pairs.half_chord[k];
+                lanes.delta[n_lanes] = pairs.delta[k];
+                lanes.ux[n_lanes] = pairs.ux[k];
+                lanes.uy[n_lanes] = pairs.uy[k];
+                lanes.uz[n_lanes] = pairs.uz[k];
+                lanes.tiny |= std::uint32_t(PairBatch<T, kHitBatch>::bit(pairs.tiny, k)) << n_lanes;
+                lanes.cx[n_lanes] = tile.cx[at];
+                lanes.cy[n_lanes] = tile.cy[at];
+                lanes.cz[n_lanes] = tile.cz[at];
+                lanes.dist[n_lanes] = tile.dist[at];
+                lanes.radius[n_lanes] = tile.radius[at];
+                lanes.inv_radius[n_lanes] = tile.inv_radius[at];
+                lanes.inv_two_dist[n_lanes] = tile.inv_two_dist[at];
+                lane_row[n_lanes] = t.e;
+                ++n_lanes;
+              }
+              lanes.compute(n_lanes, bp);
+              for (int l = 0; l < n_lanes; ++l) {
+                T* gi = inst + lane_row[l] * stride;
+                others_grad_s += lanes.grad_s[l];
+                range_sums.g += lanes.grad_depth[l];
+                range_sums.gz += lanes.depth_term[l];
+                gi[kInstOpacity] += lanes.grad_opacity[l];
+                grad_ray.x -= lanes.ray_x[l];
+                grad_ray.y -= lanes.ray_y[l];
+                grad_ray.z -= lanes.ray_z[l];
+                gi[kInstPos + 0] += lanes.grad_cx[l];
+                gi[kInstPos + 1] += lanes.grad_cy[l];
+                gi[kInstPos + 2] += lanes.grad_cz[l];
+                gi[kInstRadius] += lanes.grad_radius[l];
+                cg.eye.x -= lanes.grad_cx[l];
+                cg.eye.y -= lanes.grad_cy[l];
+                cg.eye.z -= lanes.grad_cz[l];
+              }
+              continue;
+            }
+          }
+#endif
           for (int j = 0; j < n_hits; ++j) {
             const PairHit<T> h = pairs.get(pending_slot[j]);
             HitTerms<T>& t = pending[j];
