@@ -78,6 +78,9 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
   // shares' hits, so a dominant hit cannot take minus the others' sum (below): it keeps
   // its own product, as the CUDA backward does.
   const bool whole_pixel = !options.partial;
+#ifdef PULSAR_CPU_PAIR_LANES
+  const bool three = channels == 3;
+#endif
 
   // The tile's background gradient accumulates in the worker's row (a pixel at a time) and
   // is stored once the tile is done: neighbouring tiles' rows of tile_bg share lines.
@@ -114,6 +117,11 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
         const std::int64_t pix = std::int64_t(b) * pixels + std::int64_t(y) * config.width + x;
         const T* g_img = grad_image + pix * channels;
         const T* colour = image + pix * channels;
+#ifdef PULSAR_CPU_PAIR_LANES
+        // Three channels (the common case): the pixel's dL/dimage and image in locals.
+        const T g0 = three ? g_img[0] : T(0), g1 = three ? g_img[1] : T(0), g2 = three ? g_img[2] : T(0);
+        const T c0 = three ? colour[0] : T(0), c1 = three ? colour[1] : T(0), c2 = three ? colour[2] : T(0);
+#endif
         const T m = state[2 * pix], norm_d = state[2 * pix + 1];
         const std::int64_t end = first + args.traversal_end[pix];
         const T* mom = moments ? moments + kDepthStats * pix : nullptr;
@@ -242,7 +250,7 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
               // gradient terms eight at a time (HitLanes), then their shared sums in list
               // order.
               int n_lanes = 0;
-              lanes.tiny = 0;
+              std::uint32_t lanes_tiny = 0;
               for (int j = 0; j < n_hits; ++j) {
                 const int k = pending_slot[j];
                 HitTerms<T>& t = pending[j];
@@ -250,9 +258,18 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
                 const T* col = sv.features + std::int64_t(t.i) * channels;
                 T* gi = inst + t.e * stride;
                 t.g = g_coverage;
-                for (int ch = 0; ch < channels; ++ch) {
-                  t.g += g_img[ch] * (col[ch] - colour[ch]);
-                  gi[kInstFeatures + ch] += weight * g_img[ch];
+                if (three) {  // the loop below with the pixel's values in locals
+                  t.g += g0 * (col[0] - c0);
+                  t.g += g1 * (col[1] - c1);
+                  t.g += g2 * (col[2] - c2);
+                  gi[kInstFeatures + 0] += weight * g0;
+                  gi[kInstFeatures + 1] += weight * g1;
+                  gi[kInstFeatures + 2] += weight * g2;
+                } else {
+                  for (int ch = 0; ch < channels; ++ch) {
+                    t.g += g_img[ch] * (col[ch] - colour[ch]);
+                    gi[kInstFeatures + ch] += weight * g_img[ch];
+                  }
                 }
                 if (!has_dominant && whole_pixel && weight > T(0.5)) {
                   dominant = t;
@@ -273,7 +290,7 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
                 lanes.ux[n_lanes] = pairs.ux[k];
                 lanes.uy[n_lanes] = pairs.uy[k];
                 lanes.uz[n_lanes] = pairs.uz[k];
-                lanes.tiny |= std::uint32_t(PairBatch<T, kHitBatch>::bit(pairs.tiny, k)) << n_lanes;
+                lanes_tiny |= std::uint32_t(PairBatch<T, kHitBatch>::bit(pairs.tiny, k)) << n_lanes;
                 lanes.cx[n_lanes] = tile.cx[at];
                 lanes.cy[n_lanes] = tile.cy[at];
                 lanes.cz[n_lanes] = tile.cz[at];
@@ -284,6 +301,7 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
                 lane_row[n_lanes] = t.e;
                 ++n_lanes;
               }
+              lanes.tiny = lanes_tiny;
               lanes.compute(n_lanes, bp);
               for (int l = 0; l < n_lanes; ++l) {
                 T* gi = inst + lane_row[l] * stride;

@@ -37,6 +37,7 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene, co
   auto* info = static_cast<T*>(out.forward_info);
   auto* moments = static_cast<T*>(out.depth_moments);
   const int info_len = 3 + 2 * k_track;
+  const bool three = channels == 3;
   const std::int64_t longest = longest_tile_list(scratch, scene.batch_size * n_tiles);
   const auto tile_mem = WorkerRows<unsigned char>::reserve(
       scratch.tile_entries, TileEntryArrays<T>::bytes(std::size_t(longest)), scratch.threads, "tile entries");
@@ -67,6 +68,10 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene, co
         const PixelRay<T> ray = pixel_ray(cam, x, y);
         OnlineSoftmax<T> blend = OnlineSoftmax<T>::start(bp);
         for (int ch = 0; ch < channels; ++ch) accum[ch] = sv.background[ch];
+        // Three channels (the common case) accumulate in locals, which the compiler keeps
+        // in registers: the same operations as the loop over accum.
+        T acc0 = three ? sv.background[0] : T(0), acc1 = three ? sv.background[1] : T(0),
+          acc2 = three ? sv.background[2] : T(0);
         TrackedHits<T> tracked{track_depth, track_id, k_track, 0};
         TerminationTest<T> termination = TerminationTest<T>::start();
         T max_closest = T(-1);
@@ -121,7 +126,13 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene, co
             T rescale;
             const T w = blend.add(s, walk_kappa[j] * opacity, rescale);
             const T* col = sv.features + std::int64_t(i) * channels;
-            for (int ch = 0; ch < channels; ++ch) accum[ch] = accum[ch] * rescale + w * col[ch];
+            if (three) {
+              acc0 = acc0 * rescale + w * col[0];
+              acc1 = acc1 * rescale + w * col[1];
+              acc2 = acc2 * rescale + w * col[2];
+            } else {
+              for (int ch = 0; ch < channels; ++ch) accum[ch] = accum[ch] * rescale + w * col[ch];
+            }
             if (moments) {
               stats.scale(rescale);
               stats.add(w, normalized_depth(bp, depth));
@@ -136,7 +147,13 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene, co
         }
         const std::int64_t pix = std::int64_t(b) * pixels + std::int64_t(y) * config.width + x;
         T* img = image + pix * channels;
-        for (int ch = 0; ch < channels; ++ch) img[ch] = accum[ch] / blend.D;
+        if (three) {
+          img[0] = acc0 / blend.D;
+          img[1] = acc1 / blend.D;
+          img[2] = acc2 / blend.D;
+        } else {
+          for (int ch = 0; ch < channels; ++ch) img[ch] = accum[ch] / blend.D;
+        }
         state[2 * pix] = blend.m;
         state[2 * pix + 1] = blend.D;
         out.hit_count[pix] = std::int32_t(hits);
