@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -279,6 +281,16 @@ PULSAR_HD T log2_upper_bound_less_slack(T d) {
 #ifdef __CUDA_ARCH__
   return T(__log2f(fmaxf(float(d), 1e-30f)));
 #else
+  // For a normal d, frexp's exponent is the biased exponent field less (bias - 1): read
+  // from the bits, where GCC keeps std::frexp a library call (one per hit in the forward).
+  // Zero, denormals, infinities and NaN go to frexp itself.
+  using Bits = typename std::conditional<std::is_same<T, float>::value, std::uint32_t, std::uint64_t>::type;
+  constexpr int kMantissaBits = std::numeric_limits<T>::digits - 1;
+  constexpr int kExponentMask = 2 * std::numeric_limits<T>::max_exponent - 1;
+  Bits bits;
+  std::memcpy(&bits, &d, sizeof(T));
+  const int biased = int(bits >> kMantissaBits) & kExponentMask;
+  if (biased != 0 && biased != kExponentMask) return T(biased - (std::numeric_limits<T>::max_exponent - 2));
   int e;
   std::frexp(d, &e);
   return T(e);

@@ -43,14 +43,35 @@ struct CpuScratch {
   HostBuffer instance_grads;  // T [n_instances, 5 + C]: (pos 3, radius, opacity, features C)
   HostBuffer tile_camera_grads;  // CameraGrad<T> [B * n_tiles]
   HostBuffer tile_background_grads;  // T [B * n_tiles, C]
-  HostBuffer pixel_scratch;  // per worker: features and tracked hits
+  HostBuffer pixel_scratch;  // per worker (WorkerRows): the forward's features and tracked
+                             // hits, the backward's background gradient
+  HostBuffer tile_entries;   // per worker (WorkerRows): its tile's TileEntryArrays
   HostBuffer packed_cameras;  // T [B, 15]: cameras converted from camera vectors (Renderer)
   HostBuffer zero_features;   // T [C] of zeros: a partial render's background
 
   std::size_t bytes() const {
     return records.capacity() + order.capacity() + tile_offsets.capacity() + entries.capacity() +
            instance_grads.capacity() + tile_camera_grads.capacity() + tile_background_grads.capacity() +
-           pixel_scratch.capacity() + packed_cameras.capacity() + zero_features.capacity();
+           pixel_scratch.capacity() + tile_entries.capacity() + packed_cameras.capacity() + zero_features.capacity();
+  }
+};
+
+// Per-worker rows of a stage's scratch, each starting on a cache line of its own: the
+// workers write their rows on every pixel or hit at the same time, and rows sharing a
+// line would move it between the cores on each write.
+template <typename E>
+struct WorkerRows {
+  E* base;
+  std::size_t stride;  // elements from one row to the next
+  E* row(int worker) const { return base + stride * std::size_t(worker); }
+
+  static WorkerRows reserve(HostBuffer& buffer, std::size_t count, int workers, const char* what) {
+    constexpr std::size_t kLine = 64;
+    static_assert(kLine % sizeof(E) == 0, "a row's element must divide the cache line");
+    const std::size_t stride_bytes = (count * sizeof(E) + kLine - 1) / kLine * kLine;
+    unsigned char* raw = buffer.reserve<unsigned char>(stride_bytes * std::size_t(workers) + kLine, what);
+    const std::uintptr_t at = (reinterpret_cast<std::uintptr_t>(raw) + kLine - 1) / kLine * kLine;
+    return WorkerRows{reinterpret_cast<E*>(at), stride_bytes / sizeof(E)};
   }
 };
 
@@ -84,6 +105,15 @@ struct TileWork {
     return w;
   }
 };
+
+// The longest tile list of the binning (entries of one (camera, tile) pair).
+inline std::int64_t longest_tile_list(const CpuScratch& scratch, std::int64_t items) {
+  const auto* offsets = scratch.tile_offsets.as<std::int64_t>();
+  std::int64_t longest = 0;
+  for (std::int64_t item = 0; item < items; ++item)
+    longest = offsets[item + 1] - offsets[item] > longest ? offsets[item + 1] - offsets[item] : longest;
+  return longest;
+}
 
 // Per-instance gradient layout of stage 3: [position 3, radius, opacity, features C].
 constexpr int kInstPos = 0, kInstRadius = 3, kInstOpacity = 4, kInstFeatures = 5;

@@ -3,6 +3,7 @@
 // the exact gradient of the blend (docs/model.md section 8). Sphere terms accumulate per
 // (tile, sphere) instance and camera terms per tile; each is owned by one work item,
 // so the later fixed-order reduction makes the result bitwise reproducible.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -10,15 +11,17 @@
 #include "parallel_for.h"
 #include "pulsar/blend.h"
 #include "pulsar/pixel_ray.h"
+#include "hit_lanes.h"
+#include "tile_pairs.h"
 
 namespace pulsar {
 
 namespace {
 
-// What the backward keeps of one hit between its blend terms and the rest (render_backward).
+// What the backward keeps of one hit between its blend terms and the rest (render_backward),
+// beside its PairHit.
 template <typename T>
 struct HitTerms {
-  PairHit<T> hit;
   std::int64_t e = 0;  // list position (its instance row)
   std::int32_t i = 0;  // sphere
   T opacity = 0, slope = 0;
@@ -26,6 +29,27 @@ struct HitTerms {
   T unit = 0;  // exp(s) / total weight
   T g = 0;     // dL/dw * total weight through the image and the coverage
 };
+
+// to = h, member by member. A copy of a whole pair right after it was computed makes GCC
+// store it field by field and reload it 16 bytes at a time, loads that cannot be served
+// from those narrower stores and stall until they retire; member by member, the pair
+// stays in registers until it is stored.
+template <typename T>
+inline void store_pair(PairHit<T>& to, const PairHit<T>& h) {
+  to.hit = h.hit;
+  to.inside = h.inside;
+  to.tiny = h.tiny;
+  to.kappa = h.kappa;
+  to.depth = h.depth;
+  to.delta = h.delta;
+  to.o1 = h.o1;
+  to.perp_sq = h.perp_sq;
+  to.half_chord = h.half_chord;
+  to.chord_vector = h.chord_vector;
+}
+
+// Entries per batch: its pairs and pending hits (a few kilobytes) stay in the L1 cache.
+constexpr int kHitBatch = 32;
 
 }  // namespace
 
@@ -54,8 +78,19 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
   // shares' hits, so a dominant hit cannot take minus the others' sum (below): it keeps
   // its own product, as the CUDA backward does.
   const bool whole_pixel = !options.partial;
+#ifdef PULSAR_CPU_PAIR_LANES
+  const bool three = channels == 3;
+#endif
 
-  parallel_for(scratch.workers(), scene.batch_size * n_tiles, [&](std::int64_t item, int) {
+  // The tile's background gradient accumulates in the worker's row (a pixel at a time) and
+  // is stored once the tile is done: neighbouring tiles' rows of tile_bg share lines.
+  const auto worker_bg =
+      WorkerRows<T>::reserve(scratch.pixel_scratch, std::size_t(channels), scratch.threads, "background gradient rows");
+  const std::int64_t longest = longest_tile_list(scratch, scene.batch_size * n_tiles);
+  const auto tile_mem = WorkerRows<unsigned char>::reserve(
+      scratch.tile_entries, TileEntryArrays<T>::bytes(std::size_t(longest)), scratch.threads, "tile entries");
+
+  parallel_for(scratch.workers(), scene.batch_size * n_tiles, [&](std::int64_t item, int worker) {
     const TileWork<T> w = TileWork<T>::of(item, config, scene, options, scratch);
     const int b = w.b;
     const CameraFrame<T>& cam = w.cam;
@@ -66,13 +101,27 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
     std::memset(inst + first * stride, 0, sizeof(T) * std::size_t((last - first) * stride));
     CameraGrad<T> cg;
     DepthRangeSums<T> range_sums;  // the depth range's camera terms, resolved after the tile
-    T* bg = tile_bg + item * channels;
+    T* bg = worker_bg.row(worker);
     for (int ch = 0; ch < channels; ++ch) bg[ch] = T(0);
+    const TileEntryArrays<T> tile = TileEntryArrays<T>::in(tile_mem.row(worker), std::size_t(longest));
+    tile.gather(entries + first, last - first, rec, sv.radii);
+    PairBatch<T, kHitBatch> pairs;  // a batch's pairs (below)
+    HitTerms<T> pending[kHitBatch];  // and its hits'
+    int pending_slot[kHitBatch];     // the hits' slots in `pairs`
+#ifdef PULSAR_CPU_PAIR_LANES
+    HitLanes<kHitBatch> lanes;          // float: the hits' gradient terms (below)
+    std::int64_t lane_row[kHitBatch];  // and their instance rows
+#endif
     for (int y = w.y_begin; y < w.y_end; ++y) {
       for (int x = w.x_begin; x < w.x_end; ++x) {
         const std::int64_t pix = std::int64_t(b) * pixels + std::int64_t(y) * config.width + x;
         const T* g_img = grad_image + pix * channels;
         const T* colour = image + pix * channels;
+#ifdef PULSAR_CPU_PAIR_LANES
+        // Three channels (the common case): the pixel's dL/dimage and image in locals.
+        const T g0 = three ? g_img[0] : T(0), g1 = three ? g_img[1] : T(0), g2 = three ? g_img[2] : T(0);
+        const T c0 = three ? colour[0] : T(0), c1 = three ? colour[1] : T(0), c2 = three ? colour[2] : T(0);
+#endif
         const T m = state[2 * pix], norm_d = state[2 * pix + 1];
         const std::int64_t end = first + args.traversal_end[pix];
         const T* mom = moments ? moments + kDepthStats * pix : nullptr;
@@ -93,6 +142,10 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
                                     g_mom[kDepthVariance]};
         }
         const bool with_stats = g_mom != nullptr && hits_weight > T(0);
+#ifdef PULSAR_CPU_PAIR_LANES
+        // The common case that HitLanes computes (with the perspective projection).
+        const bool lanes_apply = !cam.orthographic && want_geometry && !with_stats;
+#endif
         const PixelRay<T> ray = pixel_ray(cam, x, y);
         const Vec3<T> sensor_rel = cam.sensor_offset(T(x), T(y));  // S = P - eye
         Vec3<T> grad_ray{0, 0, 0};     // perspective: dL/d(unit ray)
@@ -100,9 +153,8 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
         // Everything of a hit's gradient but its features', given the part of dL/ds that
         // comes through the image and the coverage (blend_grad_s). dominant: the hit's
         // weight exceeds 1/2 (below).
-        auto hit_backward = [&](const HitTerms<T>& t, T blend_grad_s, bool dominant) {
+        auto hit_backward = [&](const HitTerms<T>& t, const PairHit<T>& h, T blend_grad_s, bool dominant) {
           const SphereRecord<T>& r = rec[t.i];
-          const PairHit<T>& h = t.hit;
           T* gi = inst + t.e * stride;
           // w = kappa * o * exp(s): dL/ds = weight * g, dL/dkappa = o * unit * g, and
           // opacity enters both as a factor (dL/d(factor) = kappa * unit * g) and through s.
@@ -166,46 +218,141 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
         // (col - C), nearly 0 there), which the exponent's slope 1 / (gamma range) and, at a
         // silhouette, 1 / kappa then amplify in every saturated pixel.
         HitTerms<T> dominant;
+        PairHit<T> dominant_hit;
         bool has_dominant = false;
         T others_grad_s = 0;  // sum of weight * g over the other contributors
-        for (std::int64_t e = first; e < end; ++e) {
-          const std::int32_t i = entries[e];
-          const SphereRecord<T>& r = rec[i];
-          if (!r.bounds.contains(x, y)) continue;
-          HitTerms<T> t;
-          t.hit = evaluate_pair(cam, r.c, r.dist, sv.radii[i], r.terms, ray);
-          if (!t.hit.hit) continue;
-          t.e = e;
-          t.i = i;
-          t.opacity = sv.opacity(i);
-          t.slope = blend_exponent_slope(bp, t.opacity);
-          const T s = blend_exponent(bp, t.slope, t.hit.depth);
-          t.rel = std::exp(s - m);  // exp(s) relative to exp(m)
-          t.unit = t.rel / norm_d;  // exp(s) / total weight
-          const T weight = t.hit.kappa * t.opacity * t.unit;  // normalised blend weight a_i
-          const T* col = sv.features + std::int64_t(i) * channels;
-          T* gi = inst + e * stride;
-          // g = dL/dw * total weight. Image: gL . (col - C); coverage: g_coverage.
-          t.g = g_coverage;
-          for (int ch = 0; ch < channels; ++ch) {
-            t.g += g_img[ch] * (col[ch] - colour[ch]);
-            gi[kInstFeatures + ch] += weight * g_img[ch];
+        // The entries go in batches, in three passes each: the pairs (PairBatch), then the
+        // hits' exponentials, both independent of the other hits, so that the long
+        // latencies of their square roots, divisions and exponentials overlap; then each
+        // hit's gradient terms, in list order.
+        for (std::int64_t batch_first = first; batch_first < end; batch_first += kHitBatch) {
+          const int n_batch = int(std::min<std::int64_t>(kHitBatch, end - batch_first));
+          pairs.evaluate(cam, ray, x, y, tile, batch_first - first, n_batch);
+          int n_hits = 0;
+          for (int k = 0; k < n_batch; ++k) {
+            pending_slot[n_hits] = k;
+            n_hits += pairs.hits(k) ? 1 : 0;
           }
-          if (!want_blend) continue;
-          if (!has_dominant && whole_pixel && weight > T(0.5)) {
-            dominant = t;
-            has_dominant = true;
-            continue;
+          for (int j = 0; j < n_hits; ++j) {
+            HitTerms<T>& t = pending[j];
+            t.e = batch_first + pending_slot[j];
+            t.i = entries[t.e];
+            t.opacity = sv.opacity(t.i);
+            t.slope = blend_exponent_slope(bp, t.opacity);
+            const T s = blend_exponent(bp, t.slope, pairs.depth[pending_slot[j]]);
+            t.rel = std::exp(s - m);  // exp(s) relative to exp(m)
+            t.unit = t.rel / norm_d;  // exp(s) / total weight
           }
-          const T grad_s = weight * t.g;
-          others_grad_s += grad_s;
-          hit_backward(t, grad_s, false);
+#ifdef PULSAR_CPU_PAIR_LANES
+          if constexpr (std::is_same<T, float>::value) {
+            if (lanes_apply) {
+              // The hits' features, g and the dominant hit in list order; the others'
+              // gradient terms eight at a time (HitLanes), then their shared sums in list
+              // order.
+              int n_lanes = 0;
+              std::uint32_t lanes_tiny = 0;
+              for (int j = 0; j < n_hits; ++j) {
+                const int k = pending_slot[j];
+                HitTerms<T>& t = pending[j];
+                const T weight = pairs.kappa[k] * t.opacity * t.unit;  // normalised blend weight a_i
+                const T* col = sv.features + std::int64_t(t.i) * channels;
+                T* gi = inst + t.e * stride;
+                t.g = g_coverage;
+                if (three) {  // the loop below with the pixel's values in locals
+                  t.g += g0 * (col[0] - c0);
+                  t.g += g1 * (col[1] - c1);
+                  t.g += g2 * (col[2] - c2);
+                  gi[kInstFeatures + 0] += weight * g0;
+                  gi[kInstFeatures + 1] += weight * g1;
+                  gi[kInstFeatures + 2] += weight * g2;
+                } else {
+                  for (int ch = 0; ch < channels; ++ch) {
+                    t.g += g_img[ch] * (col[ch] - colour[ch]);
+                    gi[kInstFeatures + ch] += weight * g_img[ch];
+                  }
+                }
+                if (!has_dominant && whole_pixel && weight > T(0.5)) {
+                  dominant = t;
+                  store_pair(dominant_hit, pairs.get(k));
+                  has_dominant = true;
+                  continue;
+                }
+                const std::int64_t at = t.e - first;  // in the tile's arrays
+                lanes.weight[n_lanes] = weight;
+                lanes.g[n_lanes] = t.g;
+                lanes.opacity[n_lanes] = t.opacity;
+                lanes.unit[n_lanes] = t.unit;
+                lanes.slope[n_lanes] = t.slope;
+                lanes.kappa[n_lanes] = pairs.kappa[k];
+                lanes.depth[n_lanes] = pairs.depth[k];
+                lanes.half_chord[n_lanes] = pairs.half_chord[k];
+                lanes.delta[n_lanes] = pairs.delta[k];
+                lanes.ux[n_lanes] = pairs.ux[k];
+                lanes.uy[n_lanes] = pairs.uy[k];
+                lanes.uz[n_lanes] = pairs.uz[k];
+                lanes_tiny |= std::uint32_t(PairBatch<T, kHitBatch>::bit(pairs.tiny, k)) << n_lanes;
+                lanes.cx[n_lanes] = tile.cx[at];
+                lanes.cy[n_lanes] = tile.cy[at];
+                lanes.cz[n_lanes] = tile.cz[at];
+                lanes.dist[n_lanes] = tile.dist[at];
+                lanes.radius[n_lanes] = tile.radius[at];
+                lanes.inv_radius[n_lanes] = tile.inv_radius[at];
+                lanes.inv_two_dist[n_lanes] = tile.inv_two_dist[at];
+                lane_row[n_lanes] = t.e;
+                ++n_lanes;
+              }
+              lanes.tiny = lanes_tiny;
+              lanes.compute(n_lanes, bp);
+              for (int l = 0; l < n_lanes; ++l) {
+                T* gi = inst + lane_row[l] * stride;
+                others_grad_s += lanes.grad_s[l];
+                range_sums.g += lanes.grad_depth[l];
+                range_sums.gz += lanes.depth_term[l];
+                gi[kInstOpacity] += lanes.grad_opacity[l];
+                grad_ray.x -= lanes.ray_x[l];
+                grad_ray.y -= lanes.ray_y[l];
+                grad_ray.z -= lanes.ray_z[l];
+                gi[kInstPos + 0] += lanes.grad_cx[l];
+                gi[kInstPos + 1] += lanes.grad_cy[l];
+                gi[kInstPos + 2] += lanes.grad_cz[l];
+                gi[kInstRadius] += lanes.grad_radius[l];
+                cg.eye.x -= lanes.grad_cx[l];
+                cg.eye.y -= lanes.grad_cy[l];
+                cg.eye.z -= lanes.grad_cz[l];
+              }
+              continue;
+            }
+          }
+#endif
+          for (int j = 0; j < n_hits; ++j) {
+            const PairHit<T> h = pairs.get(pending_slot[j]);
+            HitTerms<T>& t = pending[j];
+            const T weight = h.kappa * t.opacity * t.unit;  // normalised blend weight a_i
+            const T* col = sv.features + std::int64_t(t.i) * channels;
+            T* gi = inst + t.e * stride;
+            // g = dL/dw * total weight. Image: gL . (col - C); coverage: g_coverage.
+            t.g = g_coverage;
+            for (int ch = 0; ch < channels; ++ch) {
+              t.g += g_img[ch] * (col[ch] - colour[ch]);
+              gi[kInstFeatures + ch] += weight * g_img[ch];
+            }
+            if (!want_blend) continue;
+            if (!has_dominant && whole_pixel && weight > T(0.5)) {
+              dominant = t;
+              store_pair(dominant_hit, h);
+              has_dominant = true;
+              continue;
+            }
+            const T grad_s = weight * t.g;
+            others_grad_s += grad_s;
+            hit_backward(t, h, grad_s, false);
+          }
         }
         if (has_dominant) {
           // The background's weight * g: gL . (bg - C), and through the coverage -M_0 dL/dM_0.
           T g_bg = g_mom ? -mom[kCoverage] * g_mom[kCoverage] : T(0);
           for (int ch = 0; ch < channels; ++ch) g_bg += g_img[ch] * (sv.background[ch] - colour[ch]);
-          hit_backward(dominant, -(others_grad_s + bg_share * g_bg), true);
+          hit_backward(dominant, dominant_hit, -(others_grad_s + bg_share * g_bg), true);
         }
         // The pixel's own camera terms: its ray (perspective) or sensor point (orthographic).
         if (want_geometry) {
@@ -216,6 +363,7 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
     }
     range_sums.finish(bp, cg.min_depth, cg.max_depth);
     tile_cam[item] = cg;
+    for (int ch = 0; ch < channels; ++ch) tile_bg[item * channels + ch] = bg[ch];
   });
 }
 
