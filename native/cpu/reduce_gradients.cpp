@@ -1,12 +1,17 @@
 // Stage 4 on the CPU: reduce the per-instance and per-tile partials of stage 3 into the
 // caller's gradient arrays, always in the same order (tiles ascending, each tile's list
 // in depth order), so gradients are bitwise identical run to run.
+#include <algorithm>
 #include <cstring>
 
 #include "cpu_scratch.h"
 #include "parallel_for.h"
 
 namespace pulsar {
+
+namespace {
+constexpr std::int64_t kMinPart = 16384;  // fewest spheres per part of a sphere set
+}  // namespace
 
 template <typename T>
 void cpu_reduce_gradients(const RendererConfig& config, const SceneArgs& scene, const GradientOutputs& grads,
@@ -22,19 +27,28 @@ void cpu_reduce_gradients(const RendererConfig& config, const SceneArgs& scene, 
   auto* opa = static_cast<T*>(grads.opacities);
   auto* col = static_cast<T*>(grads.features);
   const int sphere_sets = scene.shared_spheres ? 1 : scene.batch_size;
-  if (pos) std::memset(pos, 0, sizeof(T) * std::size_t(sphere_sets * n * 3));
-  if (rad) std::memset(rad, 0, sizeof(T) * std::size_t(sphere_sets * n));
-  if (opa) std::memset(opa, 0, sizeof(T) * std::size_t(sphere_sets * n));
-  if (col) std::memset(col, 0, sizeof(T) * std::size_t(sphere_sets * n * channels));
 
-  // Sphere gradients: one work item per sphere set (each owns its output slice); within
-  // it cameras, tiles and entries in ascending order.
-  parallel_for(scratch.workers(), sphere_sets, [&](std::int64_t set, int) {
+  // Sphere gradients: each sphere set (it owns its output slice) split into `parts`
+  // ranges of sphere ids so that one set uses every worker. A work item walks all of its
+  // set's entries (cameras, tiles and entries ascending) and adds those in its range:
+  // each output value sums the same terms in the same order for any number of parts.
+  const int parts = int(std::max<std::int64_t>(1, std::min<std::int64_t>(scratch.threads / sphere_sets, n / kMinPart)));
+  parallel_for(scratch.workers(), std::int64_t(sphere_sets) * parts, [&](std::int64_t item, int) {
+    const std::int64_t set = item / parts;
+    const int p = int(item % parts);
+    const std::int32_t lo = std::int32_t(n * p / parts), hi = std::int32_t(n * (p + 1) / parts);
     const int b_first = scene.shared_spheres ? 0 : int(set);
     const int b_last = scene.shared_spheres ? scene.batch_size : int(set) + 1;
     const std::int64_t base = set * n;
+    // The item's outputs start at zero.
+    const std::size_t first = std::size_t(base + lo), count = std::size_t(hi - lo);
+    if (pos) std::memset(pos + 3 * first, 0, sizeof(T) * 3 * count);
+    if (rad) std::memset(rad + first, 0, sizeof(T) * count);
+    if (opa) std::memset(opa + first, 0, sizeof(T) * count);
+    if (col) std::memset(col + first * channels, 0, sizeof(T) * count * std::size_t(channels));
     for (int b = b_first; b < b_last; ++b) {
       for (std::int64_t e = offsets[b * n_tiles]; e < offsets[(b + 1) * n_tiles]; ++e) {
+        if (entries[e] < lo || entries[e] >= hi) continue;
         const std::int64_t i = base + entries[e];
         const T* g = inst + e * stride;
         if (pos)

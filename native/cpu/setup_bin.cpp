@@ -2,6 +2,7 @@
 // binning into per-tile lists ordered by (closest depth, sphere index).
 #include <algorithm>
 #include <numeric>
+#include <vector>
 
 #include "cpu_scratch.h"
 #include "parallel_for.h"
@@ -20,6 +21,7 @@ inline TileRange tiles_of(const PixelBounds& b) {
 }
 
 constexpr std::int64_t kSetupChunk = 4096;  // spheres per work item
+constexpr std::int64_t kMinPart = 16384;    // fewest spheres per part of a camera's binning
 
 }  // namespace
 
@@ -54,38 +56,156 @@ void cpu_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, Cpu
     }
   });
 
-  // Per camera: visible spheres sorted by (zc, index), then tile counts.
-  std::fill(offsets, offsets + batch * n_tiles + 1, std::int64_t(0));
-  std::vector<std::int64_t> visible_count(batch);
-  parallel_for(scratch.workers(), batch, [&](std::int64_t b, int) {
+  // Per camera: visible spheres sorted by (zc, index), then tile counts and the tile
+  // lists. A camera is split into `parts` pieces so that a single view uses every
+  // worker. (zc, index) is a strict total order (zc is finite for a visible sphere and
+  // the indices differ), so the sorted order does not depend on how the sort is split,
+  // and each tile's list is filled piece by piece in that order: the lists are the same
+  // for any number of parts.
+  const int parts = int(std::max<std::int64_t>(1, std::min<std::int64_t>(scratch.threads / batch, n / kMinPart)));
+  auto before = [records, n](std::int64_t b) {
     const SphereRecord<T>* rec = records + b * n;
-    std::int32_t* ord = order + b * n;
-    std::int64_t count = 0;
-    for (std::int64_t i = 0; i < n; ++i)
-      if (!rec[i].bounds.empty()) ord[count++] = std::int32_t(i);
-    std::sort(ord, ord + count, [rec](std::int32_t a, std::int32_t c) {
+    return [rec](std::int32_t a, std::int32_t c) {
       return rec[a].closest_depth < rec[c].closest_depth || (rec[a].closest_depth == rec[c].closest_depth && a < c);
+    };
+  };
+  auto split = [parts](std::int64_t count, int p) { return count * p / parts; };
+  std::vector<std::int64_t> visible_count(batch);
+  if (parts == 1) {
+    parallel_for(scratch.workers(), batch, [&](std::int64_t b, int) {
+      const SphereRecord<T>* rec = records + b * n;
+      std::int32_t* ord = order + b * n;
+      std::int64_t count = 0;
+      for (std::int64_t i = 0; i < n; ++i)
+        if (!rec[i].bounds.empty()) ord[count++] = std::int32_t(i);
+      std::sort(ord, ord + count, before(b));
+      visible_count[b] = count;
     });
-    visible_count[b] = count;
-    std::int64_t* tile_count = offsets + 1 + b * n_tiles;
-    for (std::int64_t k = 0; k < count; ++k) {
+  } else {
+    // Each part collects and sorts the visible spheres of its index range into the
+    // merge buffer; the sorted runs are then merged pairwise into `order`, each merge
+    // split at co-ranks of its output so that every part writes a piece.
+    std::vector<std::int32_t> runs(std::size_t(batch) * n);
+    std::vector<std::int64_t> run_end(std::size_t(batch) * parts);
+    parallel_for(scratch.workers(), std::int64_t(batch) * parts, [&](std::int64_t item, int) {
+      const std::int64_t b = item / parts;
+      const int p = int(item % parts);
+      const SphereRecord<T>* rec = records + b * n;
+      std::int32_t* out = runs.data() + b * n + split(n, p);
+      std::int64_t count = 0;
+      for (std::int64_t i = split(n, p); i < split(n, p + 1); ++i)
+        if (!rec[i].bounds.empty()) out[count++] = std::int32_t(i);
+      std::sort(out, out + count, before(b));
+      run_end[item] = count;
+    });
+    // Compact the runs of each camera to the front of its row: run p starts at the sum
+    // of the earlier runs' lengths. Runs move towards the front, in order.
+    std::vector<std::int64_t> run_start(std::size_t(batch) * (parts + 1));
+    for (int b = 0; b < batch; ++b) {
+      std::int64_t* start = run_start.data() + std::size_t(b) * (parts + 1);
+      start[0] = 0;
+      for (int p = 0; p < parts; ++p) {
+        std::int32_t* row = runs.data() + std::int64_t(b) * n;
+        // start[p] <= split(n, p): a forward copy towards the front (or none).
+        if (start[p] != split(n, p))
+          std::copy(row + split(n, p), row + split(n, p) + run_end[b * parts + p], row + start[p]);
+        start[p + 1] = start[p] + run_end[b * parts + p];
+      }
+      visible_count[b] = start[parts];
+    }
+    // Merge rounds: runs of width w (in runs) merged into runs of width 2w.
+    std::int32_t* src_base = runs.data();
+    std::int32_t* dst_base = order;
+    for (int width = 1; width < parts; width *= 2) {
+      parallel_for(scratch.workers(), std::int64_t(batch) * parts, [&](std::int64_t item, int) {
+        const std::int64_t b = item / parts;
+        const int piece = int(item % parts);
+        const std::int64_t* start = run_start.data() + b * (parts + 1);
+        auto less = before(b);
+        const std::int32_t* src = src_base + b * n;
+        std::int32_t* dst = dst_base + b * n;
+        for (int first = 0; first < parts; first += 2 * width) {
+          const int mid = std::min(parts, first + width), last = std::min(parts, first + 2 * width);
+          const std::int32_t* a = src + start[first];
+          const std::int32_t* c = src + start[mid];
+          const std::int64_t na = start[mid] - start[first], nc = start[last] - start[mid];
+          // This piece writes outputs [k0, k1) of the merge; co_rank(k): how many of the
+          // first k outputs come from a.
+          auto co_rank = [&](std::int64_t k) {
+            std::int64_t lo = std::max<std::int64_t>(0, k - nc), hi = std::min(k, na);
+            while (lo < hi) {
+              const std::int64_t i = lo + (hi - lo) / 2;
+              if (less(a[i], c[k - i - 1]))
+                lo = i + 1;
+              else
+                hi = i;
+            }
+            return lo;
+          };
+          const std::int64_t k0 = split(na + nc, piece), k1 = split(na + nc, piece + 1);
+          const std::int64_t i0 = co_rank(k0), i1 = co_rank(k1);
+          std::merge(a + i0, a + i1, c + (k0 - i0), c + (k1 - i1), dst + start[first] + k0, less);
+        }
+      });
+      std::swap(src_base, dst_base);
+    }
+    if (src_base != order)
+      parallel_for(scratch.workers(), std::int64_t(batch) * parts, [&](std::int64_t item, int) {
+        const std::int64_t b = item / parts;
+        const int p = int(item % parts);
+        std::copy(runs.data() + b * n + split(visible_count[b], p),
+                  runs.data() + b * n + split(visible_count[b], p + 1), order + b * n + split(visible_count[b], p));
+      });
+  }
+
+  // Tile counts per (camera, part) of the sorted order; a tile's entries from part p
+  // follow those of parts before p.
+  std::vector<std::int64_t> part_counts(std::size_t(batch) * parts * n_tiles, 0);
+  parallel_for(scratch.workers(), std::int64_t(batch) * parts, [&](std::int64_t item, int) {
+    const std::int64_t b = item / parts;
+    const int p = int(item % parts);
+    const SphereRecord<T>* rec = records + b * n;
+    const std::int32_t* ord = order + b * n;
+    std::int64_t* tile_count = part_counts.data() + item * n_tiles;
+    for (std::int64_t k = split(visible_count[b], p); k < split(visible_count[b], p + 1); ++k) {
       const TileRange r = tiles_of(rec[ord[k]].bounds);
       for (int ty = r.ty0; ty <= r.ty1; ++ty)
         for (int tx = r.tx0; tx <= r.tx1; ++tx) ++tile_count[std::int64_t(ty) * tiling.tiles_x + tx];
     }
   });
+  offsets[0] = 0;
+  for (std::int64_t b = 0; b < batch; ++b)
+    for (std::int64_t t = 0; t < n_tiles; ++t) {
+      std::int64_t total = 0;
+      for (int p = 0; p < parts; ++p) total += part_counts[(b * parts + p) * n_tiles + t];
+      offsets[b * n_tiles + t + 1] = total;
+    }
   std::partial_sum(offsets, offsets + batch * n_tiles + 1, offsets);
   scratch.n_instances = offsets[batch * n_tiles];
   PULSAR_REQUIRE(scratch.n_instances < (std::int64_t(1) << 40),
                  "too many sphere-tile instances: ", scratch.n_instances);
   auto* entries = scratch.entries.reserve<std::int32_t>(std::size_t(scratch.n_instances), "tile entries");
+  // Each part's first slot in a tile's list: the tile's offset plus the earlier parts'
+  // counts (part_counts becomes the cursors).
+  for (std::int64_t b = 0; b < batch; ++b)
+    for (std::int64_t t = 0; t < n_tiles; ++t) {
+      std::int64_t cursor = offsets[b * n_tiles + t];
+      for (int p = 0; p < parts; ++p) {
+        std::int64_t& slot = part_counts[(b * parts + p) * n_tiles + t];
+        const std::int64_t count = slot;
+        slot = cursor;
+        cursor += count;
+      }
+    }
 
   // Fill each tile's list in depth order.
-  parallel_for(scratch.workers(), batch, [&](std::int64_t b, int) {
+  parallel_for(scratch.workers(), std::int64_t(batch) * parts, [&](std::int64_t item, int) {
+    const std::int64_t b = item / parts;
+    const int p = int(item % parts);
     const SphereRecord<T>* rec = records + b * n;
     const std::int32_t* ord = order + b * n;
-    std::vector<std::int64_t> cursor(offsets + b * n_tiles, offsets + (b + 1) * n_tiles);
-    for (std::int64_t k = 0; k < visible_count[b]; ++k) {
+    std::int64_t* cursor = part_counts.data() + item * n_tiles;
+    for (std::int64_t k = split(visible_count[b], p); k < split(visible_count[b], p + 1); ++k) {
       const TileRange r = tiles_of(rec[ord[k]].bounds);
       for (int ty = r.ty0; ty <= r.ty1; ++ty)
         for (int tx = r.tx0; tx <= r.tx1; ++tx) entries[cursor[std::int64_t(ty) * tiling.tiles_x + tx]++] = ord[k];
