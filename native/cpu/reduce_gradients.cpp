@@ -10,7 +10,7 @@
 namespace pulsar {
 
 namespace {
-constexpr std::int64_t kMinPart = 2048;  // fewest spheres per part of a sphere set
+constexpr std::int64_t kMinPart = 16384;  // fewest spheres per part of a sphere set
 }  // namespace
 
 template <typename T>
