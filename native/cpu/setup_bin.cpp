@@ -21,7 +21,7 @@ inline TileRange tiles_of(const PixelBounds& b) {
 }
 
 constexpr std::int64_t kSetupChunk = 4096;  // spheres per work item
-constexpr std::int64_t kMinPart = 2048;    // fewest spheres per part of a camera's binning
+constexpr std::int64_t kMinPart = 16384;   // fewest spheres per part of a camera's binning
 
 }  // namespace
 
