@@ -26,15 +26,15 @@ from typing import TYPE_CHECKING, Callable, NamedTuple, Optional, Sequence, Unio
 import numpy as np
 import torch
 
-from .cameras import layouts as _layouts
+from . import camera_layouts as _layouts
 
 if TYPE_CHECKING:
     from .render_settings import RenderSettings
 
 FLOAT_DTYPES = (torch.float32, torch.float64)
-# Lengths of a Pulsar camera vector and of a packed camera (cameras/layouts.py).
+# Lengths of a Pulsar camera vector and of a packed camera (camera_layouts.py).
 VALID_PARAM_LENGTHS = _layouts.VALID_PARAM_LENGTHS
-PACKED_CAMERA = _layouts.PackedLayout.SIZE
+PACKED_CAMERA = _layouts.PACKED.SIZE
 MAX_IMAGE_SIDE = 16384  # pixels per side (include/pulsar/renderer.h kMaxImageSide)
 MAX_TRACK = 128  # n_track (kMaxTrack)
 MAX_SPHERES = 2**31 - 1  # sphere ids are int32

@@ -43,7 +43,7 @@ from typing import Callable, Optional, Tuple
 import torch
 
 from . import ops
-from .cameras.layouts import PACKED
+from .camera_layouts import PACKED
 from .cameras.params import cross3, dot3, normalize3
 from .outputs import forward_info_ids
 

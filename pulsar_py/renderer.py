@@ -19,8 +19,8 @@ import torch
 
 from . import _checks, _native, ops
 from .autocast import float32_under_autocast
+from .camera_layouts import PACKED, CameraVectorLayout
 from .cameras.camera import Camera
-from .cameras.layouts import PACKED, CameraVectorLayout
 from .cameras.params import NativeCamera
 from .gradient_scaling import check_gradient_scaling
 from .gradient_scaling import render_call as scaled_render_call

@@ -28,7 +28,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import torch
 
 from .. import _checks
-from .layouts import VALID_PARAM_LENGTHS, CameraVectorLayout
+from ..camera_layouts import VALID_PARAM_LENGTHS, CameraVectorLayout
 from .look_at import up_for_view
 from .params import (
     NativeCamera,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .layouts import PACKED, CameraVectorLayout
+from ..camera_layouts import PACKED, CameraVectorLayout
 
 
 # 3-vector helpers over the last dim, written element by element: unlike matmul or a

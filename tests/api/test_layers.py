@@ -51,7 +51,18 @@ def _imports(name: str, path: Path, modules: Dict[str, Optional[Path]]) -> Set[s
             target = target.rsplit(".", 1)[0]
         if target in modules and target != name:
             found.add(target)
+            found |= _parents_run_by(name, target, modules)
     return found
+
+
+def _parents_run_by(name: str, target: str, modules: Dict[str, Optional[Path]]) -> Set[str]:
+    """The subpackages whose __init__ importing ``target`` runs first (pulsar_py.cameras for
+    pulsar_py.cameras.params), less the importer's own packages, which are already
+    running, and the package root, which every import runs."""
+    parts = target.split(".")
+    parents = {".".join(parts[:k]) for k in range(2, len(parts))}
+    own = {".".join(name.split(".")[:k]) for k in range(1, name.count(".") + 2)}
+    return {p for p in parents if p in modules and p not in own}
 
 
 def _graph() -> Dict[str, Set[str]]:
@@ -92,6 +103,7 @@ def test_the_graph_reads_the_known_dependencies():
     assert "pulsar_py.ops" in graph["pulsar_py.renderer"]
     assert "pulsar_py.render_settings" in graph["pulsar_py._checks"]  # under TYPE_CHECKING
     assert "pulsar_py.cameras.params" in graph["pulsar_py.cameras"]  # a package's __init__
+    assert "pulsar_py.cameras" in graph["pulsar_py.renderer"]  # from .cameras.camera runs cameras/__init__
     assert NATIVE in graph["pulsar_py._snapshot"]  # from . import _native
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 

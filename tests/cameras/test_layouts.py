@@ -1,4 +1,4 @@
-"""The camera layouts' decoders (pulsar_py/cameras/layouts.py) read the columns the native
+"""The camera layouts' decoders (pulsar_py/camera_layouts.py) read the columns the native
 core and the Pulsar convention put where they are."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pulsar_py.cameras.layouts import PACKED, CameraVectorLayout
+from pulsar_py.camera_layouts import PACKED, CameraVectorLayout
 from pulsar_py.cameras.params import NativeCamera
 
 
