@@ -307,10 +307,12 @@ class Renderer(torch.nn.Module):
         # of the four is a tensor, all four travel in the values tensor, whose slots the
         # settings then hold as placeholders (0). Packed cameras carry their own depths
         # (the settings' are 0), which the values still bring to be checked.
+        gamma, percent = checked.gamma, checked.percent_allowed_difference
         near, far = depths
-        numbers = all(map(_checks.is_number, (checked.gamma, checked.percent_allowed_difference, near, far)))
-        values = None if numbers else ops.call_values(checked.gamma, checked.percent_allowed_difference, near, far)
-        number = (lambda x: x) if values is None else (lambda x: 0.0)  # noqa: E731
+        values = None
+        if not all(map(_checks.is_number, (gamma, percent, near, far))):
+            values = ops.call_values(gamma, percent, near, far)
+            gamma = percent = near = far = 0.0
         if not vectors:
             near = far = 0.0
         settings = ops.RenderSettings(
@@ -322,8 +324,8 @@ class Renderer(torch.nn.Module):
             self.background_normalized_depth,
             self.num_threads,
             self._backward_row_budget,
-            number(checked.gamma),
-            number(checked.percent_allowed_difference),
+            gamma,
+            percent,
             checked.max_n_hits,
             camera_input.right_handed,
             request.forward_info,
@@ -333,8 +335,8 @@ class Renderer(torch.nn.Module):
             self.debug,
             camera_input.length,
             vectors and camera_input.first_R_then_T,
-            number(near),
-            number(far),
+            near,
+            far,
             _checks.CAMERA_ARGUMENTS.index(camera_name),
         )
         image, _state, counts, info, moments = self._render(
@@ -555,7 +557,7 @@ class Renderer(torch.nn.Module):
             camera = (
                 NativeCamera.from_packed(cams.reshape(-1, 15), camera_input.right_handed, camera_input.orthographic)
                 if length == 0
-                else self._native_camera(cams.reshape(-1, length), depths, bool(first_R_then_T))
+                else self._native_camera(cams.reshape(-1, length), depths, camera_input.first_R_then_T)
             )
             cosines = ray_axis_cosines(camera, self.width, self.height)
             z_depth = depth * (cosines if raw.batched else cosines[0])

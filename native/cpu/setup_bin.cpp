@@ -158,20 +158,24 @@ void cpu_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, Cpu
       });
   }
 
+  // visit(tile, sphere) for every tile of every sphere of part p of camera b's sorted
+  // order, in that order: the walk both the count and the fill make.
+  const auto each_tile_of_part = [&](std::int64_t b, int p, auto&& visit) {
+    const SphereRecord<T>* rec = records + b * n;
+    const std::int32_t* ord = order + b * n;
+    for (std::int64_t k = split(visible_count[b], p); k < split(visible_count[b], p + 1); ++k) {
+      const TileRange r = tiles_of(rec[ord[k]].bounds);
+      for (int ty = r.ty0; ty <= r.ty1; ++ty)
+        for (int tx = r.tx0; tx <= r.tx1; ++tx) visit(std::int64_t(ty) * tiling.tiles_x + tx, ord[k]);
+    }
+  };
+
   // Tile counts per (camera, part) of the sorted order; a tile's entries from part p
   // follow those of parts before p.
   std::vector<std::int64_t> part_counts(std::size_t(batch) * parts * n_tiles, 0);
   parallel_for(scratch.workers(), std::int64_t(batch) * parts, [&](std::int64_t item, int) {
-    const std::int64_t b = item / parts;
-    const int p = int(item % parts);
-    const SphereRecord<T>* rec = records + b * n;
-    const std::int32_t* ord = order + b * n;
     std::int64_t* tile_count = part_counts.data() + item * n_tiles;
-    for (std::int64_t k = split(visible_count[b], p); k < split(visible_count[b], p + 1); ++k) {
-      const TileRange r = tiles_of(rec[ord[k]].bounds);
-      for (int ty = r.ty0; ty <= r.ty1; ++ty)
-        for (int tx = r.tx0; tx <= r.tx1; ++tx) ++tile_count[std::int64_t(ty) * tiling.tiles_x + tx];
-    }
+    each_tile_of_part(item / parts, int(item % parts), [&](std::int64_t tile, std::int32_t) { ++tile_count[tile]; });
   });
   offsets[0] = 0;
   for (std::int64_t b = 0; b < batch; ++b)
@@ -200,16 +204,9 @@ void cpu_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, Cpu
 
   // Fill each tile's list in depth order.
   parallel_for(scratch.workers(), std::int64_t(batch) * parts, [&](std::int64_t item, int) {
-    const std::int64_t b = item / parts;
-    const int p = int(item % parts);
-    const SphereRecord<T>* rec = records + b * n;
-    const std::int32_t* ord = order + b * n;
     std::int64_t* cursor = part_counts.data() + item * n_tiles;
-    for (std::int64_t k = split(visible_count[b], p); k < split(visible_count[b], p + 1); ++k) {
-      const TileRange r = tiles_of(rec[ord[k]].bounds);
-      for (int ty = r.ty0; ty <= r.ty1; ++ty)
-        for (int tx = r.tx0; tx <= r.tx1; ++tx) entries[cursor[std::int64_t(ty) * tiling.tiles_x + tx]++] = ord[k];
-    }
+    each_tile_of_part(item / parts, int(item % parts),
+                      [&](std::int64_t tile, std::int32_t sphere) { entries[cursor[tile]++] = sphere; });
   });
 }
 
