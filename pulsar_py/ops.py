@@ -67,6 +67,9 @@ _CONFIG_FIELDS = RenderSettings._fields.index("gamma")
 
 # ------------------------------------------------------------------ native renderers
 _natives: Dict[tuple, "_native.Renderer"] = {}
+# Renderer module id -> its instance capacity (0: learnt), applied to every native
+# renderer the module has and makes (set_instance_capacity).
+_capacities: Dict[int, int] = {}
 # Reentrant: a Renderer's finalizer (release_natives) may run from the garbage collector
 # while this thread holds the lock in native_renderer.
 _natives_lock = threading.RLock()
@@ -94,6 +97,7 @@ def native_renderer(settings: RenderSettings, n_channels: int, device: torch.dev
                 cfg.num_threads = int(settings.num_threads)
                 cfg.backward_row_budget = int(settings.backward_row_budget)
                 native = _native.Renderer(cfg)
+                native.instance_capacity = _capacities.get(settings.renderer_id, 0)
                 _natives[key] = native
     return native
 
@@ -103,6 +107,36 @@ def release_natives(renderer_id: int) -> None:
     with _natives_lock:
         for key in [k for k in list(_natives) if k[0][0] == renderer_id]:
             del _natives[key]
+        _capacities.pop(renderer_id, None)
+
+
+def set_instance_capacity(renderer_id: int, capacity: int) -> None:
+    """The instance capacity of a Renderer module's native renderers, those it has and
+    those it makes (0: learnt); see ``Renderer.instance_capacity``."""
+    with _natives_lock:
+        _capacities[renderer_id] = capacity
+        for native in natives_of(renderer_id):
+            native.instance_capacity = capacity
+
+
+def take_instance_overflow(renderer_id: int) -> int:
+    """The largest (tile, sphere) instance count one of a Renderer module's CUDA calls
+    could not store in its capacity since the last read (0: none), waiting for each native
+    renderer's device on torch's current stream; resets the records."""
+    needed = 0
+    for native in natives_of(renderer_id):
+        config = native.config
+        if config.device == _native.DeviceKind.cuda:
+            stream = stream_handle(torch.device("cuda", config.device_index))
+            needed = max(needed, native.take_instance_overflow(stream))
+    return needed
+
+
+def capturing(device: torch.device) -> bool:
+    """Whether torch's current stream on ``device`` is being captured into a CUDA graph
+    (then nothing may wait for the device: value checks, which read a result back, are
+    left to the calls before the capture)."""
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
 def natives_of(renderer_id: int) -> List["_native.Renderer"]:
@@ -303,7 +337,7 @@ def _render_forward(
     )
     opacities, cameras = _native_view(opacities, dtype), _native_view(cameras, dtype)
     background = _ones(features.shape[-1], dtype, device) if background is None else _native_view(background, dtype)
-    if s.check_values:
+    if s.check_values and not capturing(device):
         _checks.check_values(positions, features, radii, opacities, background, cameras, s)
     native = native_renderer(s, features.shape[-1], device)
     lead = _lead(s, _batch(cameras))

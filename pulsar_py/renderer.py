@@ -120,6 +120,9 @@ class Renderer(torch.nn.Module):
     same renderer runs raises RuntimeError (give each thread its own renderer).
     """
 
+    # Class-level default: a module pickled before the attribute existed unpickles with it.
+    _instance_capacity: Optional[int] = None
+
     def __init__(
         self,
         width: int,
@@ -170,6 +173,42 @@ class Renderer(torch.nn.Module):
         self._renderer_id = next(_renderer_ids)
         # The native renderers (and their scratch) go with the module.
         weakref.finalize(self, ops.release_natives, self._renderer_id)
+        if self._instance_capacity is not None:
+            ops.set_instance_capacity(self._renderer_id, self._instance_capacity)
+
+    @property
+    def instance_capacity(self) -> Optional[int]:
+        """CUDA: how many (tile, sphere) instances a call's binning has room for when it
+        does not read its count back (docs/design.md, "Capture"). None (the default): a
+        call outside a CUDA-graph capture reads its count back (one host synchronisation)
+        and sizes its lists by it; a captured call is sized by the largest count seen so
+        far and a quarter more, so a capture needs one call of the same scene before it
+        (the usual warm-up). An int (1..2^31-1) sizes every call by it, and no call waits
+        for the device. A call whose instances exceed its capacity returns NaN (image and
+        gradients), never a partial image, and the overflow is raised as a RuntimeError
+        naming this setting by the next call that reads its count back, or by
+        ``check_instance_capacity()``. No effect on the CPU."""
+        return self._instance_capacity
+
+    @instance_capacity.setter
+    def instance_capacity(self, value: Optional[int]) -> None:
+        capacity = None if value is None else _checks.check_int("instance_capacity", value, 1, 2**31 - 1)
+        self._instance_capacity = capacity
+        ops.set_instance_capacity(self._renderer_id, 0 if capacity is None else capacity)
+
+    def check_instance_capacity(self) -> None:
+        """Raises RuntimeError if a CUDA call of this renderer since the last check (a
+        replayed CUDA graph, or a call sized by ``instance_capacity``) had more (tile,
+        sphere) instances than its capacity, and so returned NaN. Waits for the device
+        (torch's current stream). With the capacity learnt (``instance_capacity`` None), the
+        next capture is sized for the count that overflowed."""
+        needed = ops.take_instance_overflow(self._renderer_id)
+        if needed:
+            raise RuntimeError(
+                f"instance_capacity: a CUDA call of this renderer needed {needed} (tile, sphere) instances, "
+                f"more than its capacity ({self._instance_capacity or 'learnt'}); its outputs were NaN. "
+                f"Set Renderer.instance_capacity to at least {needed}, or leave it None and capture again"
+            )
 
     def __setstate__(self, state: dict) -> None:
         # Unpickled or deep-copied: a module of its own, whose native renderers are made

@@ -155,7 +155,8 @@ class Renderer {
 
   // Renders B images into `outputs`. The renderer keeps the binning it built for the
   // backward of this forward. On CUDA the call synchronises with the host once (the
-  // binning reads back how many (tile, sphere) instances it stores, to size their lists);
+  // binning reads back how many (tile, sphere) instances it stores, to size their lists)
+  // unless an instance capacity sizes it (set_instance_capacity, or a stream capture);
   // everything else is enqueued on options.stream.
   void forward(const SceneArgs& scene, const RenderOptions& options, const ForwardOutputs& outputs);
 
@@ -182,8 +183,21 @@ class Renderer {
   // Bytes of scratch the Renderer currently owns (host or device).
   std::size_t scratch_bytes() const;
   // (tile, sphere) instances the last binning stored (a diagnostic: on CUDA, those up to
-  // each tile's depth bound).
+  // each tile's depth bound; -1 when the binning was sized by a capacity and the count
+  // stayed on the device).
   std::int64_t binned_instances() const;
+  // CUDA: the (tile, sphere) instances a binning without host synchronisation has room
+  // for (docs/design.md, "Capture"). `capacity` > 0 fixes it, and every call is sized by
+  // it (none synchronises); 0 (the default) learns it from the counts that calls outside a
+  // stream capture read back, and only captured calls are sized by it. A binning whose
+  // count exceeds its capacity writes NaN over its outputs and gradients and records the
+  // count: the next call that reads its count back throws, as does take_instance_overflow.
+  // The CPU backend keeps no capacity (0).
+  void set_instance_capacity(std::int64_t capacity);
+  std::int64_t instance_capacity() const;
+  // The largest instance count a binning could not store since the last read (0: none),
+  // after waiting for `stream` (cudaStream_t); resets the record.
+  std::int64_t take_instance_overflow(void* stream);
 
  private:
   class Busy;  // marks the renderer in use for one call (renderer.cpp)

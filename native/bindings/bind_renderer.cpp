@@ -75,7 +75,16 @@ void bind_renderer(py::module_& m) {
           py::arg("scene"), py::arg("options"), py::arg("args"), py::arg("grads"))
       .def_property_readonly("config", &Renderer::config)
       .def_property_readonly("scratch_bytes", &Renderer::scratch_bytes)
-      .def_property_readonly("binned_instances", &Renderer::binned_instances);
+      .def_property_readonly("binned_instances", &Renderer::binned_instances)
+      .def_property("instance_capacity", &Renderer::instance_capacity, &Renderer::set_instance_capacity)
+      // stream: cudaStream_t as an int (0 on the CPU); waits for it with the GIL released.
+      .def(
+          "take_instance_overflow",
+          [](Renderer& r, std::uintptr_t stream) {
+            py::gil_scoped_release release;
+            return r.take_instance_overflow(reinterpret_cast<void*>(stream));
+          },
+          py::arg("stream"));
 }
 
 }  // namespace pulsar::bindings

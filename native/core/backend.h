@@ -53,6 +53,17 @@ class Backend {
   virtual const void* zero_features(std::size_t bytes, const RenderOptions& options) = 0;
   virtual std::size_t scratch_bytes() const = 0;
   virtual std::int64_t binned_instances() const = 0;
+  // The instance capacity that sizes binnings without a host synchronisation (CUDA;
+  // docs/design.md, "Capture"): set > 0 fixes it, 0 lets it be learnt. The CPU backend
+  // never synchronises with anything and keeps none.
+  virtual void set_instance_capacity(std::int64_t capacity) { (void)capacity; }
+  virtual std::int64_t instance_capacity() const { return 0; }
+  // The largest instance count a binning could not store in its capacity since the last
+  // read, 0 for none; waits for `stream` (a cudaStream_t) and resets the record.
+  virtual std::int64_t take_overflow(void* stream) {
+    (void)stream;
+    return 0;
+  }
 };
 
 std::unique_ptr<Backend> make_cpu_backend(const RendererConfig& config);

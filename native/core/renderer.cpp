@@ -80,6 +80,21 @@ class Renderer::Busy {
   std::atomic<bool>& flag_;
 };
 
+std::int64_t Renderer::instance_capacity() const { return backend_->instance_capacity(); }
+
+void Renderer::set_instance_capacity(std::int64_t capacity) {
+  // The CUDA sort takes its item count as an int.
+  PULSAR_REQUIRE(capacity >= 0 && capacity < (std::int64_t(1) << 31),
+                 "instance_capacity: expected 0 (learnt) or 1..2^31-1 instances, got ", capacity);
+  Busy busy(busy_);
+  backend_->set_instance_capacity(capacity);
+}
+
+std::int64_t Renderer::take_instance_overflow(void* stream) {
+  Busy busy(busy_);
+  return backend_->take_overflow(stream);
+}
+
 namespace {
 
 void check_forward_outputs(const ForwardOutputs& outputs) {

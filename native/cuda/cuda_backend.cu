@@ -19,12 +19,29 @@ class CudaBackend final : public Backend {
     scratch_.device = config.device_index;
     scratch_.backward_row_budget = config.backward_row_budget;
     PULSAR_CUDA_CHECK(cudaDeviceGetAttribute(&scratch_.sm_count, cudaDevAttrMultiProcessorCount, config.device_index));
-    PULSAR_CUDA_CHECK(cudaMallocHost(&scratch_.host_count, 2 * sizeof(std::int64_t)));
+    // A renderer may be made inside a capture (its first call captured): nothing here is
+    // a stream operation of the capture, and the record is zeroed on a private stream.
+    RelaxedCaptureMode relaxed;
+    PULSAR_CUDA_CHECK(cudaMallocHost(&scratch_.host_count, 3 * sizeof(std::int64_t)));
     PULSAR_CUDA_CHECK(cudaEventCreateWithFlags(&scratch_.count_ready, cudaEventDisableTiming));
+    PULSAR_CUDA_CHECK(cudaMallocHost(&scratch_.host_overflow, sizeof(std::int64_t)));
+    PULSAR_CUDA_CHECK(cudaEventCreateWithFlags(&scratch_.overflow_ready, cudaEventDisableTiming));
+    PULSAR_CUDA_CHECK(cudaMalloc(&scratch_.overflow_record, sizeof(std::int64_t)));
+    cudaStream_t zeroing = nullptr;
+    PULSAR_CUDA_CHECK(cudaStreamCreateWithFlags(&zeroing, cudaStreamNonBlocking));
+    const cudaError_t zeroed = cudaMemsetAsync(scratch_.overflow_record, 0, sizeof(std::int64_t), zeroing);
+    const cudaError_t waited = cudaStreamSynchronize(zeroing);
+    cudaStreamDestroy(zeroing);
+    PULSAR_CUDA_CHECK(zeroed);
+    PULSAR_CUDA_CHECK(waited);
   }
   ~CudaBackend() override {
     if (scratch_.count_ready) cudaEventDestroy(scratch_.count_ready);
     if (scratch_.host_count) cudaFreeHost(scratch_.host_count);
+    if (scratch_.overflow_ready) cudaEventDestroy(scratch_.overflow_ready);
+    if (scratch_.host_overflow) cudaFreeHost(scratch_.host_overflow);
+    // Captured graphs write the record: it stays reserved with the scratch (DeviceBuffer).
+    if (scratch_.overflow_record && !scratch_.allocations_kept) cudaFree(scratch_.overflow_record);
   }
 
   void begin_binning(const SceneArgs& scene, const RenderOptions& options) override {
@@ -65,6 +82,7 @@ class CudaBackend final : public Backend {
     DeviceGuard guard(config_.device_index);
     dispatch_dtype(scene.dtype, [&](auto tag) {
       cuda_reduce_gradients<decltype(tag)>(config_, scene, grads, stream(options), scratch_);
+      cuda_gradients_nan_on_overflow<decltype(tag)>(config_, scene, grads, stream(options), scratch_);
     });
   }
 
@@ -80,6 +98,26 @@ class CudaBackend final : public Backend {
   }
   std::size_t scratch_bytes() const override { return scratch_.bytes(); }
   std::int64_t binned_instances() const override { return scratch_.n_instances; }
+
+  void set_instance_capacity(std::int64_t capacity) override { scratch_.fixed_capacity = capacity; }
+  std::int64_t instance_capacity() const override {
+    return scratch_.fixed_capacity > 0 ? scratch_.fixed_capacity : scratch_.learnt_capacity;
+  }
+  std::int64_t take_overflow(void* stream_handle) override {
+    DeviceGuard guard(config_.device_index);
+    const auto stream = static_cast<cudaStream_t>(stream_handle);
+    std::int64_t needed = 0;
+    PULSAR_CUDA_CHECK(
+        cudaMemcpyAsync(&needed, scratch_.overflow_record, sizeof(std::int64_t), cudaMemcpyDeviceToHost, stream));
+    PULSAR_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (needed > 0) {
+      PULSAR_CUDA_CHECK(cudaMemsetAsync(scratch_.overflow_record, 0, sizeof(std::int64_t), stream));
+      if (scratch_.fixed_capacity == 0)
+        scratch_.learnt_capacity = std::max(scratch_.learnt_capacity, needed + needed / 4);
+    }
+    scratch_.overflow_pending = false;  // this read supersedes a copy in flight
+    return needed;
+  }
 
  private:
   static cudaStream_t stream(const RenderOptions& options) { return static_cast<cudaStream_t>(options.stream); }

@@ -21,6 +21,21 @@ inline void cuda_check(cudaError_t err, const char* call, const char* file, int 
 // After a kernel launch: launch-configuration errors surface here.
 #define PULSAR_CUDA_LAUNCH_CHECK(name) ::pulsar::cuda_check(cudaGetLastError(), "launch of " name, __FILE__, __LINE__)
 
+// Switches the calling thread to relaxed stream-capture mode for the scope (and back):
+// what it does then (allocations, a private stream's work) is not a stream operation of
+// a capture in progress, which the global mode would refuse (as PyTorch's caching
+// allocator does for its own cudaMalloc).
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() { PULSAR_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode_)); }
+  ~RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
 // Makes `device` current for the scope and restores the previous device after.
 class DeviceGuard {
  public:

@@ -140,36 +140,106 @@ struct CudaScratch {
   DeviceBuffer tile_camera_grads;  // T [B * n_tiles * backward_splits, kCameraGradValues]
   DeviceBuffer tile_background_grads;  // T [B * n_tiles * backward_splits, C]
   DeviceBuffer camera_chunk_sums;  // T [B, chunks, kCameraGradValues] (reduce_gradients.cu)
-  // Pinned, read back once per binning: [0] the instance count, [1] how many of them
-  // have a box within their tile of at most kSmallBoxPixels pixels.
+  // Pinned, read back by a synchronised binning: [0] the instance count, [1] how many of
+  // them have a box within their tile of at most kSmallBoxPixels pixels, [2] the overflow
+  // record (overflow_record) as it stood.
   std::int64_t* host_count = nullptr;
   cudaEvent_t count_ready = nullptr;  // recorded behind host_count's copy (setup_bin.cu)
-  std::int64_t n_instances = 0;
+  // Pinned: the overflow record as copied behind an unsynchronised binning outside a
+  // capture, ready at overflow_ready (read by the next call without waiting).
+  std::int64_t* host_overflow = nullptr;
+  cudaEvent_t overflow_ready = nullptr;
+  bool overflow_pending = false;  // a copy into host_overflow was enqueued and not yet read
+  // int64 [1], device memory of its own (never regrown): the largest instance count a
+  // binning sized by its capacity could not store, 0 for none. Sticky until the host reads
+  // it (CudaBackend::take_overflow).
+  std::int64_t* overflow_record = nullptr;
+  std::int64_t n_instances = 0;  // instances of the last binning (unsynchronised: not known)
   std::int64_t small_box_instances = 0;  // of n_instances, those with small boxes within their tile
   std::int64_t backward_row_budget = 0;  // RendererConfig::backward_row_budget
+  // Instances the binning's lists have room for (InstanceArena's n): the count read back
+  // by a synchronised binning, the capacity of an unsynchronised one.
+  std::int64_t list_room = 0;
+  // Instance capacity (docs/design.md, "Capture"): fixed_capacity > 0 sizes every binning
+  // (none synchronises); otherwise a binning reads its count back, except under stream
+  // capture, where it is sized by learnt_capacity, grown from the counts read back.
+  std::int64_t fixed_capacity = 0;
+  std::int64_t learnt_capacity = 0;
+  // The last binning's counts on the device when it was sized by its capacity (its
+  // launches are gated on them: LaunchGate); null after a synchronised binning.
+  const std::int64_t* device_counts = nullptr;
+  bool allocations_kept = false;  // set at the first capture: keep_allocations on every buffer
   // Between cuda_begin_binning and cuda_finish_binning: the item of each rank (in one of
-  // depth_order's buffers; null when no count is in flight) and the tile depth bounds
+  // depth_order's buffers; null when no binning is in flight) and the tile depth bounds
   // (null: none).
   const std::int32_t* pending_order = nullptr;
   const float* pending_bound = nullptr;
 
   // The maps binning leaves (InstanceArena, tile_counts).
-  std::int32_t* entry_sphere() const { return arena_map(InstanceArena{std::size_t(n_instances)}.entry_sphere()); }
-  std::int32_t* entry_slot() const { return arena_map(InstanceArena{std::size_t(n_instances)}.entry_slot()); }
+  std::int32_t* entry_sphere() const { return arena_map(InstanceArena{std::size_t(list_room)}.entry_sphere()); }
+  std::int32_t* entry_slot() const { return arena_map(InstanceArena{std::size_t(list_room)}.entry_slot()); }
   int2* item_slots() const { return tile_counts.as<int2>(); }
 
   std::int32_t* arena_map(std::size_t offset) const {
     return reinterpret_cast<std::int32_t*>(instance_arena.as<unsigned char>() + offset);
   }
 
+  template <typename Fn>
+  void for_each_buffer(Fn fn) {
+    for (DeviceBuffer* b :
+         {&spheres, &camera_words, &cover_histogram, &tile_depth_bound, &tile_settled, &depth_order, &tile_counts,
+          &sphere_slots, &instance_arena, &tile_ranges, &tile_ends, &cub_temp, &packed_cameras, &tile_camera_grads,
+          &tile_background_grads, &camera_chunk_sums, &zero_features})
+      fn(*b);
+  }
+
   std::size_t bytes() const {
-    return spheres.capacity() + camera_words.capacity() + cover_histogram.capacity() + tile_depth_bound.capacity() +
-           tile_settled.capacity() + depth_order.capacity() + tile_counts.capacity() + sphere_slots.capacity() +
-           instance_arena.capacity() + tile_ranges.capacity() + tile_ends.capacity() + cub_temp.capacity() +
-           packed_cameras.capacity() + tile_camera_grads.capacity() + tile_background_grads.capacity() +
-           camera_chunk_sums.capacity() + zero_features.capacity();
+    std::size_t total = 0;
+    const_cast<CudaScratch*>(this)->for_each_buffer([&](const DeviceBuffer& b) { total += b.capacity(); });
+    return total;
   }
 };
+
+// Whether a launch runs, decided on the device. A binning sized by its capacity leaves
+// its counts on the device, where the host cannot pick between two kernels by them; it
+// launches both, each gated by the rule the host applies to counts it read back, and the
+// one whose rule fails leaves at once. Null counts: the host chose, the launch runs.
+struct LaunchGate {
+  enum Rule : int {
+    kLargeBoxes,  // fewer than half the instances have small boxes (kSmallBoxPixels)
+    kSmallBoxes,  // at least half do
+    kManyRows,  // at least 3 instances per (camera, sphere) item on average
+    kFewRows,  // fewer
+  };
+  const std::int64_t* counts = nullptr;  // [0] instances, [1] small-box instances
+  Rule rule = kLargeBoxes;
+  std::int64_t items = 0;  // (camera, sphere) items, for kManyRows and kFewRows
+
+  static LaunchGate of(const CudaScratch& scratch, Rule rule, std::int64_t items = 0);
+  __host__ __device__ static bool large_boxes(std::int64_t instances, std::int64_t small) {
+    return small * 2 < instances;
+  }
+  __host__ __device__ static bool many_rows(std::int64_t instances, std::int64_t items) {
+    return instances >= 3 * items;
+  }
+  __device__ bool open() const {
+    if (counts == nullptr) return true;
+    switch (rule) {
+      case kLargeBoxes: return large_boxes(counts[0], counts[1]);
+      case kSmallBoxes: return !large_boxes(counts[0], counts[1]);
+      case kManyRows: return many_rows(counts[0], items);
+      default: return !many_rows(counts[0], items);
+    }
+  }
+};
+
+inline LaunchGate LaunchGate::of(const CudaScratch& scratch, Rule rule, std::int64_t items) {
+  LaunchGate gate;
+  gate.counts = scratch.device_counts;
+  gate.rule = rule;
+  gate.items = items;
+  return gate;
+}
 
 // The backward stores one gradient row per instance, by slot, for a window of slots at a
 // time: it renders every tile's entries with slots in the window (a run of each tile's
@@ -230,6 +300,28 @@ void cuda_begin_binning(const RendererConfig& config, const SceneArgs& scene, co
 template <typename T>
 void cuda_finish_binning(const RendererConfig& config, const SceneArgs& scene, cudaStream_t stream,
                          CudaScratch& scratch);
+// The arrays a call writes NaN over when its binning, sized by a capacity, overflowed it
+// (its lists miss instances: its outputs would be silently wrong).
+struct OverflowTargets {
+  static constexpr int kMax = 6;
+  void* values[kMax] = {};
+  std::int64_t sizes[kMax] = {};  // elements of T
+  int count = 0;
+  void add(void* p, std::int64_t n) {
+    if (p != nullptr && n > 0 && count < kMax) {
+      values[count] = p;
+      sizes[count++] = n;
+    }
+  }
+};
+// After a binning sized by its capacity (scratch.device_counts non-null): NaN over the
+// targets if its count on the device exceeded the capacity (one launch; nothing when the
+// binning read its count back).
+template <typename T>
+void cuda_nan_on_overflow(const CudaScratch& scratch, const OverflowTargets& targets, cudaStream_t stream);
+// Outside a capture: reads the overflow record an earlier unsynchronised binning copied
+// back, if the copy is done (no waiting), and throws for a recorded overflow.
+void cuda_check_overflow_copy(CudaScratch& scratch);
 // Per tile of every camera, a depth beyond which no pixel processes a sphere (float
 // [B * n_tiles], in scratch), or null when early termination is off. order: the item of
 // each rank of the depth sort; rank_keys: the sorted keys (float bits of zc, invisible
@@ -253,6 +345,11 @@ template <typename T>
 void cuda_reduce_sphere_rows(const RendererConfig& config, const SceneArgs& scene, const GradientOutputs& grads,
                              cudaStream_t stream, const CudaScratch& scratch, T* rows, std::int64_t lo, std::int64_t hi,
                              bool first);
+// After reduce_gradients of a binning sized by its capacity: NaN over every requested
+// gradient (cameras as packed [B, 15]) if the binning overflowed the capacity.
+template <typename T>
+void cuda_gradients_nan_on_overflow(const RendererConfig& config, const SceneArgs& scene, const GradientOutputs& grads,
+                                    cudaStream_t stream, const CudaScratch& scratch);
 // A partial render's last step (backend.h, partial_state).
 template <typename T>
 void cuda_partial_state(const RendererConfig& config, const RenderOptions& options, int batch_size,

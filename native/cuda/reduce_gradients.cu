@@ -62,7 +62,8 @@ constexpr int kRanksPerWarp = 16;
 // items' rows lie anywhere in the window.
 template <typename T, int C_STATIC>
 __global__ void sum_rank_rows_kernel(std::int64_t ranks, const std::int64_t* rank_slots, T* rows, std::int64_t lo,
-                                     std::int64_t hi) {
+                                     std::int64_t hi, LaunchGate gate) {
+  if (!gate.open()) return;  // the one-pass reduction runs (LaunchGate)
   constexpr int kRow = kGpuInstFeatures + C_STATIC;
   constexpr unsigned kFullMask = 0xffffffffu;
   const int lane = int(threadIdx.x % 32);
@@ -128,7 +129,9 @@ __global__ void sum_rank_rows_kernel(std::int64_t ranks, const std::int64_t* ran
 // the sum of them all (sum_rank_rows_kernel ran; static channel count only).
 template <typename T, int C_STATIC, bool SUMMED>
 __global__ void reduce_sphere_rows_kernel(SceneArgs scene, int channels, GradientOutputs grads, const int2* item_slots,
-                                          const T* rows, std::int64_t lo, std::int64_t hi, bool first) {
+                                          const T* rows, std::int64_t lo, std::int64_t hi, bool first,
+                                          LaunchGate gate) {
+  if (!gate.open()) return;  // the reduction of the other pass count runs (LaunchGate)
   const std::int64_t n = scene.n_spheres;
   const int sets = scene.shared_spheres ? 1 : scene.batch_size;
   const std::int64_t item = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -186,23 +189,28 @@ void launch_reduce_sphere_rows(std::int64_t items, const SceneArgs& scene, int c
   // With fewer rows per item the first pass combines little and only adds a pass over the
   // rows.
   const std::int64_t ranks = scene.n_spheres * scene.batch_size;  // (camera, sphere) items, by depth rank
-  auto reduce = [&](auto summed) {
+  auto reduce = [&](auto summed, LaunchGate gate) {
     reduce_sphere_rows_kernel<T, C_STATIC, decltype(summed)::value>
         <<<blocks_for(items, kThreads), kThreads, 0, stream>>>(scene, channels, grads, scratch.item_slots(), rows, lo,
-                                                               hi, first);
+                                                               hi, first, gate);
     PULSAR_CUDA_LAUNCH_CHECK("reduce_sphere_rows_kernel");
   };
+  // With the counts on the device only (a binning sized by its capacity), both ways are
+  // launched, each gated by the same rule.
+  const bool on_device = scratch.device_counts != nullptr;
   if constexpr (C_STATIC > 0) {
-    if (scratch.n_instances >= 3 * ranks) {
+    if (on_device || LaunchGate::many_rows(scratch.n_instances, ranks)) {
+      const LaunchGate gate = on_device ? LaunchGate::of(scratch, LaunchGate::kManyRows, ranks) : LaunchGate{};
       const std::int64_t warps = (ranks + kRanksPerWarp - 1) / kRanksPerWarp;
       sum_rank_rows_kernel<T, C_STATIC><<<blocks_for(warps * 32, kThreads), kThreads, 0, stream>>>(
-          ranks, scratch.sphere_slots.as<std::int64_t>(), rows, lo, hi);
+          ranks, scratch.sphere_slots.as<std::int64_t>(), rows, lo, hi, gate);
       PULSAR_CUDA_LAUNCH_CHECK("sum_rank_rows_kernel");
-      reduce(std::true_type{});
-      return;
+      reduce(std::true_type{}, gate);
+      if (!on_device) return;
     }
   }
-  reduce(std::false_type{});
+  reduce(std::false_type{},
+         on_device && C_STATIC > 0 ? LaunchGate::of(scratch, LaunchGate::kFewRows, ranks) : LaunchGate{});
 }
 
 // Fixed-order block sum: thread t sums rows t, t + 256, ...; then a shared-memory tree.

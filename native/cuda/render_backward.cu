@@ -356,7 +356,8 @@ __global__ void __launch_bounds__(kThreads, GROUP == 32 ? 4 : 3)
     render_backward_kernel(RendererConfig config, SceneArgs scene, RenderOptions options, BackwardArgs args,
                            GradFlags flags, const GpuSphere<T>* spheres, const std::int32_t* entry_sphere,
                            const std::int32_t* entry_slot, const int2* tile_ranges, int* tile_ends, int splits,
-                           SlotWindow window, T* rows, T* tile_camera, T* tile_background) {
+                           SlotWindow window, T* rows, T* tile_camera, T* tile_background, LaunchGate gate) {
+  if (!gate.open()) return;  // the kernel of the other lane grouping runs (LaunchGate)
   __shared__ PixelStage<T, C_STATIC> stage;
   constexpr int kBatch = staged_batch<T, C_STATIC>();
   __shared__ StagedEntry<T, C_STATIC> staged[kBatch];
@@ -799,32 +800,39 @@ void launch_kernel(unsigned blocks, std::size_t dynamic_smem, std::size_t ray_su
   // otherwise whole warps (on large boxes groups only multiply the rounds). The generic
   // channel path sums features per round over the whole warp and always takes 32.
   constexpr int kSmallGroup = C_STATIC == 0 ? 32 : (next_pow2(kGpuInstFeatures + C_STATIC) <= 8 ? 8 : 16);
-  auto run = [&](auto group, auto grads) {
+  auto run = [&](auto group, auto grads, LaunchGate gate) {
     constexpr int kGroup = decltype(group)::value;
     constexpr bool kRaySums = RAY_SUMS && kGroup == 32;
     render_backward_kernel<T, C_STATIC, ORTHO, kRaySums, kGroup, decltype(grads)::value>
         <<<blocks * s.backward_splits, kThreads, dynamic_smem + (kRaySums ? ray_sum_bytes : 0), stream>>>(
             config, scene, options, args, flags, s.spheres.as<GpuSphere<T>>(), s.entry_sphere(), s.entry_slot(),
             s.tile_ranges.as<int2>(), to.tile_ends, s.backward_splits, to.window, to.rows, to.tile_camera,
-            to.tile_background);
+            to.tile_background, gate);
   };
   // The fixed-gradient kernels only where the time is: float, perspective, a static
   // channel count.
   constexpr bool kSpecialise = std::is_same<T, float>::value && !ORTHO && C_STATIC > 0;
   const bool all_grads =
       kSpecialise && flags.features && flags.blend && flags.geometry && args.grad_depth_moments == nullptr;
-  auto run_group = [&](auto group) {
+  auto run_group = [&](auto group, LaunchGate gate) {
     if (all_grads && flags.opacity)
-      run(group, std::integral_constant<int, kSpecialise ? kAllGrads : kGradsByFlags>{});
+      run(group, std::integral_constant<int, kSpecialise ? kAllGrads : kGradsByFlags>{}, gate);
     else if (all_grads)
-      run(group, std::integral_constant<int, kSpecialise ? kAllButOpacity : kGradsByFlags>{});
+      run(group, std::integral_constant<int, kSpecialise ? kAllButOpacity : kGradsByFlags>{}, gate);
     else
-      run(group, std::integral_constant<int, kGradsByFlags>{});
+      run(group, std::integral_constant<int, kGradsByFlags>{}, gate);
   };
-  if (s.small_box_instances * 2 >= s.n_instances)
-    run_group(std::integral_constant<int, kSmallGroup>{});
+  // With the counts on the device only (a binning sized by its capacity), both groupings
+  // are launched, each gated by the same rule.
+  if (kSmallGroup == 32)
+    run_group(std::integral_constant<int, 32>{}, LaunchGate{});
+  else if (s.device_counts != nullptr) {
+    run_group(std::integral_constant<int, kSmallGroup>{}, LaunchGate::of(s, LaunchGate::kSmallBoxes));
+    run_group(std::integral_constant<int, 32>{}, LaunchGate::of(s, LaunchGate::kLargeBoxes));
+  } else if (!LaunchGate::large_boxes(s.n_instances, s.small_box_instances))
+    run_group(std::integral_constant<int, kSmallGroup>{}, LaunchGate{});
   else
-    run_group(std::integral_constant<int, 32>{});
+    run_group(std::integral_constant<int, 32>{}, LaunchGate{});
   PULSAR_CUDA_LAUNCH_CHECK("render_backward_kernel");
 }
 
@@ -864,7 +872,7 @@ void cuda_render_backward(const RendererConfig& config, const SceneArgs& scene, 
   const std::int64_t partial_rows = total_tiles * scratch.backward_splits;
   const int stride = kGpuInstFeatures + config.n_channels;
   const std::int64_t row_bytes = std::int64_t(sizeof(T)) * stride;
-  const std::int64_t n = scratch.n_instances;
+  const std::int64_t n = scratch.list_room;  // the instances, or the capacity (then some rows go unused)
   const RowWindows windows = RowWindows::of(n, row_bytes, scratch.backward_row_budget);
   // The window's rows behind the maps the forward left at the arena's start
   // (InstanceArena); growing the arena keeps the maps.
@@ -905,6 +913,26 @@ void cuda_render_backward(const RendererConfig& config, const SceneArgs& scene, 
                                  to.window.first);
   }
 }
+
+template <typename T>
+void cuda_gradients_nan_on_overflow(const RendererConfig& config, const SceneArgs& scene, const GradientOutputs& grads,
+                                    cudaStream_t stream, const CudaScratch& scratch) {
+  if (scratch.device_counts == nullptr) return;
+  const std::int64_t spheres = scene.n_spheres * (scene.shared_spheres ? 1 : scene.batch_size);
+  OverflowTargets targets;
+  targets.add(grads.positions, 3 * spheres);
+  targets.add(grads.features, spheres * config.n_channels);
+  targets.add(grads.radii, spheres);
+  targets.add(grads.opacities, spheres);
+  targets.add(grads.background, config.n_channels);
+  targets.add(grads.cameras, std::int64_t(scene.batch_size) * CAMERA_PARAMS);
+  cuda_nan_on_overflow<T>(scratch, targets, stream);
+}
+
+template void cuda_gradients_nan_on_overflow<float>(const RendererConfig&, const SceneArgs&, const GradientOutputs&,
+                                                    cudaStream_t, const CudaScratch&);
+template void cuda_gradients_nan_on_overflow<double>(const RendererConfig&, const SceneArgs&, const GradientOutputs&,
+                                                     cudaStream_t, const CudaScratch&);
 
 template void cuda_render_backward<float>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
                                           const BackwardArgs&, const GradientOutputs&, cudaStream_t, CudaScratch&);

@@ -127,7 +127,9 @@ __device__ void stage_batch(int start, int list_end, int threads, const GpuSpher
 template <typename T, int C_STATIC, bool ORTHO, bool WITH_INFO, bool MOMENTS>
 __global__ void __launch_bounds__(kThreads)
     render_forward_kernel(RendererConfig config, SceneArgs scene, RenderOptions options, ForwardOutputs out,
-                          const GpuSphere<T>* spheres, const std::int32_t* entry_sphere, const int2* tile_ranges) {
+                          const GpuSphere<T>* spheres, const std::int32_t* entry_sphere, const int2* tile_ranges,
+                          LaunchGate gate) {
+  if (!gate.open()) return;  // the other kernel of the pair renders (LaunchGate)
   __shared__ BatchEntry<T, C_STATIC> batch[kThreads];
   // coverage[w][e]: the lanes of warp w whose pixel entry e's box covers (written by the
   // entry's loader); then, once warp w has transposed its row chunk by chunk,
@@ -248,7 +250,9 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T, int C_STATIC, bool ORTHO>
 __global__ void __launch_bounds__(kThreads / 2, 8)
     render_forward_two_kernel(RendererConfig config, SceneArgs scene, RenderOptions options, ForwardOutputs out,
-                              const GpuSphere<T>* spheres, const std::int32_t* entry_sphere, const int2* tile_ranges) {
+                              const GpuSphere<T>* spheres, const std::int32_t* entry_sphere, const int2* tile_ranges,
+                              LaunchGate gate) {
+  if (!gate.open()) return;  // the other kernel of the pair renders (LaunchGate)
   constexpr int kBlock = kThreads / 2;
   __shared__ BatchEntry<T, C_STATIC> batch[kThreads];
   __shared__ unsigned coverage[kThreads / 32][kThreads];  // as render_forward_kernel's, per 8x4 block
@@ -334,20 +338,31 @@ void launch(const RendererConfig& config, const SceneArgs& scene, const RenderOp
   // Two pixels per thread where most instances' boxes within their tile are large (the
   // measure the backward picks its lane groups by): lockstep is then the walk, and its
   // visits serve both pixels. Not with a hit cap (rare), which that kernel leaves out.
-  const bool large_boxes = s.small_box_instances * 2 < s.n_instances;
+  // With the counts on the device only (a binning sized by its capacity), both kernels
+  // are launched, each gated by the same rule.
+  const LaunchGate always{};
+  const bool on_device = s.device_counts != nullptr;
+  const bool large_boxes = LaunchGate::large_boxes(s.n_instances, s.small_box_instances);
   const bool hit_cap = hit_cap_of(options) < std::numeric_limits<int>::max();
-  if (out.forward_info)
+  const bool two_pixel_kernel = C_STATIC > 0 && !hit_cap && (on_device || large_boxes);
+  const bool one_pixel_kernel = !two_pixel_kernel || on_device;
+  if (out.forward_info) {
     render_forward_kernel<T, C_STATIC, ORTHO, true, true>
-        <<<blocks, kThreads, 0, stream>>>(config, scene, options, out, spheres, entries, ranges);
-  else if (out.depth_moments)
+        <<<blocks, kThreads, 0, stream>>>(config, scene, options, out, spheres, entries, ranges, always);
+  } else if (out.depth_moments) {
     render_forward_kernel<T, C_STATIC, ORTHO, false, true>
-        <<<blocks, kThreads, 0, stream>>>(config, scene, options, out, spheres, entries, ranges);
-  else if (C_STATIC > 0 && large_boxes && !hit_cap)
-    render_forward_two_kernel<T, (C_STATIC > 0 ? C_STATIC : 1), ORTHO>
-        <<<blocks, kThreads / 2, 0, stream>>>(config, scene, options, out, spheres, entries, ranges);
-  else
-    render_forward_kernel<T, C_STATIC, ORTHO, false, false>
-        <<<blocks, kThreads, 0, stream>>>(config, scene, options, out, spheres, entries, ranges);
+        <<<blocks, kThreads, 0, stream>>>(config, scene, options, out, spheres, entries, ranges, always);
+  } else {
+    const bool both = two_pixel_kernel && one_pixel_kernel;
+    if (two_pixel_kernel)
+      render_forward_two_kernel<T, (C_STATIC > 0 ? C_STATIC : 1), ORTHO>
+          <<<blocks, kThreads / 2, 0, stream>>>(config, scene, options, out, spheres, entries, ranges,
+                                                both ? LaunchGate::of(s, LaunchGate::kLargeBoxes) : always);
+    if (one_pixel_kernel)
+      render_forward_kernel<T, C_STATIC, ORTHO, false, false>
+          <<<blocks, kThreads, 0, stream>>>(config, scene, options, out, spheres, entries, ranges,
+                                            both ? LaunchGate::of(s, LaunchGate::kSmallBoxes) : always);
+  }
   PULSAR_CUDA_LAUNCH_CHECK("render_forward_kernel");
 }
 
@@ -371,6 +386,16 @@ void cuda_render_forward(const RendererConfig& config, const SceneArgs& scene, c
     case 3: launch<T, 3>(config, scene, options, out, stream, scratch, blocks); break;
     case 4: launch<T, 4>(config, scene, options, out, stream, scratch, blocks); break;
     default: launch<T, 0>(config, scene, options, out, stream, scratch, blocks); break;
+  }
+  // A binning sized by its capacity that overflowed it: NaN, never a silently wrong image.
+  if (scratch.device_counts != nullptr) {
+    const std::int64_t pixels = std::int64_t(config.width) * config.height * scene.batch_size;
+    OverflowTargets targets;
+    targets.add(out.image, pixels * config.n_channels);
+    targets.add(out.blend_state, pixels * 2);
+    targets.add(out.forward_info, out.forward_info ? pixels * (3 + 2 * config.n_track) : 0);
+    targets.add(out.depth_moments, out.depth_moments ? pixels * kDepthStats : 0);
+    cuda_nan_on_overflow<T>(scratch, targets, stream);
   }
 }
 

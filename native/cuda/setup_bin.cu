@@ -2,8 +2,10 @@
 // (closest depth, sphere index), each cut at its tile's depth bound (tile_depth_bound.cu).
 // The items are depth-sorted once (32-bit keys over B * N items), so that the instance
 // sort, stable, needs only the tile bits: 32-bit keys over the bits in use, where keys of
-// depth and tile together would take 64 bits. One host synchronisation: the instance
-// count is read back once to size the sort (docs/design.md).
+// depth and tile together would take 64 bits. At most one host synchronisation: the
+// instance count is read back once to size the sort, unless the binning is sized by an
+// instance capacity (a capture, or a fixed capacity): then the sort runs over the
+// capacity with the count on the device, and nothing waits (docs/design.md, "Capture").
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 
@@ -237,13 +239,14 @@ __global__ void item_slots_kernel(std::int64_t items, const std::int32_t* order,
   item_slots[order[rank]] = make_int2(int(sphere_slots[rank]), int(sphere_slots[rank + 1]));
 }
 
-// Writes each rank's stored (tile, sphere) pairs at its slots: key b * n_tiles + tile,
-// value the slot (the sort then carries slots, whose order is the rank order), and the
-// slot's sphere index.
+// Writes each rank's stored (tile, sphere) pairs at its slots below `capacity`: key
+// b * n_tiles + tile, value the slot (the sort then carries slots, whose order is the rank
+// order), and the slot's sphere index.
 template <typename T>
 __global__ void duplicate_kernel(RendererConfig config, SceneArgs scene, const GpuSphere<T>* spheres,
                                  const float* bound, const std::int32_t* order, const std::int64_t* sphere_slots,
-                                 std::uint32_t* keys, std::int32_t* slots, std::int32_t* slot_sphere) {
+                                 std::int64_t capacity, std::uint32_t* keys, std::int32_t* slots,
+                                 std::int32_t* slot_sphere) {
   const std::int64_t n = scene.n_spheres;
   const std::int64_t rank = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const bool valid = rank < n * scene.batch_size;
@@ -261,8 +264,8 @@ __global__ void duplicate_kernel(RendererConfig config, SceneArgs scene, const G
   deal_pairs(config, g, split_item(item, n).camera, bound, [&](const DealtPair& pair, unsigned stored_lanes, int mine) {
     const std::int64_t o_item = __shfl_sync(WarpDeal::kFullMask, item, pair.owner);
     const std::int64_t o_slot = __shfl_sync(WarpDeal::kFullMask, first_slot + stored_before, pair.owner);
-    if (pair.stored) {
-      const std::int64_t u = o_slot + __popc(stored_lanes & pair.held & ((1u << lane) - 1u));
+    const std::int64_t u = o_slot + __popc(stored_lanes & pair.held & ((1u << lane) - 1u));
+    if (pair.stored && u < capacity) {  // past the capacity: ranges_kernel records the overflow
       const ItemIndex at = split_item(o_item, n);
       keys[u] = std::uint32_t(at.camera) * std::uint32_t(tiling.n_tiles()) + std::uint32_t(pair.tile);
       slots[u] = std::int32_t(u);
@@ -272,10 +275,22 @@ __global__ void duplicate_kernel(RendererConfig config, SceneArgs scene, const G
   });
 }
 
+// The sorted positions a binning stored: the instance count read back (device_count
+// null), or the count on the device, at most the capacity.
+__device__ inline std::int64_t stored_count(std::int64_t count, const std::int64_t* device_count) {
+  return device_count == nullptr ? count : min(*device_count, count);
+}
+
 // [begin, end) of each tile's run of sorted keys: the keys are sorted, so a tile's
 // instances are one run; a tile without any keeps the [0, 0) of zero_binning_kernel.
-__global__ void ranges_kernel(std::int64_t count, const std::uint32_t* keys, int2* tile_ranges) {
+// count: the instances (device_count null) or the capacity. With the count on the device,
+// the first thread records a count beyond the capacity in *overflow_record.
+__global__ void ranges_kernel(std::int64_t count, const std::int64_t* device_count, const std::uint32_t* keys,
+                              int2* tile_ranges, std::int64_t* overflow_record) {
   const std::int64_t p = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (device_count != nullptr && p == 0 && *device_count > count)
+    atomicMax(reinterpret_cast<unsigned long long*>(overflow_record), static_cast<unsigned long long>(*device_count));
+  count = stored_count(count, device_count);
   if (p >= count) return;
   const std::uint32_t tile = keys[p];
   if (p == 0 || keys[p - 1] != tile) tile_ranges[tile].x = std::int32_t(p);
@@ -284,25 +299,34 @@ __global__ void ranges_kernel(std::int64_t count, const std::uint32_t* keys, int
 
 // Zeroes what a binning adds into or leaves unwritten: the tile ranges (ranges_kernel
 // writes only tiles with entries) and the per-camera words, n of each, and the two
-// counters: the scan's leading 0 and the small-box count (null: no items). One launch
-// instead of four memsets: each API call takes host time while the device waits for the
-// first kernel that matters.
+// counters: the scan's leading 0 and the small-box count (null: no items), behind which
+// it copies the overflow record, so that one read-back takes all three. With a capacity
+// (sort_keys non-null) it fills the instance sort's keys with all ones: the positions past
+// the count sort last. One launch instead of several memsets: each API call takes host
+// time while the device waits for the first kernel that matters.
 __global__ void zero_binning_kernel(int2* ranges, std::int64_t n_ranges, std::uint32_t* words, int n_words,
-                                    std::int64_t* slot_zero, unsigned long long* small_box_instances) {
+                                    std::int64_t* slot_zero, unsigned long long* small_box_instances,
+                                    const std::int64_t* overflow_record, std::uint32_t* sort_keys,
+                                    std::int64_t capacity) {
   const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n_ranges) ranges[i] = make_int2(0, 0);
   if (i < n_words) words[i] = 0u;
+  if (sort_keys != nullptr && i < capacity) sort_keys[i] = 0xffffffffu;
   if (i == 0) {
     *slot_zero = 0;
-    if (small_box_instances) *small_box_instances = 0ull;
+    if (small_box_instances) {
+      small_box_instances[0] = 0ull;
+      small_box_instances[1] = static_cast<unsigned long long>(*overflow_record);
+    }
   }
 }
 
-// The maps the later stages read: the sphere and the slot of each sorted position.
-__global__ void maps_kernel(std::int64_t count, const std::int32_t* sorted_slots, const std::int32_t* slot_sphere,
-                            std::int32_t* entry_sphere, std::int32_t* entry_slot) {
+// The maps the later stages read: the sphere and the slot of each sorted position
+// (count and device_count as for ranges_kernel).
+__global__ void maps_kernel(std::int64_t count, const std::int64_t* device_count, const std::int32_t* sorted_slots,
+                            const std::int32_t* slot_sphere, std::int32_t* entry_sphere, std::int32_t* entry_slot) {
   const std::int64_t p = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (p >= count) return;
+  if (p >= stored_count(count, device_count)) return;
   const std::int32_t u = sorted_slots[p];
   entry_sphere[p] = slot_sphere[u];
   entry_slot[p] = u;
@@ -338,10 +362,53 @@ constexpr int kThreads = 256;
 
 }  // namespace
 
+namespace {
+
+// The instance capacity that sizes this binning, 0 for a binning that reads its count
+// back: a fixed capacity always; under stream capture the learnt one (a capture cannot
+// wait for the count).
+std::int64_t binning_capacity(cudaStream_t stream, CudaScratch& scratch) {
+  if (scratch.fixed_capacity > 0) return scratch.fixed_capacity;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  PULSAR_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (capture == cudaStreamCaptureStatusNone) return 0;
+  if (scratch.learnt_capacity == 0)
+    throw std::runtime_error(
+        "pulsar: instance_capacity: a captured call needs an instance capacity, and this renderer has neither "
+        "learnt one nor been given one; run the call once before capturing it (as the warm-up of "
+        "torch.cuda.graph and of torch.compile's cudagraphs does) or set Renderer.instance_capacity");
+  return scratch.learnt_capacity;
+}
+
+// The error of an overflow record read back (`needed` instances, 0: none).
+void raise_overflow(std::int64_t needed, std::int64_t capacity) {
+  throw std::runtime_error(
+      "pulsar: instance_capacity: an earlier call sized by an instance capacity of " + std::to_string(capacity) +
+      " needed " + std::to_string(needed) +
+      " (tile, sphere) instances; its outputs were NaN. Set Renderer.instance_capacity to at least " +
+      std::to_string(needed) + " (or leave it unset so that calls outside a capture size their own lists)");
+}
+
+}  // namespace
+
+void cuda_check_overflow_copy(CudaScratch& scratch) {
+  if (!scratch.overflow_pending || cudaEventQuery(scratch.overflow_ready) != cudaSuccess) {
+    cudaGetLastError();  // cudaErrorNotReady is not an error here
+    return;
+  }
+  scratch.overflow_pending = false;
+  const std::int64_t needed = *scratch.host_overflow;
+  if (needed > 0) {
+    PULSAR_CUDA_CHECK(cudaMemset(scratch.overflow_record, 0, sizeof(std::int64_t)));
+    raise_overflow(needed, scratch.fixed_capacity > 0 ? scratch.fixed_capacity : scratch.learnt_capacity);
+  }
+}
+
 template <typename T>
 void cuda_begin_binning(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
                         cudaStream_t stream, CudaScratch& scratch) {
   scratch.pending_order = nullptr;
+  scratch.device_counts = nullptr;
   const std::int64_t items = scene.n_spheres * scene.batch_size;
   const Tiling tiling = Tiling::of(config.width, config.height);
   const std::int64_t total_tiles = tiling.n_tiles() * scene.batch_size;
@@ -353,18 +420,42 @@ void cuda_begin_binning(const RendererConfig& config, const SceneArgs& scene, co
   if (total_tiles >= (std::int64_t(1) << 32))  // tile keys are uint32
     throw std::runtime_error("pulsar: " + std::to_string(total_tiles) +
                              " tiles exceed the CUDA backend's limit of 2^32 - 1; render fewer cameras per call");
+  const std::int64_t capacity = binning_capacity(stream, scratch);
+  if (capacity > 0) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    PULSAR_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    if (capture != cudaStreamCaptureStatusNone && !scratch.allocations_kept) {
+      scratch.for_each_buffer([](DeviceBuffer& b) { b.keep_allocations(); });
+      scratch.allocations_kept = true;
+    }
+    if (capture == cudaStreamCaptureStatusNone) cuda_check_overflow_copy(scratch);
+  }
   auto* spheres = scratch.spheres.reserve<GpuSphere<T>>(std::size_t(items), "sphere records");
   const std::size_t word_count = std::size_t(CameraWords::kCount) * std::size_t(scene.batch_size);
   auto* words = scratch.camera_words.reserve<std::uint32_t>(word_count, "per-camera words");
   auto* counts = scratch.tile_counts.reserve<std::int64_t>(std::size_t(items), "tile counts");
-  auto* slots_of = scratch.sphere_slots.reserve<std::int64_t>(std::size_t(items) + 2, "sphere slots");
+  // [0, items]: the scan; [items + 1]: the small-box count; [items + 2]: the overflow
+  // record's copy (zero_binning_kernel).
+  auto* slots_of = scratch.sphere_slots.reserve<std::int64_t>(std::size_t(items) + 3, "sphere slots");
   auto* ranges = scratch.tile_ranges.reserve<int2>(std::size_t(total_tiles), "tile ranges");
   auto* small_box_instances = items > 0 ? reinterpret_cast<unsigned long long*>(slots_of + items + 1) : nullptr;
-  zero_binning_kernel<<<blocks_for(std::max<std::int64_t>(total_tiles, std::int64_t(word_count)), kThreads), kThreads,
-                        0, stream>>>(ranges, total_tiles, words, int(word_count), slots_of, small_box_instances);
+  // With a capacity the instance arena is sized now (no count to wait for) and its sort
+  // keys filled with the zeroing.
+  std::uint32_t* sort_keys = nullptr;
+  if (capacity > 0 && items > 0) {
+    const InstanceArena layout{std::size_t(capacity)};
+    unsigned char* arena =
+        scratch.instance_arena.reserve<unsigned char>(layout.binning_bytes(), "sphere-tile instances");
+    sort_keys = reinterpret_cast<std::uint32_t*>(arena + layout.keys_a());
+  }
+  const std::int64_t zeroed = std::max({total_tiles, std::int64_t(word_count), sort_keys ? capacity : 0});
+  zero_binning_kernel<<<blocks_for(zeroed, kThreads), kThreads, 0, stream>>>(
+      ranges, total_tiles, words, int(word_count), slots_of, small_box_instances, scratch.overflow_record, sort_keys,
+      capacity);
   PULSAR_CUDA_LAUNCH_CHECK("zero_binning_kernel");
   scratch.n_instances = 0;
   scratch.small_box_instances = 0;
+  scratch.list_room = capacity;
   if (items == 0) return;
   const DepthOrder depth{std::size_t(items)};
   unsigned char* order_bytes = scratch.depth_order.reserve<unsigned char>(depth.bytes(), "depth order");
@@ -388,11 +479,16 @@ void cuda_begin_binning(const RendererConfig& config, const SceneArgs& scene, co
   PULSAR_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, counts, slots_of + 1, items, stream));
   void* temp = scratch.cub_temp.reserve<unsigned char>(scan_bytes, "CUB workspace");
   PULSAR_CUDA_CHECK(cub::DeviceScan::InclusiveSum(temp, scan_bytes, counts, slots_of + 1, items, stream));
-  // The instance count sizes the sort: read back with the small-box count behind it, and
-  // waited for in cuda_finish_binning (on the event, not the stream).
-  PULSAR_CUDA_CHECK(
-      cudaMemcpyAsync(scratch.host_count, slots_of + items, 2 * sizeof(std::int64_t), cudaMemcpyDeviceToHost, stream));
-  PULSAR_CUDA_CHECK(cudaEventRecord(scratch.count_ready, stream));
+  if (capacity > 0) {
+    scratch.device_counts = slots_of + items;
+  } else {
+    // The instance count sizes the sort: read back with the small-box count and the
+    // overflow record behind it, and waited for in cuda_finish_binning (on the event, not
+    // the stream).
+    PULSAR_CUDA_CHECK(cudaMemcpyAsync(scratch.host_count, slots_of + items, 3 * sizeof(std::int64_t),
+                                      cudaMemcpyDeviceToHost, stream));
+    PULSAR_CUDA_CHECK(cudaEventRecord(scratch.count_ready, stream));
+  }
   // Each item's slots need only the scan: the device computes them while the host waits
   // for the count and launches what follows, so the one host synchronisation leaves the
   // device busy. The scan has read the tile counts, whose buffer item_slots overwrites.
@@ -408,19 +504,36 @@ void cuda_finish_binning(const RendererConfig& config, const SceneArgs& scene, c
   const std::int32_t* order = scratch.pending_order;
   if (order == nullptr) return;  // no items: cuda_begin_binning left empty lists
   scratch.pending_order = nullptr;
-  // The one host synchronisation of a binning: the count's copy, not item_slots_kernel
-  // behind it.
-  PULSAR_CUDA_CHECK(cudaEventSynchronize(scratch.count_ready));
-  const std::int64_t count = *scratch.host_count;
-  if (count >= (std::int64_t(1) << 31))
-    throw std::runtime_error("pulsar: " + std::to_string(count) +
-                             " sphere-tile instances exceed the CUDA backend's limit of 2^31 - 1; "
-                             "render fewer or smaller spheres per call");
-  scratch.n_instances = count;
-  scratch.small_box_instances = scratch.host_count[1];
-  // With no instances item_slots_kernel gave every item the slots [0, 0).
-  if (count == 0) return;
   const std::int64_t items = scene.n_spheres * scene.batch_size;
+  const std::int64_t* device_count = scratch.device_counts;
+  std::int64_t count = scratch.list_room;  // the capacity, or below the count read back
+  if (device_count == nullptr) {
+    // The one host synchronisation of a binning: the count's copy, not item_slots_kernel
+    // behind it.
+    PULSAR_CUDA_CHECK(cudaEventSynchronize(scratch.count_ready));
+    count = scratch.host_count[0];
+    if (count >= (std::int64_t(1) << 31))
+      throw std::runtime_error("pulsar: " + std::to_string(count) +
+                               " sphere-tile instances exceed the CUDA backend's limit of 2^31 - 1; "
+                               "render fewer or smaller spheres per call");
+    scratch.n_instances = count;
+    scratch.small_box_instances = scratch.host_count[1];
+    scratch.list_room = count;
+    // A capture sizes its lists by the largest count seen so far and a quarter more.
+    if (count > scratch.learnt_capacity) scratch.learnt_capacity = std::max<std::int64_t>(count + count / 4, 1024);
+    if (scratch.host_count[2] > 0) {
+      const std::int64_t needed = scratch.host_count[2];
+      PULSAR_CUDA_CHECK(cudaMemsetAsync(scratch.overflow_record, 0, sizeof(std::int64_t), stream));
+      const std::int64_t capacity = scratch.learnt_capacity;
+      scratch.learnt_capacity = std::max(capacity, needed + needed / 4);
+      raise_overflow(needed, scratch.fixed_capacity > 0 ? scratch.fixed_capacity : capacity);
+    }
+    // With no instances item_slots_kernel gave every item the slots [0, 0).
+    if (count == 0) return;
+  } else {
+    scratch.n_instances = -1;  // on the device only
+    scratch.small_box_instances = -1;
+  }
   const Tiling tiling = Tiling::of(config.width, config.height);
   const std::int64_t total_tiles = tiling.n_tiles() * scene.batch_size;
   const auto* spheres = scratch.spheres.as<GpuSphere<T>>();
@@ -434,20 +547,67 @@ void cuda_finish_binning(const RendererConfig& config, const SceneArgs& scene, c
   auto slots = double_buffer<std::int32_t>(arena, layout.slots_a(), layout.slots_b());
   auto* slot_sphere = reinterpret_cast<std::int32_t*>(arena + layout.slot_sphere());
   duplicate_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
-      config, scene, spheres, bound, order, slots_of, keys.Current(), slots.Current(), slot_sphere);
+      config, scene, spheres, bound, order, slots_of, count, keys.Current(), slots.Current(), slot_sphere);
   PULSAR_CUDA_LAUNCH_CHECK("duplicate_kernel");
 
   // Slots are in rank order, and the stable sort keeps it within each tile: only the
   // bits of the largest tile key take passes. The double-buffer sort needs no workspace
-  // of the keys' size.
+  // of the keys' size. Sized by a capacity, it sorts the whole capacity: the positions
+  // past the count hold all-ones keys, which sort after every stored one (a stored key
+  // equal in the sorted bits stays before them: the sort is stable).
   sort_pairs(keys, slots, count, std::max(1, bit_width(std::uint64_t(total_tiles - 1))), stream, scratch);
-  ranges_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream>>>(count, keys.Current(), ranges);
+  ranges_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream>>>(count, device_count, keys.Current(), ranges,
+                                                                      scratch.overflow_record);
   PULSAR_CUDA_LAUNCH_CHECK("ranges_kernel");
   // The keys are done with: the maps overwrite their buffers (InstanceArena).
-  maps_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream>>>(count, slots.Current(), slot_sphere,
+  maps_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream>>>(count, device_count, slots.Current(), slot_sphere,
                                                                     scratch.entry_sphere(), scratch.entry_slot());
   PULSAR_CUDA_LAUNCH_CHECK("maps_kernel");
+  if (device_count != nullptr) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    PULSAR_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    if (capture == cudaStreamCaptureStatusNone) {
+      // Outside a capture: the overflow record comes back without waiting, read by the
+      // next call (cuda_check_overflow_copy).
+      PULSAR_CUDA_CHECK(cudaMemcpyAsync(scratch.host_overflow, scratch.overflow_record, sizeof(std::int64_t),
+                                        cudaMemcpyDeviceToHost, stream));
+      PULSAR_CUDA_CHECK(cudaEventRecord(scratch.overflow_ready, stream));
+      scratch.overflow_pending = true;
+    }
+  }
 }
+
+namespace {
+
+// NaN over every target's values when the binning's count on the device exceeds its
+// capacity.
+template <typename T>
+__global__ void nan_on_overflow_kernel(const std::int64_t* device_count, std::int64_t capacity,
+                                       OverflowTargets targets) {
+  if (*device_count <= capacity) return;
+  for (int t = 0; t < targets.count; ++t) {
+    T* values = static_cast<T*>(targets.values[t]);
+    for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < targets.sizes[t];
+         i += std::int64_t(gridDim.x) * blockDim.x)
+      values[i] = T(NAN);
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void cuda_nan_on_overflow(const CudaScratch& scratch, const OverflowTargets& targets, cudaStream_t stream) {
+  if (scratch.device_counts == nullptr || targets.count == 0) return;
+  std::int64_t largest = 0;
+  for (int t = 0; t < targets.count; ++t) largest = std::max(largest, targets.sizes[t]);
+  const unsigned blocks =
+      unsigned(std::min<std::int64_t>(blocks_for(largest, kThreads), 4 * std::int64_t(scratch.sm_count)));
+  nan_on_overflow_kernel<T><<<blocks, kThreads, 0, stream>>>(scratch.device_counts, scratch.list_room, targets);
+  PULSAR_CUDA_LAUNCH_CHECK("nan_on_overflow_kernel");
+}
+
+template void cuda_nan_on_overflow<float>(const CudaScratch&, const OverflowTargets&, cudaStream_t);
+template void cuda_nan_on_overflow<double>(const CudaScratch&, const OverflowTargets&, cudaStream_t);
 
 template void cuda_begin_binning<float>(const RendererConfig&, const SceneArgs&, const RenderOptions&, cudaStream_t,
                                         CudaScratch&);
