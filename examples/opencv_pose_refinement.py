@@ -22,8 +22,10 @@ import math
 import torch
 
 from pulsar_py import Camera, Renderer
-from pulsar_py.cameras.params import axis_angle_to_matrix  # = cv2.Rodrigues for rvec -> R
-from pulsar_py.cameras.rotations import matrix_to_rotation
+from pulsar_py.cameras.rotations import (
+    axis_angle_to_matrix,  # = cv2.Rodrigues for rvec -> R
+    matrix_to_rotation,
+)
 
 WIDTH, HEIGHT = 64, 48
 RENDER = dict(gamma=0.3, max_depth=20.0, min_depth=0.5)

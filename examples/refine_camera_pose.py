@@ -28,7 +28,7 @@ import torch
 
 from pulsar_py import Renderer
 from pulsar_py.cameras.look_at import look_at_params, matrix_to_axis_angle, rotation_angle_deg, rotation_from_params
-from pulsar_py.cameras.params import axis_angle_to_matrix
+from pulsar_py.cameras.rotations import axis_angle_to_matrix
 from pulsar_py.tools.demo import gaussian_blur
 from pulsar_py.tools.demo_setup import DemoSettings, build_scene
 

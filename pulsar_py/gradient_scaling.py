@@ -44,7 +44,7 @@ import torch
 
 from . import ops
 from .camera_layouts import PACKED
-from .cameras.params import cross3, dot3, normalize3
+from .cameras.vectors import cross3, dot3, normalize3
 from .outputs import forward_info_ids
 
 Tensor = torch.Tensor

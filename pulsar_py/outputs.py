@@ -8,7 +8,8 @@ from typing import Optional
 
 import torch
 
-from .cameras.params import NativeCamera, dot3
+from .cameras.params import NativeCamera
+from .cameras.vectors import dot3
 
 
 @dataclass

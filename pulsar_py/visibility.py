@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import torch
 
-from .cameras.params import NativeCamera, dot3
+from .cameras.params import NativeCamera
+from .cameras.vectors import dot3
 from .reference import MIN_FORWARD_COSINE
 
 # Tiny-sphere rule: centre pixel within 0.75 pixel sizes (perspective), 0.5 px (orthographic).

@@ -7,8 +7,8 @@ from __future__ import annotations
 import torch
 
 from pulsar_py import Camera
-from pulsar_py.cameras.params import NativeCamera, axis_angle_to_matrix
-from pulsar_py.cameras.rotations import matrix_to_rotation
+from pulsar_py.cameras.params import NativeCamera
+from pulsar_py.cameras.rotations import axis_angle_to_matrix, matrix_to_rotation
 
 F64 = torch.float64
 

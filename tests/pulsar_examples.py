@@ -36,7 +36,7 @@ from typing import List
 import torch
 
 from pulsar_py import Renderer
-from pulsar_py.cameras.params import axis_angle_to_matrix
+from pulsar_py.cameras.rotations import axis_angle_to_matrix
 
 FULL_SIZE = 1000
 MAX_DEPTH = 45.0

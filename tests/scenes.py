@@ -15,7 +15,8 @@ from typing import Optional, Sequence
 import torch
 
 import pulsar_py
-from pulsar_py.cameras.params import NativeCamera, axis_angle_to_matrix, camera_from_params
+from pulsar_py.cameras.params import NativeCamera, camera_from_params
+from pulsar_py.cameras.rotations import axis_angle_to_matrix
 from pulsar_py.reference import ReferenceResult, render_reference
 
 F64 = torch.float64

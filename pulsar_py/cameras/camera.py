@@ -30,16 +30,16 @@ import torch
 from .. import _checks
 from ..camera_layouts import VALID_PARAM_LENGTHS, CameraVectorLayout
 from .look_at import up_for_view
-from .params import (
-    NativeCamera,
+from .params import NativeCamera
+from .rotations import (
+    ROTATION_SHAPES,
     axis_angle_to_matrix,
-    cross3,
-    dot3,
-    matvec3,
-    normalize3,
+    check_rotation_repr,
+    matrix_to_rotation,
     rotation_6d_to_matrix,
+    rotation_to_matrix,
 )
-from .rotations import ROTATION_SHAPES, check_rotation_repr, matrix_to_rotation, rotation_to_matrix
+from .vectors import cross3, dot3, matvec3, normalize3
 
 #: Default distance of the native film from the eye, in world units (perspective). Any
 #: positive value renders the same image; the near plane must lie beyond it (min_depth > it;

@@ -20,33 +20,8 @@ from dataclasses import dataclass
 import torch
 
 from ..camera_layouts import PACKED, CameraVectorLayout
-
-
-# 3-vector helpers over the last dim, written element by element: unlike matmul or a
-# reduction kernel, their rounding does not depend on the batch size, so a batch of
-# cameras converts exactly like its items do one by one (bitwise, on every device).
-def dot3(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return a[..., 0] * b[..., 0] + a[..., 1] * b[..., 1] + a[..., 2] * b[..., 2]
-
-
-def cross3(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return torch.stack(
-        [
-            a[..., 1] * b[..., 2] - a[..., 2] * b[..., 1],
-            a[..., 2] * b[..., 0] - a[..., 0] * b[..., 2],
-            a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0],
-        ],
-        -1,
-    )
-
-
-def normalize3(v: torch.Tensor) -> torch.Tensor:
-    return v / dot3(v, v).sqrt()[..., None]
-
-
-def matvec3(m: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """[..., 3, 3] x [..., 3] -> [..., 3]."""
-    return torch.stack([dot3(m[..., r, :], v) for r in range(3)], -1)
+from .rotations import axis_angle_to_matrix, rotation_6d_to_matrix
+from .vectors import cross3, matvec3, normalize3
 
 
 @dataclass
@@ -120,38 +95,6 @@ class NativeCamera:
         """[B, 3] unit optical axis (model.md section 2), differentiable."""
         z = normalize3(cross3(self.pdy, self.pdx))
         return -z if self.right_handed else z
-
-
-def axis_angle_to_matrix(rotvec: torch.Tensor) -> torch.Tensor:
-    """Rodrigues' formula. rotvec [B, 3] (radians) -> rotation matrices [B, 3, 3].
-
-    Written with the series of sin(a)/a and (1-cos a)/a^2 near a = 0 so that the
-    gradient at the identity is finite and exact.
-    """
-    theta2 = dot3(rotvec, rotvec)
-    small = theta2 < 1e-8
-    safe2 = torch.where(small, torch.ones_like(theta2), theta2)
-    theta = safe2.sqrt()
-    a = torch.where(small, 1 - theta2 / 6, torch.sin(theta) / theta)
-    b = torch.where(small, 0.5 - theta2 / 24, (1 - torch.cos(theta)) / safe2)
-    x, y, z = rotvec.unbind(-1)
-    zero = torch.zeros_like(x)
-    k = torch.stack([zero, -z, y, z, zero, -x, -y, x, zero], -1).reshape(rotvec.shape[:-1] + (3, 3))
-    eye = torch.eye(3, dtype=rotvec.dtype, device=rotvec.device).expand_as(k)
-    k_squared = rotvec[..., :, None] * rotvec[..., None, :] - theta2[..., None, None] * eye  # K K
-    return eye + a[..., None, None] * k + b[..., None, None] * k_squared
-
-
-def rotation_6d_to_matrix(d6: torch.Tensor) -> torch.Tensor:
-    """6D rotation (Zhou et al.): Gram-Schmidt of two 3-vectors; rows are b1, b2, b3.
-
-    d6 [B, 6] -> [B, 3, 3].
-    """
-    a1, a2 = d6[..., :3], d6[..., 3:]
-    b1 = normalize3(a1)
-    b2 = normalize3(a2 - dot3(b1, a2)[..., None] * b1)
-    b3 = cross3(b1, b2)
-    return torch.stack([b1, b2, b3], dim=-2)
 
 
 def camera_from_params(

@@ -1,4 +1,6 @@
-"""Rotation parametrisations a camera can be optimised in, and conversions between them.
+"""Rotation parametrisations a camera can be optimised in, and every conversion between
+them in the package (the camera vectors' axis-angle and 6D rotations, ``Camera``'s
+rotations, the tools' and examples' poses).
 
 Every function works on a leading batch shape ``[...]`` and is plain torch code:
 
@@ -22,7 +24,39 @@ from typing import Dict, Tuple
 
 import torch
 
-from .params import axis_angle_to_matrix, dot3, rotation_6d_to_matrix
+from .vectors import cross3, dot3, normalize3
+
+
+def axis_angle_to_matrix(rotvec: torch.Tensor) -> torch.Tensor:
+    """Rodrigues' formula. rotvec [B, 3] (radians) -> rotation matrices [B, 3, 3].
+
+    Written with the series of sin(a)/a and (1-cos a)/a^2 near a = 0 so that the
+    gradient at the identity is finite and exact.
+    """
+    theta2 = dot3(rotvec, rotvec)
+    small = theta2 < 1e-8
+    safe2 = torch.where(small, torch.ones_like(theta2), theta2)
+    theta = safe2.sqrt()
+    a = torch.where(small, 1 - theta2 / 6, torch.sin(theta) / theta)
+    b = torch.where(small, 0.5 - theta2 / 24, (1 - torch.cos(theta)) / safe2)
+    x, y, z = rotvec.unbind(-1)
+    zero = torch.zeros_like(x)
+    k = torch.stack([zero, -z, y, z, zero, -x, -y, x, zero], -1).reshape(rotvec.shape[:-1] + (3, 3))
+    eye = torch.eye(3, dtype=rotvec.dtype, device=rotvec.device).expand_as(k)
+    k_squared = rotvec[..., :, None] * rotvec[..., None, :] - theta2[..., None, None] * eye  # K K
+    return eye + a[..., None, None] * k + b[..., None, None] * k_squared
+
+
+def rotation_6d_to_matrix(d6: torch.Tensor) -> torch.Tensor:
+    """6D rotation (Zhou et al.): Gram-Schmidt of two 3-vectors; rows are b1, b2, b3.
+
+    d6 [B, 6] -> [B, 3, 3].
+    """
+    a1, a2 = d6[..., :3], d6[..., 3:]
+    b1 = normalize3(a1)
+    b2 = normalize3(a2 - dot3(b1, a2)[..., None] * b1)
+    b3 = cross3(b1, b2)
+    return torch.stack([b1, b2, b3], dim=-2)
 
 
 def _normalize4(q: torch.Tensor) -> torch.Tensor:

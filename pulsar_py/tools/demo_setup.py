@@ -16,8 +16,7 @@ from typing import Dict, Tuple
 import torch
 
 from ..cameras.look_at import look_at_matrix, rotation_angle_deg, rotation_from_params, sensor_width_for_fov
-from ..cameras.params import axis_angle_to_matrix
-from ..cameras.rotations import matrix_to_rotation_6d
+from ..cameras.rotations import axis_angle_to_matrix, matrix_to_rotation_6d
 from .sample_scene import KNOT_DEPTH, make_sample_scene
 
 #: Where ``make_sample_scene`` puts the knot's centre; the demo moves it to the origin.

@@ -11,7 +11,8 @@ from typing import List, Optional, Sequence
 
 import torch
 
-from ..cameras.params import axis_angle_to_matrix, camera_from_params
+from ..cameras.params import camera_from_params
+from ..cameras.rotations import axis_angle_to_matrix
 from ..gradcheck import gradcheck
 from ..renderer import Renderer
 from .args import command_device

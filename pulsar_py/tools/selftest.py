@@ -32,7 +32,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from ..cameras.params import axis_angle_to_matrix, camera_from_params
+from ..cameras.params import camera_from_params
+from ..cameras.rotations import axis_angle_to_matrix
 from .args import command_prog
 from .sample_scene import make_sample_scene
 

@@ -37,9 +37,10 @@ from helpers import DEVICES
 from scenes import random_scene
 
 from pulsar_py import Camera, Renderer
-from pulsar_py.cameras.params import axis_angle_to_matrix, camera_from_params
+from pulsar_py.cameras.params import camera_from_params
 from pulsar_py.cameras.rotations import (
     ROTATION_SHAPES,
+    axis_angle_to_matrix,
     matrix_to_quaternion,
     matrix_to_rotation,
     quaternion_to_matrix,

@@ -24,7 +24,8 @@ from pulsar_py.cameras.look_at import (
     rotation_from_params,
     sensor_width_for_fov,
 )
-from pulsar_py.cameras.params import axis_angle_to_matrix, camera_from_params
+from pulsar_py.cameras.params import camera_from_params
+from pulsar_py.cameras.rotations import axis_angle_to_matrix
 from pulsar_py.io.images import read_animation, read_image
 from pulsar_py.tools.cli import main as cli_main
 from pulsar_py.tools.demo import (
