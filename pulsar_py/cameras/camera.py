@@ -27,7 +27,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
-from .. import _checks
+from .. import _arguments
 from ..camera_layouts import VALID_PARAM_LENGTHS, CameraVectorLayout
 from .look_at import up_for_view
 from .params import NativeCamera
@@ -61,7 +61,7 @@ Points3 = Union[torch.Tensor, Sequence[float], Sequence[Sequence[float]]]
 def _tan_half_fov(name: str, degrees: float) -> float:
     """tan(degrees / 2) of a field of view in (0, 180) degrees; ValueError naming ``name``
     otherwise. Half the image's side over it is the focal length in pixels."""
-    return math.tan(math.radians(_checks.check_float(name, degrees, 0.0, 180.0, low_open=True, high_open=True)) / 2)
+    return math.tan(math.radians(_arguments.check_float(name, degrees, 0.0, 180.0, low_open=True, high_open=True)) / 2)
 
 
 def _check_image_size(image_size: object) -> ImageSize:
@@ -72,15 +72,15 @@ def _check_image_size(image_size: object) -> ImageSize:
     ):
         raise TypeError(f"image_size: expected (height, width) as two ints, got {image_size!r}")
     image_size = (int(image_size[0]), int(image_size[1]))
-    height = _checks.check_int("image_size[0] (height)", image_size[0], 1, _checks.MAX_IMAGE_SIDE)
-    width = _checks.check_int("image_size[1] (width)", image_size[1], 1, _checks.MAX_IMAGE_SIDE)
+    height = _arguments.check_int("image_size[0] (height)", image_size[0], 1, _arguments.MAX_IMAGE_SIDE)
+    width = _arguments.check_int("image_size[1] (width)", image_size[1], 1, _arguments.MAX_IMAGE_SIDE)
     return height, width
 
 
 def _as_tensor(name: str, value: object, like: torch.Tensor) -> torch.Tensor:
     """A tensor argument in ``like``'s dtype and device (Python numbers are converted)."""
     if isinstance(value, torch.Tensor):
-        if value.dtype not in _checks.FLOAT_DTYPES:
+        if value.dtype not in _arguments.FLOAT_DTYPES:
             raise TypeError(f"{name}: expected dtype float32 or float64, got {value.dtype}")
         if value.dtype != like.dtype:
             raise TypeError(f"{name}: expected dtype {like.dtype} like the other camera tensors, got {value.dtype}")
@@ -101,13 +101,13 @@ def _reference_tensor(
     tensor of ``dtype`` (default: torch's default dtype) on ``device`` (default: CPU)."""
     for v in values:
         if isinstance(v, torch.Tensor):
-            if v.dtype not in _checks.FLOAT_DTYPES:
+            if v.dtype not in _arguments.FLOAT_DTYPES:
                 raise TypeError(f"camera tensors: expected dtype float32 or float64, got {v.dtype}")
             if dtype is not None and v.dtype != dtype:
                 raise TypeError(f"dtype: {dtype} asked for, but the camera's tensors are {v.dtype}")
             return v if device is None else v.to(device)
     dtype = torch.get_default_dtype() if dtype is None else dtype
-    if dtype not in _checks.FLOAT_DTYPES:
+    if dtype not in _arguments.FLOAT_DTYPES:
         raise TypeError(f"dtype: expected torch.float32 or torch.float64, got {dtype}")
     return torch.empty(0, dtype=dtype, device=device)
 
@@ -245,7 +245,7 @@ class Camera:
             raise TypeError(f"K: expected a torch.Tensor, got {type(K).__name__}")
         if K.shape[-2:] != (3, 3) or K.dim() not in (2, 3):
             raise ValueError(f"K: expected shape [B?, 3, 3], got {tuple(K.shape)}")
-        _checks.check_finite("K", K.detach())
+        _arguments.check_finite("K", K.detach())
         last_row = torch.tensor([0.0, 0.0, 1.0], dtype=K.dtype, device=K.device)
         if not bool((K[..., 2, :].detach() == last_row).all()):
             raise ValueError(f"K: expected a last row (0, 0, 1), got {K[..., 2, :].detach().tolist()}")
@@ -362,7 +362,7 @@ class Camera:
         for name, v in (("eye", eye_t), ("target", target_t), ("up", up_t)):
             if v.shape[-1:] != (3,) or v.dim() not in (1, 2):
                 raise ValueError(f"{name}: expected shape [B?, 3], got {tuple(v.shape)}")
-            _checks.check_finite(name, v.detach())
+            _arguments.check_finite(name, v.detach())
         forward = target_t - eye_t
         if bool((dot3(forward, forward).detach() == 0).any()):
             raise ValueError(f"eye, target: expected different points, got eye == target ({eye_t.tolist()})")
@@ -429,9 +429,9 @@ class Camera:
         becomes the film distance (perspective; it keeps its "min_depth = 0" meaning) and
         is ignored for orthographic cameras.
         """
-        width = _checks.check_int("width", width, 1, _checks.MAX_IMAGE_SIDE)
-        height = _checks.check_int("height", height, 1, _checks.MAX_IMAGE_SIDE)
-        params = _checks.check_tensor("cam_params", cam_params, dims=(1, 2))
+        width = _arguments.check_int("width", width, 1, _arguments.MAX_IMAGE_SIDE)
+        height = _arguments.check_int("height", height, 1, _arguments.MAX_IMAGE_SIDE)
+        params = _arguments.check_tensor("cam_params", cam_params, dims=(1, 2))
         if params.shape[-1] not in VALID_PARAM_LENGTHS:
             raise ValueError(
                 f"cam_params: expected a last dimension of 8, 10, 11 or 13 values, got shape {tuple(params.shape)}"
@@ -683,7 +683,7 @@ class Camera:
         )
 
     # ---------------------------------------------------------------- validation
-    def add_value_checks(self, checks: "_checks.DeferredValueChecks") -> None:
+    def add_value_checks(self, checks: "_arguments.DeferredValueChecks") -> None:
         """Add the value checks (finite, fx, fy > 0, film distance > 0 for perspective, a
         rotation matrix close to orthonormal) to deferred checks."""
         for name, t in self.tensors().items():
@@ -692,13 +692,13 @@ class Camera:
             t = getattr(self, name)
             checks.add(
                 (t <= 0).any(),
-                lambda t=t, name=name: _checks.fail(f"camera.{name}: expected values > 0, got {t.min().item()}"),
+                lambda t=t, name=name: _arguments.fail(f"camera.{name}: expected values > 0, got {t.min().item()}"),
             )
         if not self.orthographic:
             film = self.film_distance
             checks.add(
                 (film <= 0).any(),
-                lambda: _checks.fail(
+                lambda: _arguments.fail(
                     f"camera.film_distance: expected values > 0 for a perspective camera, got {film.min().item()}"
                 ),
             )
@@ -706,7 +706,7 @@ class Camera:
             error = _orthonormality_error(self.rotation.detach())
             checks.add(
                 error > ORTHONORMAL_TOLERANCE,
-                lambda: _checks.fail(
+                lambda: _arguments.fail(
                     f"camera.rotation: expected a rotation matrix (|R R^T - I| <= {ORTHONORMAL_TOLERANCE}, det > 0), "
                     f"got an error of {error.item():.3g}; optimise a quaternion, axis_angle or 6d rotation instead "
                     "(Camera.with_rotation_repr)"
@@ -715,12 +715,12 @@ class Camera:
         elif self.rotation_repr == "quaternion":
             checks.add(
                 (self.rotation == 0).all(-1).any(),
-                lambda: _checks.fail("camera.rotation: expected non-zero quaternions"),
+                lambda: _arguments.fail("camera.rotation: expected non-zero quaternions"),
             )
 
     def validate(self) -> "Camera":
         """Run the value checks now (ValueError naming the field); returns self."""
-        checks = _checks.DeferredValueChecks()
+        checks = _arguments.DeferredValueChecks()
         self.add_value_checks(checks)
         checks.run()
         return self
@@ -764,7 +764,7 @@ def _check_rotation_matrix(name: str, matrix: object, like: torch.Tensor) -> Non
     _as_tensor(name, matrix, like)
     if matrix.shape[-2:] != (3, 3) or matrix.dim() not in (2, 3):
         raise ValueError(f"{name}: expected shape [B?, 3, 3], got {tuple(matrix.shape)}")
-    _checks.check_finite(name, matrix.detach())
+    _arguments.check_finite(name, matrix.detach())
     error = float(_orthonormality_error(matrix.detach()))
     if error > ORTHONORMAL_TOLERANCE:
         raise ValueError(

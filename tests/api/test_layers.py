@@ -119,3 +119,23 @@ def test_the_library_never_imports_the_layers_above_it():
     wrong = {name: sorted(t for t in graph[name] if t.startswith(UPPER)) for name in library}
     # The package's lazy attributes (pulsar_py.tools, ...) are strings, not imports.
     assert not {name: targets for name, targets in wrong.items() if targets}
+
+
+# The top-level modules below the cameras: records and checks of one value, which import
+# nothing of the package themselves.
+CAMERA_LEAVES = ("pulsar_py.camera_layouts", "pulsar_py._arguments")
+
+
+def test_the_cameras_import_only_the_leaves_of_the_top_level():
+    """cameras/ sits below the renderer's modules (_checks, ops, renderer, ...), which build
+    on it: it imports its own modules and the leaves, never the renderer's rules."""
+    graph = _graph()
+    cameras = [name for name in graph if name.startswith("pulsar_py.cameras")]
+    assert "pulsar_py.cameras.camera" in cameras  # the reader found the subpackage
+    wrong = {
+        name: sorted(t for t in graph[name] if not t.startswith("pulsar_py.cameras") and t not in CAMERA_LEAVES)
+        for name in cameras
+    }
+    assert not {name: targets for name, targets in wrong.items() if targets}
+    for leaf in CAMERA_LEAVES:
+        assert not graph[leaf], f"{leaf} imports {sorted(graph[leaf])}"
