@@ -203,8 +203,9 @@ class Renderer {
   class Busy;  // marks the renderer in use for one call (renderer.cpp)
   void check_call(const SceneArgs& scene, const RenderOptions& options) const;
   // The scene with its cameras packed: `scene` itself, or, for camera vectors, a copy
-  // pointing at the renderer's conversion of them (in its first half of camera scratch).
-  SceneArgs with_packed_cameras(const SceneArgs& scene, const RenderOptions& options);
+  // pointing at the renderer's conversion of them (in its first half of camera scratch),
+  // converted now when `convert`, else as the last conversion left them.
+  SceneArgs with_packed_cameras(const SceneArgs& scene, const RenderOptions& options, bool convert = true);
   void bin(const SceneArgs& scene, const RenderOptions& options);
 
   RendererConfig config_;

@@ -125,12 +125,12 @@ CameraParamsArgs conversion_of(const SceneArgs& scene, const RendererConfig& con
 
 }  // namespace
 
-SceneArgs Renderer::with_packed_cameras(const SceneArgs& scene, const RenderOptions& options) {
+SceneArgs Renderer::with_packed_cameras(const SceneArgs& scene, const RenderOptions& options, bool convert) {
   if (scene.camera_vectors.length == 0) return scene;
   const std::size_t bytes = std::size_t(scene.batch_size) * CAMERA_PARAMS * element_size(scene.dtype);
   // Packed cameras in the first half, their gradient (backward) in the second.
   void* packed = backend_->packed_cameras(2 * bytes);
-  camera_params_to_packed(conversion_of(scene, config_, options), packed);
+  if (convert) camera_params_to_packed(conversion_of(scene, config_, options), packed);
   SceneArgs converted = scene;
   converted.cameras = packed;
   converted.camera_vectors = CameraVectors{};
@@ -152,10 +152,12 @@ void Renderer::forward(const SceneArgs& scene_in, const RenderOptions& options,
                        const std::function<ForwardOutputs()>& make_outputs) {
   Busy busy(busy_);
   check_call(scene_in, options);
+  // Converting the cameras overwrites those a kept binning came with: none is kept from
+  // here on, whatever fails.
+  binned_for_ = nullptr;
   SceneArgs scene = with_packed_cameras(scene_in, options);
   if (options.partial)
     scene.background = backend_->zero_features(std::size_t(config_.n_channels) * element_size(scene.dtype), options);
-  binned_for_ = nullptr;
   backend_->begin_binning(scene, options);
   const ForwardOutputs outputs = make_outputs();
   check_forward_outputs(outputs);
@@ -173,7 +175,13 @@ void Renderer::backward(const SceneArgs& scene_in, const RenderOptions& options,
                  "backward inputs: grad_image, image, blend_state and traversal_end are required");
   PULSAR_REQUIRE((args.depth_moments == nullptr) == (args.grad_depth_moments == nullptr),
                  "backward inputs: depth_moments and grad_depth_moments go together");
-  const SceneArgs scene = with_packed_cameras(scene_in, options);
+  // The binning of the forward is reused when that forward was the last one; otherwise
+  // it is rebuilt from the same inputs (deterministic, so identical). A reused binning
+  // comes with the cameras that forward packed (still in the first half of the camera
+  // scratch: every call that packs others bins after), so they are not converted again.
+  const bool reuse = binned_for_ != nullptr && binned_for_ == args.traversal_end;
+  if (!reuse) binned_for_ = nullptr;  // as in forward: the conversion overwrites the kept cameras
+  const SceneArgs scene = with_packed_cameras(scene_in, options, !reuse);
   // Camera vectors: the stages write dL/d(packed cameras) into the second half of the
   // camera scratch, and the conversion's derivative takes it to dL/d(vectors).
   GradientOutputs grads = grads_in;
@@ -183,9 +191,7 @@ void Renderer::backward(const SceneArgs& scene_in, const RenderOptions& options,
     packed_grads = static_cast<unsigned char*>(const_cast<void*>(scene.cameras)) + bytes;
     grads.cameras = packed_grads;
   }
-  // The binning of the forward is reused when that forward was the last one; otherwise
-  // it is rebuilt from the same inputs (deterministic, so identical).
-  if (binned_for_ == nullptr || binned_for_ != args.traversal_end) {
+  if (!reuse) {
     bin(scene, options);
     binned_for_ = args.traversal_end;
   }

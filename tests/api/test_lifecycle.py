@@ -356,12 +356,25 @@ def test_backward_reuses_or_rebuilds_the_binning_with_the_same_gradients(device)
     kwargs = scene.call_kwargs(F64, device)
     leaves = {n: kwargs[n].clone().requires_grad_() for n in ("vert_pos", "vert_col", "vert_rad", "cam_params")}
     grads = []
+    moved = kwargs["cam_params"] + torch.tensor([0.05, -0.03, 0.1] + [0.0] * (kwargs["cam_params"].shape[-1] - 3))
     for others in (0, 2):
         image = renderer(**{**kwargs, **leaves})
-        for k in range(others):  # other forwards in between, with other radii
-            renderer(**{**kwargs, "vert_rad": kwargs["vert_rad"] * (1.1 + k)})
+        for k in range(others):  # other forwards in between, with other radii and cameras
+            renderer(**{**kwargs, "vert_rad": kwargs["vert_rad"] * (1.1 + k), "cam_params": moved * (1 + 0.1 * k)})
         g = torch.autograd.grad(image, list(leaves.values()), torch.ones_like(image))
         grads.append(g)
-    assert float(grads[0][1].abs().sum()) > 0
-    for a, b in zip(*grads):
+    # Two forwards, then their backwards in reverse order: the second's reuses its binning
+    # and packed cameras, the first's bins and packs its own again.
+    first = renderer(**{**kwargs, **leaves})
+    other = {n: t.detach().clone().requires_grad_() for n, t in leaves.items()}
+    other["cam_params"] = moved.clone().requires_grad_()
+    second = renderer(**{**kwargs, **other})
+    g_second = torch.autograd.grad(second, list(other.values()), torch.ones_like(second))
+    grads.append(torch.autograd.grad(first, list(leaves.values()), torch.ones_like(first)))
+    alone = scene.renderer(device)(**{**kwargs, **other})
+    g_alone = torch.autograd.grad(alone, list(other.values()), torch.ones_like(alone))
+    assert float(grads[0][1].abs().sum()) > 0 and float(grads[0][3].abs().sum()) > 0
+    for a, b, c in zip(*grads):
+        assert torch.equal(a, b) and torch.equal(a, c)
+    for a, b in zip(g_second, g_alone):
         assert torch.equal(a, b)
