@@ -181,7 +181,7 @@ def _dtype_enum(dtype: torch.dtype) -> "_native.DType":
 _ones_cache: Dict[tuple, Tensor] = {}
 
 
-def _ones(n: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+def default_background(n: int, dtype: torch.dtype, device: torch.device) -> Tensor:
     """Ones [n], the default background; made once per (n, dtype, device), read only."""
     key = (n, dtype, device)
     ones = _ones_cache.get(key)
@@ -336,7 +336,9 @@ def _render_forward(
         _native_view(radii, dtype),
     )
     opacities, cameras = _native_view(opacities, dtype), _native_view(cameras, dtype)
-    background = _ones(features.shape[-1], dtype, device) if background is None else _native_view(background, dtype)
+    background = (
+        default_background(features.shape[-1], dtype, device) if background is None else _native_view(background, dtype)
+    )
     if s.check_values and not capturing(device):
         _checks.check_values(positions, features, radii, opacities, background, cameras, s)
     native = native_renderer(s, features.shape[-1], device)
@@ -464,7 +466,7 @@ def _render_backward_impl(
         background = None if background is None else view(background)
         s = resolved_settings(RenderSettings.decode(settings), values)
         if background is None:
-            background = _ones(features.shape[-1], dtype, device)
+            background = default_background(features.shape[-1], dtype, device)
         call = _NativeCall(
             s,
             native_renderer(s, features.shape[-1], device),
@@ -537,7 +539,11 @@ def _render_backward_fake(
     )
 
 
-def _render_setup_context(ctx, inputs, output):
+def render_setup_context(ctx, inputs, output):
+    """pulsar::render's autograd setup: saves what its backward reads. ``inputs``: the
+    operator's arguments (positions .. cameras, values, settings); ``output``: (image,
+    blend_state, counts, forward_info or None, depth_moments or None). Also the setup of
+    any render made of the operator (ShardedRenderer), whose outputs may be merged ones."""
     positions, features, radii, opacities, background, cameras, values, settings = inputs
     image, state, counts, info, moments = output
     ctx.settings = settings
@@ -549,7 +555,7 @@ def _render_setup_context(ctx, inputs, output):
     ctx.set_materialize_grads(False)
 
 
-def _backward_arguments(ctx, grad_image, grad_moments) -> Optional[tuple]:
+def backward_arguments(ctx, grad_image, grad_moments) -> Optional[tuple]:
     """pulsar::render_backward's arguments for the render call ``ctx`` saved (None when
     no gradient reaches the image or the moments); only requested gradients are made."""
     if grad_image is None and grad_moments is None:
@@ -583,9 +589,9 @@ def _backward_arguments(ctx, grad_image, grad_moments) -> Optional[tuple]:
     )
 
 
-def _input_gradients(grads, args: tuple) -> tuple:
+def input_gradients(grads, args: tuple) -> tuple:
     """The render operator's input gradients from render_backward's outputs, for the
-    backward arguments ``args`` (_backward_arguments)."""
+    backward arguments ``args`` (backward_arguments)."""
     if torch.is_grad_enabled():  # create_graph=True: the gradients must not pass as differentiable
         anchor = next((t for t in args[:8] if isinstance(t, Tensor) and t.requires_grad), None)
         if anchor is not None:
@@ -595,10 +601,10 @@ def _input_gradients(grads, args: tuple) -> tuple:
 
 def _render_backward(ctx, grad_image, _state, _counts, _info, grad_moments):
     """The render operator's registered backward: through pulsar::render_backward."""
-    args = _backward_arguments(ctx, grad_image, grad_moments)
+    args = backward_arguments(ctx, grad_image, grad_moments)
     if args is None:
         return (None,) * 8
-    return _input_gradients(torch.ops.pulsar.render_backward(*args), args)
+    return input_gradients(torch.ops.pulsar.render_backward(*args), args)
 
 
 class _NotDifferentiable(torch.autograd.Function):
@@ -686,7 +692,7 @@ for _name, _kernel, _fake in (
     _lib.impl(_name, _kernel, "CUDA")
     torch.library.register_fake(f"pulsar::{_name}", _fake, lib=_lib)
 
-torch.library.register_autograd("pulsar::render", _render_backward, setup_context=_render_setup_context, lib=_lib)
+torch.library.register_autograd("pulsar::render", _render_backward, setup_context=render_setup_context, lib=_lib)
 torch.library.register_autograd("pulsar::pack_cameras", _pack_backward, setup_context=_pack_setup_context, lib=_lib)
 
 render = torch.ops.pulsar.render.default
@@ -695,7 +701,7 @@ pack_cameras = torch.ops.pulsar.pack_cameras.default
 
 class _RenderFunction(torch.autograd.Function):
     """The render operator's kernels with its registered autograd formula
-    (``_render_setup_context``, ``_backward_arguments``), without the dispatcher: see
+    (``render_setup_context``, ``backward_arguments``), without the dispatcher: see
     ``render_call``. ``rendered``: what ``_render_forward`` returned for these inputs,
     rendered before the node is made (the device bins while the host builds it)."""
 
@@ -703,15 +709,15 @@ class _RenderFunction(torch.autograd.Function):
     def forward(ctx, positions, features, radii, opacities, background, cameras, settings, rendered):
         output, ctx.call = rendered
         inputs = (positions, features, radii, opacities, background, cameras, None, settings)
-        _render_setup_context(ctx, inputs, output)
+        render_setup_context(ctx, inputs, output)
         return output
 
     @staticmethod
     def backward(ctx, grad_image, _state, _counts, _info, grad_moments):
-        args = _backward_arguments(ctx, grad_image, grad_moments)
+        args = backward_arguments(ctx, grad_image, grad_moments)
         if args is None:
             return (None,) * 8
-        return _input_gradients(_render_backward_impl(*args, call=ctx.call), args)
+        return input_gradients(_render_backward_impl(*args, call=ctx.call), args)
 
 
 def _plain(t: Optional[Tensor]) -> bool:

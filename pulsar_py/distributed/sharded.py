@@ -178,42 +178,51 @@ def sharded_render(
         check_ranks_agree(cameras, background, [*(getattr(settings, name) for name in _AGREED), batch], group)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs):
         return _ShardedRender.apply(*inputs, settings, group)
-    return _forward(*inputs, settings, group)[0]
+    return _forward(*inputs, settings, group)
 
 
 def _forward(positions, features, radii, opacities, background, cameras, settings, group):
-    (partial, state, counts, info, moments), call = ops._render_forward(
-        positions, features, radii, opacities, background, cameras, settings
+    partial, state, counts, info, moments = torch.ops.pulsar.render(
+        positions, features, radii, opacities, background, cameras, None, settings.encode()
     )
-    bg = background if background is not None else ops._ones(features.shape[-1], partial.dtype, partial.device)
+    # The operator returns [0] for the outputs not asked for.
+    info = info if settings.want_forward_info else None
+    moments = moments if settings.want_depth_moments else None
+    bg = (
+        background
+        if background is not None
+        else ops.default_background(features.shape[-1], partial.dtype, partial.device)
+    )
     bg_exponent = settings.background_normalized_depth / settings.gamma  # as the native blend's s_bg
     image, merged = merge_partial_states(partial, state, bg, bg_exponent, group)
     if info is not None:
         info = merge_forward_info(info, merged, share_offset(positions.shape[-2], positions.device, group), group)
     if moments is not None:
         moments = merge_depth_statistics(moments, state, merged, group)
-    return (image, merged, counts, info, moments), call
+    return image, merged, counts, info, moments
 
 
 class _ShardedRender(torch.autograd.Function):
-    """The sharded render with its exact gradients: this share's, against the merged state
-    (the render operator's autograd formula, ops._render_setup_context and
-    ops._backward_arguments, with the camera gradient summed over the ranks)."""
+    """The sharded render with its exact gradients: this share's, against the merged state.
+    The partial render and its backward are the pulsar::render and pulsar::render_backward
+    operators; their autograd formula (ops.render_setup_context, ops.backward_arguments,
+    ops.input_gradients) is applied to the merged outputs, with the camera gradient summed
+    over the ranks."""
 
     @staticmethod
     def forward(ctx, positions, features, radii, opacities, background, cameras, settings, group):
-        outputs, ctx.call = _forward(positions, features, radii, opacities, background, cameras, settings, group)
-        inputs = (positions, features, radii, opacities, background, cameras, None, settings)
-        ops._render_setup_context(ctx, inputs, outputs)
+        outputs = _forward(positions, features, radii, opacities, background, cameras, settings, group)
+        inputs = (positions, features, radii, opacities, background, cameras, None, settings.encode())
+        ops.render_setup_context(ctx, inputs, outputs)
         ctx.group = group
         return outputs
 
     @staticmethod
     def backward(ctx, grad_image, _state, _counts, _info, grad_moments):
-        args = ops._backward_arguments(ctx, grad_image, grad_moments)
+        args = ops.backward_arguments(ctx, grad_image, grad_moments)
         if args is None:
             return (None,) * 8
-        grads = ops._render_backward_impl(*args, call=ctx.call)
-        if grads[5] is not None:  # the camera's gradient comes through every share's spheres
+        grads = list(torch.ops.pulsar.render_backward(*args))
+        if args[-1][5]:  # the camera's gradient comes through every share's spheres
             dist.all_reduce(grads[5], group=ctx.group)
-        return (*ops._input_gradients(grads, args)[:6], None, None)  # and settings, group
+        return (*ops.input_gradients(grads, args)[:6], None, None)  # and settings, group

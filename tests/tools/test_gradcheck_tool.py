@@ -208,7 +208,7 @@ def test_cli_float32_and_seed(capsys):
 
 
 def test_cli_returns_1_when_a_gradient_is_wrong(capsys, monkeypatch):
-    original = ops._input_gradients
+    original = ops.input_gradients
 
     def halved_colour_gradient(grads, args):
         grads = list(original(grads, args))  # positions, features, ...
@@ -216,7 +216,7 @@ def test_cli_returns_1_when_a_gradient_is_wrong(capsys, monkeypatch):
             grads[1] = 0.5 * grads[1]
         return tuple(grads)
 
-    monkeypatch.setattr(ops, "_input_gradients", halved_colour_gradient)
+    monkeypatch.setattr(ops, "input_gradients", halved_colour_gradient)
     assert gc_tool.main(["--max-entries", "6"]) == 1
     out = capsys.readouterr().out
     assert "FAILED (vert_col)" in out and "gradcheck: FAILED" in out
