@@ -485,12 +485,13 @@ def check_values(
     if opacities is not None:
         checks.finite("opacity", opacities)
         checks.in_range("opacity", opacities, 0.0, 1.0)
-    name = CAMERA_ARGUMENTS[int(settings.camera_argument)]
-    if settings.camera_length:
-        focal = add_camera_vector_checks(checks, cameras, settings.orthographic, name)
-        near = resolve_near(settings.min_depth, torch.zeros_like(focal) if settings.orthographic else focal)
-        far = torch.full_like(near, settings.max_depth)
-        add_depth_checks(checks, near, far, focal, settings.orthographic, settings.min_depth, settings.max_depth)
+    camera, orthographic = settings.camera, settings.config.orthographic
+    name = CAMERA_ARGUMENTS[int(camera.camera_argument)]
+    if camera.camera_length:
+        focal = add_camera_vector_checks(checks, cameras, orthographic, name)
+        near = resolve_near(camera.min_depth, torch.zeros_like(focal) if orthographic else focal)
+        far = torch.full_like(near, camera.max_depth)
+        add_depth_checks(checks, near, far, focal, orthographic, camera.min_depth, camera.max_depth)
     else:
         checks.finite(f"{name} (as packed cameras)", cameras)
         packed = _layouts.PACKED
@@ -499,7 +500,7 @@ def check_values(
             packed.near(cameras),
             packed.far(cameras),
             packed.focal(cameras),
-            settings.orthographic,
+            orthographic,
             "the camera's",
             "the camera's",
         )

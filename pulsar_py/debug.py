@@ -23,7 +23,7 @@ import torch
 from ._snapshot import TENSOR_NAMES
 from .ops import render
 from .outputs import DEPTH_STATS
-from .render_settings import RenderSettings
+from .render_settings import FIELDS, RenderSettings
 
 
 def _fail(path: str, message: str) -> None:
@@ -37,11 +37,11 @@ def _check_snapshot(path: str, snap: object) -> None:
     if snap["stage"] not in ("forward", "backward"):
         _fail(path, f"stage: expected 'forward' or 'backward', got {snap['stage']!r}")
     settings, tensors = snap["settings"], snap["tensors"]
-    if not isinstance(settings, dict) or set(settings) != set(RenderSettings._fields):
-        _fail(path, f"settings: expected the fields {RenderSettings._fields}")
+    if not isinstance(settings, dict) or set(settings) != set(FIELDS):
+        _fail(path, f"settings: expected the fields {FIELDS}")
     if not all(isinstance(v, (int, float, bool)) and math.isfinite(float(v)) for v in settings.values()):
         _fail(path, "settings: expected finite numbers")
-    s = RenderSettings(**settings)
+    s = RenderSettings.from_flat(settings)
     if not isinstance(tensors, dict) or any(n not in tensors for n in TENSOR_NAMES):
         _fail(path, f"tensors: expected {', '.join(TENSOR_NAMES)}")
     pos = tensors["vert_pos"]
@@ -54,9 +54,9 @@ def _check_snapshot(path: str, snap: object) -> None:
         _fail(path, "vert_pos: expected a float32 or float64 tensor [B?, N, 3]")
     lead = tuple(pos.shape[:-1])
     cams = tensors["cameras"]
-    length = s.camera_length if s.camera_length else 15
-    if s.camera_length not in (0, 8, 10, 11, 13):
-        _fail(path, f"settings.camera_length: expected 0, 8, 10, 11 or 13, got {s.camera_length}")
+    length = s.camera.camera_length if s.camera.camera_length else 15
+    if s.camera.camera_length not in (0, 8, 10, 11, 13):
+        _fail(path, f"settings.camera_length: expected 0, 8, 10, 11 or 13, got {s.camera.camera_length}")
     if not isinstance(cams, torch.Tensor) or cams.dim() != 2 or cams.shape[1] != length or cams.shape[0] < 1:
         _fail(path, f"cameras: expected [B, {length}], got {getattr(cams, 'shape', type(cams).__name__)}")
     batch = cams.shape[0]
@@ -67,7 +67,7 @@ def _check_snapshot(path: str, snap: object) -> None:
         _fail(path, f"vert_col: expected [{', '.join(map(str, lead))}, C]")
     channels = col.shape[-1]
     want = {"vert_rad": lead, "opacity": lead, "bg_col": (channels,)}
-    lead_out = (batch, s.height, s.width) if s.batch_dim else (s.height, s.width)
+    lead_out = (batch, s.config.height, s.config.width) if s.outputs.batch_dim else (s.config.height, s.config.width)
     if snap["stage"] == "backward":
         want["grad_image"] = lead_out + (channels,)
         want["grad_depth_moments"] = lead_out + (DEPTH_STATS,)
@@ -104,7 +104,7 @@ def replay(path: str, device: Optional[str] = None) -> Dict[str, Optional[torch.
     _check_snapshot(path, snap)
     dev = torch.device(device or snap["device"])
     # A renderer of its own (id 0 is never a module's), debugging off: its failure raises.
-    s = RenderSettings(**{**snap["settings"], "renderer_id": 0, "debug": False, "check_values": True})
+    s = RenderSettings.from_flat({**snap["settings"], "renderer_id": 0, "debug": False, "check_values": True})
     t = {k: (None if v is None else v.to(dev)) for k, v in snap["tensors"].items()}
     inputs = [t[n] for n in TENSOR_NAMES]
     backward = snap["stage"] == "backward"
@@ -115,12 +115,12 @@ def replay(path: str, device: Optional[str] = None) -> Dict[str, Optional[torch.
     result = dict(
         image=image.detach(),
         hit_count=counts[0],
-        forward_info=info if s.want_forward_info else None,
-        depth_moments=moments.detach() if s.want_depth_moments else None,
+        forward_info=info if s.outputs.want_forward_info else None,
+        depth_moments=moments.detach() if s.outputs.want_depth_moments else None,
     )
     if backward:
         outputs, grads_out = [image], [t["grad_image"]]
-        if s.want_depth_moments and t.get("grad_depth_moments") is not None:
+        if s.outputs.want_depth_moments and t.get("grad_depth_moments") is not None:
             outputs.append(moments)
             grads_out.append(t["grad_depth_moments"])
         wanted = [(n, x) for n, x in zip(TENSOR_NAMES, inputs) if x is not None]

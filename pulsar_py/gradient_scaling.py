@@ -137,8 +137,8 @@ def render_call(
     if not (torch.is_grad_enabled() and any(needs)):
         return ops.render_call(positions, features, radii, opacities, background, cameras, None, settings)
     s = settings
-    if not s.want_forward_info:
-        settings = s._replace(want_forward_info=True)
+    if not s.outputs.want_forward_info:
+        settings = s._replace(outputs=s.outputs._replace(want_forward_info=True))
     factors = _Factors()
     positions, features, radii, opacities, cameras = _ScaleGradients.apply(
         factors, positions, features, radii, opacities, cameras
@@ -176,7 +176,13 @@ def _camera_factors(
     pos = positions if positions.dim() == 3 else positions[None]
     rad = radii if radii.dim() == 2 else radii[None]
     width_px, height_px = _screen_box(
-        pos, rad, packed, int(s.width), int(s.height), bool(s.orthographic), bool(s.right_handed)
+        pos,
+        rad,
+        packed,
+        int(s.config.width),
+        int(s.config.height),
+        bool(s.config.orthographic),
+        bool(s.camera.right_handed),
     )
     tracked = counts > 0
     large = tracked & (width_px >= _LARGE_SPHERE_PX) & (height_px >= _LARGE_SPHERE_PX)
@@ -195,16 +201,16 @@ def _camera_factors(
 def _packed_cameras(cameras: Tensor, s: ops.RenderSettings) -> Tensor:
     """Packed cameras [B, 15] of the operator's camera input (vectors are converted)."""
     cams = cameras if cameras.dim() == 2 else cameras[None]
-    if int(s.camera_length) == 0:
+    if int(s.camera.camera_length) == 0:
         return cams
     pack = ops.PackSettings(
-        int(s.width),
-        int(s.height),
-        bool(s.orthographic),
-        bool(s.right_handed),
-        bool(s.first_R_then_T),
-        s.min_depth,
-        s.max_depth or 1.0,
+        int(s.config.width),
+        int(s.config.height),
+        bool(s.config.orthographic),
+        bool(s.camera.right_handed),
+        bool(s.camera.first_R_then_T),
+        s.camera.min_depth,
+        s.camera.max_depth or 1.0,
     )
     return ops.pack_cameras(cams.contiguous(), pack.encode())
 

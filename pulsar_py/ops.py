@@ -62,9 +62,6 @@ class CallValue:
     COUNT = 4
 
 
-# The leading fields of RenderSettings that configure a native renderer.
-_CONFIG_FIELDS = RenderSettings._fields.index("gamma")
-
 # ------------------------------------------------------------------ native renderers
 _natives: Dict[tuple, "_native.Renderer"] = {}
 # Renderer module id -> its instance capacity (0: learnt), applied to every native
@@ -78,26 +75,27 @@ _natives_lock = threading.RLock()
 def native_renderer(settings: RenderSettings, n_channels: int, device: torch.device) -> "_native.Renderer":
     """The native renderer of a Renderer module for a device and configuration, made on
     first use. Keyed by value: a module's id and every configuration field the native
-    renderer is built from, so a changed attribute gets a renderer of its own."""
+    renderer is built from (settings.config), so a changed attribute gets a renderer of
+    its own."""
     index = device.index if device.index is not None else (torch.cuda.current_device() if device.type == "cuda" else 0)
-    # The configuration fields lead RenderSettings; numbers as they arrive (floats).
-    key = (settings[:_CONFIG_FIELDS], n_channels, device.type, index)
+    config = settings.config  # numbers as they arrive (floats)
+    key = (config, n_channels, device.type, index)
     native = _natives.get(key)
     if native is None:
         with _natives_lock:
             native = _natives.get(key)
             if native is None:
                 cfg = _native.RendererConfig()
-                cfg.width, cfg.height = int(settings.width), int(settings.height)
-                cfg.n_channels, cfg.n_track = n_channels, int(settings.n_track)
-                cfg.orthographic = bool(settings.orthographic)
-                cfg.background_normalized_depth = settings.background_normalized_depth
+                cfg.width, cfg.height = int(config.width), int(config.height)
+                cfg.n_channels, cfg.n_track = n_channels, int(config.n_track)
+                cfg.orthographic = bool(config.orthographic)
+                cfg.background_normalized_depth = config.background_normalized_depth
                 cfg.device = _native.DeviceKind.cuda if device.type == "cuda" else _native.DeviceKind.cpu
                 cfg.device_index = index
-                cfg.num_threads = int(settings.num_threads)
-                cfg.backward_row_budget = int(settings.backward_row_budget)
+                cfg.num_threads = int(config.num_threads)
+                cfg.backward_row_budget = int(config.backward_row_budget)
                 native = _native.Renderer(cfg)
-                native.instance_capacity = _capacities.get(settings.renderer_id, 0)
+                native.instance_capacity = _capacities.get(config.renderer_id, 0)
                 _natives[key] = native
     return native
 
@@ -105,7 +103,7 @@ def native_renderer(settings: RenderSettings, n_channels: int, device: torch.dev
 def release_natives(renderer_id: int) -> None:
     """Drops the native renderers (and their scratch) of a Renderer module."""
     with _natives_lock:
-        for key in [k for k in list(_natives) if k[0][0] == renderer_id]:
+        for key in [k for k in list(_natives) if k[0].renderer_id == renderer_id]:
             del _natives[key]
         _capacities.pop(renderer_id, None)
 
@@ -142,7 +140,7 @@ def capturing(device: torch.device) -> bool:
 def natives_of(renderer_id: int) -> List["_native.Renderer"]:
     """The native renderers a Renderer module has made so far (diagnostics)."""
     with _natives_lock:
-        return [v for k, v in list(_natives.items()) if k[0][0] == renderer_id]
+        return [v for k, v in list(_natives.items()) if k[0].renderer_id == renderer_id]
 
 
 # ------------------------------------------------------------------ helpers
@@ -215,11 +213,11 @@ def _scene_args(
         _ptr(opacities),
         background.data_ptr(),
         cameras.data_ptr(),
-        bool(s.right_handed),
-        int(s.camera_length),
-        bool(s.first_R_then_T),
-        s.min_depth,
-        s.max_depth,
+        bool(s.camera.right_handed),
+        int(s.camera.camera_length),
+        bool(s.camera.first_R_then_T),
+        s.camera.min_depth,
+        s.camera.max_depth,
     )
 
 
@@ -229,28 +227,34 @@ _options_cache: Dict[tuple, "_native.RenderOptions"] = {}
 def _options(s: RenderSettings, device: torch.device) -> "_native.RenderOptions":
     """The native options of a call, one object per distinct value (the native core only
     reads them); a few hundred distinct values at most are kept."""
-    key = (s.gamma, s.percent_allowed_difference, s.max_n_hits, stream_handle(device), s.partial)
+    key = (
+        s.blend.gamma,
+        s.blend.percent_allowed_difference,
+        s.blend.max_n_hits,
+        stream_handle(device),
+        s.outputs.partial,
+    )
     options = _options_cache.get(key)
     if options is None:
         if len(_options_cache) > 256:
             _options_cache.clear()
         options = _native.RenderOptions(key[0], key[1], int(key[2]), key[3])
-        options.partial = bool(s.partial)
+        options.partial = bool(s.outputs.partial)
         _options_cache[key] = options
     return options
 
 
 def _lead(s: RenderSettings, batch: int) -> Tuple[int, ...]:
-    height, width = int(s.height), int(s.width)
-    return (batch, height, width) if s.batch_dim else (height, width)
+    height, width = int(s.config.height), int(s.config.width)
+    return (batch, height, width) if s.outputs.batch_dim else (height, width)
 
 
 def _failed(error: RuntimeError, stage: str, s: RenderSettings, device: torch.device, tensors: dict):
     """Re-raises a native failure; with debugging on, first saves the call's inputs."""
-    if not debug_enabled(s.debug):
+    if not debug_enabled(s.checks.debug):
         raise error
     try:
-        path = save_snapshot(stage, s._asdict(), device, tensors)
+        path = save_snapshot(stage, s.flat(), device, tensors)
     except Exception as save_error:  # the original failure matters more than the snapshot
         raise RuntimeError(f"{error} (saving a debug snapshot failed too: {save_error})") from error
     raise RuntimeError(
@@ -287,9 +291,10 @@ def resolved_settings(settings: RenderSettings, values: Optional[Tensor]) -> Ren
         )
     gamma, percent, near, far = values.tolist()
     _checks.check_call_numbers(gamma, percent, near, far)
-    if not settings.camera_length:  # packed cameras carry their depths: the slots are only checked
-        return settings._replace(gamma=gamma, percent_allowed_difference=percent)
-    return settings._replace(gamma=gamma, percent_allowed_difference=percent, min_depth=near, max_depth=far)
+    blend = settings.blend._replace(gamma=gamma, percent_allowed_difference=percent)
+    if not settings.camera.camera_length:  # packed cameras carry their depths: the slots are only checked
+        return settings._replace(blend=blend)
+    return settings._replace(blend=blend, camera=settings.camera._replace(min_depth=near, max_depth=far))
 
 
 # ------------------------------------------------------------------ pulsar::render
@@ -339,7 +344,7 @@ def _render_forward(
     background = (
         default_background(features.shape[-1], dtype, device) if background is None else _native_view(background, dtype)
     )
-    if s.check_values and not capturing(device):
+    if s.checks.check_values and not capturing(device):
         _checks.check_values(positions, features, radii, opacities, background, cameras, s)
     native = native_renderer(s, features.shape[-1], device)
     lead = _lead(s, _batch(cameras))
@@ -351,9 +356,13 @@ def _render_forward(
         state = torch.empty(lead + (2,), dtype=dtype, device=device)
         counts = torch.empty((2,) + lead, dtype=torch.int32, device=device)
         info = (
-            torch.empty(lead + (3 + 2 * int(s.n_track),), dtype=dtype, device=device) if s.want_forward_info else None
+            torch.empty(lead + (3 + 2 * int(s.config.n_track),), dtype=dtype, device=device)
+            if s.outputs.want_forward_info
+            else None
         )
-        moments = torch.empty(lead + (DEPTH_STATS,), dtype=dtype, device=device) if s.want_depth_moments else None
+        moments = (
+            torch.empty(lead + (DEPTH_STATS,), dtype=dtype, device=device) if s.outputs.want_depth_moments else None
+        )
         outputs.extend((image, state, counts, info, moments))
         hits = counts.data_ptr()
         return _native.ForwardOutputs(
@@ -386,7 +395,14 @@ def _render_forward(
 def _render_kernel(positions, features, radii, opacities, background, cameras, values, settings):
     s = resolved_settings(RenderSettings.decode(settings), values)
     _checks.check_operands(
-        positions, features, radii, opacities, background, cameras, int(s.camera_length), bool(s.batch_dim)
+        positions,
+        features,
+        radii,
+        opacities,
+        background,
+        cameras,
+        int(s.camera.camera_length),
+        bool(s.outputs.batch_dim),
     )
     outputs = _render_forward(positions, features, radii, opacities, background, cameras, s)[0]
     # The operator returns a tensor for every output: [0] for forward info and depth
@@ -397,14 +413,21 @@ def _render_kernel(positions, features, radii, opacities, background, cameras, v
 def _render_fake(positions, features, radii, opacities, background, cameras, values, settings):
     s = RenderSettings.decode(settings)
     _checks.check_operands(
-        positions, features, radii, opacities, background, cameras, int(s.camera_length), bool(s.batch_dim)
+        positions,
+        features,
+        radii,
+        opacities,
+        background,
+        cameras,
+        int(s.camera.camera_length),
+        bool(s.outputs.batch_dim),
     )
     lead = _lead(s, _batch(cameras))
     image = positions.new_empty(lead + (features.shape[-1],))
     state = positions.new_empty(lead + (2,))
     counts = positions.new_empty((2,) + lead, dtype=torch.int32)
-    info = positions.new_empty(lead + (3 + 2 * int(s.n_track),) if s.want_forward_info else (0,))
-    moments = positions.new_empty(lead + (DEPTH_STATS,) if s.want_depth_moments else (0,))
+    info = positions.new_empty(lead + (3 + 2 * int(s.config.n_track),) if s.outputs.want_forward_info else (0,))
+    moments = positions.new_empty(lead + (DEPTH_STATS,) if s.outputs.want_depth_moments else (0,))
     return image, state, counts, info, moments
 
 
@@ -477,7 +500,7 @@ def _render_backward_impl(
     s = call.settings
     image, blend_state, grad_image = view(image), view(blend_state), view(grad_image)
     traversal_end = _native_view(counts, torch.int32)[1]
-    want_moments = grad_depth_moments is not None and bool(s.want_depth_moments)
+    want_moments = grad_depth_moments is not None and bool(s.outputs.want_depth_moments)
     if want_moments:
         depth_moments, grad_depth_moments = view(depth_moments), view(grad_depth_moments)
     grads = [

@@ -7,15 +7,12 @@ package, so the checks, the operators and the snapshot replay can all name them.
 
 from __future__ import annotations
 
-from typing import List, NamedTuple, Sequence
+from typing import Dict, List, NamedTuple, Sequence
 
 
-class RenderSettings(NamedTuple):
-    """Everything of one render call that is not a tensor.
-
-    The first group configures the native renderer (one per renderer, device and
-    configuration, made on first use); the second is per call.
-    """
+class NativeConfig(NamedTuple):
+    """What a native renderer is made from: one per Renderer module, device and
+    configuration (ops.native_renderer), made on first use."""
 
     renderer_id: int  # the Renderer module's id: its native renderers are its own
     width: int
@@ -25,31 +22,85 @@ class RenderSettings(NamedTuple):
     background_normalized_depth: float  # beta
     num_threads: int  # CPU threads; 0: every core
     backward_row_budget: int  # CUDA backward: bytes of gradient rows per window (0: default)
+
+
+class BlendSettings(NamedTuple):
+    """The blend of one call (model.md sections 4 and 6)."""
+
     gamma: float
     percent_allowed_difference: float
     max_n_hits: int  # < 0: unlimited
-    right_handed: bool
-    want_forward_info: bool
-    want_depth_moments: bool
-    batch_dim: bool  # outputs keep their leading B (else B must be 1 and is dropped)
-    check_values: bool  # run the value checks (NaN/Inf, ranges) before the native call
-    debug: bool  # save a failing call's inputs (pulsar_py.debug)
+
+
+class CameraSpec(NamedTuple):
+    """How the call's camera tensor is to be read."""
+
     camera_length: int  # 0: cameras are packed [B, 15]; else L of Pulsar camera vectors
+    right_handed: bool
     first_R_then_T: bool  # camera vectors: eye = M * position
     min_depth: float  # camera vectors: near depth (0: focal length + 2e-6)
     max_depth: float  # camera vectors: far depth
     camera_argument: int  # the camera's argument, for messages: _checks.CAMERA_ARGUMENTS[camera_argument]
+
+
+class OutputSpec(NamedTuple):
+    """What the call returns."""
+
+    want_forward_info: bool
+    want_depth_moments: bool
+    batch_dim: bool  # outputs keep their leading B (else B must be 1 and is dropped)
     partial: bool = False  # a share's state instead of the image (RenderOptions::partial; no depth moments)
 
+
+class CallChecks(NamedTuple):
+    """What the call checks and records when it fails."""
+
+    check_values: bool  # run the value checks (NaN/Inf, ranges) before the native call
+    debug: bool  # save a failing call's inputs (pulsar_py.debug)
+
+
+_PARTS = (NativeConfig, BlendSettings, CameraSpec, OutputSpec, CallChecks)
+# [start, end) of each part in the encoding.
+_SPANS = []
+_at = 0
+for _part in _PARTS:
+    _SPANS.append((_at, _at + len(_part._fields)))
+    _at += len(_part._fields)
+#: Every field of RenderSettings, in the order of its encoding (and of debug snapshots).
+FIELDS = tuple(name for part in _PARTS for name in part._fields)
+
+
+class RenderSettings(NamedTuple):
+    """Everything of one render call that is not a tensor, by kind."""
+
+    config: NativeConfig
+    blend: BlendSettings
+    camera: CameraSpec
+    outputs: OutputSpec
+    checks: CallChecks
+
     def encode(self) -> List[float]:
-        """The operator argument (ints and bools pass through a float[] as floats)."""
-        return list(self)
+        """The operator argument, every field in FIELDS order (ints and bools pass through
+        a float[] as floats)."""
+        return [*self.config, *self.blend, *self.camera, *self.outputs, *self.checks]
 
     @classmethod
     def decode(cls, values: Sequence[float]) -> "RenderSettings":
-        """The settings of an operator argument; their values stay floats (1.0 for True),
+        """The settings of an operator argument (or the settings themselves, as an eager
+        call's autograd node keeps them); encoded values stay floats (1.0 for True),
         converted where an int or bool is needed."""
-        return cls._make(values)
+        if type(values) is cls:
+            return values
+        return cls._make(part._make(values[a:b]) for part, (a, b) in zip(_PARTS, _SPANS))
+
+    def flat(self) -> Dict[str, float]:
+        """Every field by its name (FIELDS): a debug snapshot's record."""
+        return dict(zip(FIELDS, self.encode()))
+
+    @classmethod
+    def from_flat(cls, fields: Dict[str, float]) -> "RenderSettings":
+        """The settings of ``flat()``'s record."""
+        return cls.decode([fields[name] for name in FIELDS])
 
 
 class PackSettings(NamedTuple):

@@ -25,6 +25,7 @@ from .cameras.params import NativeCamera
 from .gradient_scaling import check_gradient_scaling
 from .gradient_scaling import render_call as scaled_render_call
 from .outputs import RenderResult, depth_from_moments, forward_info_ids, ray_axis_cosines
+from .render_settings import BlendSettings, CallChecks, CameraSpec, NativeConfig, OutputSpec, RenderSettings
 from .sh import check_sh_degree, sh_n_coefficients, sh_to_color
 from .visibility import visible_spheres
 
@@ -354,29 +355,28 @@ class Renderer(torch.nn.Module):
             gamma = percent = near = far = 0.0
         if not vectors:
             near = far = 0.0
-        settings = ops.RenderSettings(
-            self._renderer_id,
-            self.width,
-            self.height,
-            self.n_track,
-            camera_input.orthographic,
-            self.background_normalized_depth,
-            self.num_threads,
-            self._backward_row_budget,
-            gamma,
-            percent,
-            checked.max_n_hits,
-            camera_input.right_handed,
-            request.forward_info,
-            request.depth_moments,
-            batched,
-            self.check_values,
-            self.debug,
-            camera_input.length,
-            vectors and camera_input.first_R_then_T,
-            near,
-            far,
-            _checks.CAMERA_ARGUMENTS.index(camera_name),
+        settings = RenderSettings(
+            NativeConfig(
+                self._renderer_id,
+                self.width,
+                self.height,
+                self.n_track,
+                camera_input.orthographic,
+                self.background_normalized_depth,
+                self.num_threads,
+                self._backward_row_budget,
+            ),
+            BlendSettings(gamma, percent, checked.max_n_hits),
+            CameraSpec(
+                camera_input.length,
+                camera_input.right_handed,
+                vectors and camera_input.first_R_then_T,
+                near,
+                far,
+                _checks.CAMERA_ARGUMENTS.index(camera_name),
+            ),
+            OutputSpec(request.forward_info, request.depth_moments, batched),
+            CallChecks(self.check_values, self.debug),
         )
         image, _state, counts, info, moments = self._render(
             scene.positions, scene.features, scene.radii, scene.opacities, scene.background, cams, values, settings

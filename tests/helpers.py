@@ -45,3 +45,37 @@ def fail_native_calls(monkeypatch, stage: str = "forward") -> None:
 
     real = ops.native_renderer
     monkeypatch.setattr(ops, "native_renderer", lambda *args: FailingNative(real(*args), stage))
+
+
+def operator_settings(
+    width: int = 24,
+    height: int = 16,
+    *,
+    n_track: int = 4,
+    gamma: float = 0.1,
+    percent_allowed_difference: float = 0.0,
+    camera_length: int = 8,
+    min_depth: float = 0.0,
+    max_depth: float = 30.0,
+    want_forward_info: bool = False,
+    want_depth_moments: bool = False,
+    batch_dim: bool = True,
+    check_values: bool = True,
+):
+    """The settings of a direct pulsar::render call (renderer id 0, one CPU thread)."""
+    from pulsar_py.render_settings import (
+        BlendSettings,
+        CallChecks,
+        CameraSpec,
+        NativeConfig,
+        OutputSpec,
+        RenderSettings,
+    )
+
+    return RenderSettings(
+        NativeConfig(0, width, height, n_track, False, 1e-6, 1, 0),
+        BlendSettings(gamma, percent_allowed_difference, -1),
+        CameraSpec(camera_length, False, False, min_depth, max_depth, 0),
+        OutputSpec(want_forward_info, want_depth_moments, batch_dim),
+        CallChecks(check_values, False),
+    )

@@ -15,7 +15,7 @@ from .merge import merge_depth_statistics, merge_forward_info, merge_partial_sta
 
 Tensor = torch.Tensor
 
-# The settings every rank's call must share (ops.RenderSettings fields).
+# The settings every rank's call must share (fields of ops.RenderSettings' parts).
 _AGREED = (
     "width",
     "height",
@@ -172,10 +172,12 @@ def sharded_render(
     (image, merged blend state, this share's counts, merged forward info or None, None).
     ``values``: the call's settings given as data (ops.call_values), or None."""
     inputs = (positions, features, radii, opacities, background, cameras)
-    settings = ops.resolved_settings(settings, values)._replace(partial=True)
-    if settings.check_values:
+    settings = ops.resolved_settings(settings, values)
+    settings = settings._replace(outputs=settings.outputs._replace(partial=True))
+    if settings.checks.check_values:
         batch = positions.shape[0] if positions.dim() == 3 else 0
-        check_ranks_agree(cameras, background, [*(getattr(settings, name) for name in _AGREED), batch], group)
+        fields = settings.flat()
+        check_ranks_agree(cameras, background, [*(fields[name] for name in _AGREED), batch], group)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs):
         return _ShardedRender.apply(*inputs, settings, group)
     return _forward(*inputs, settings, group)
@@ -186,14 +188,14 @@ def _forward(positions, features, radii, opacities, background, cameras, setting
         positions, features, radii, opacities, background, cameras, None, settings.encode()
     )
     # The operator returns [0] for the outputs not asked for.
-    info = info if settings.want_forward_info else None
-    moments = moments if settings.want_depth_moments else None
+    info = info if settings.outputs.want_forward_info else None
+    moments = moments if settings.outputs.want_depth_moments else None
     bg = (
         background
         if background is not None
         else ops.default_background(features.shape[-1], partial.dtype, partial.device)
     )
-    bg_exponent = settings.background_normalized_depth / settings.gamma  # as the native blend's s_bg
+    bg_exponent = settings.config.background_normalized_depth / settings.blend.gamma  # as the native blend's s_bg
     image, merged = merge_partial_states(partial, state, bg, bg_exponent, group)
     if info is not None:
         info = merge_forward_info(info, merged, share_offset(positions.shape[-2], positions.device, group), group)

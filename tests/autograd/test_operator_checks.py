@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import operator_settings
 from scenes import scene_in_front
 from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -15,10 +16,7 @@ F32, F64 = torch.float32, torch.float64
 
 
 def _settings(camera_length=8, batch_dim=True):
-    return ops.RenderSettings(
-        0, 24, 16, 4, False, 1e-6, 1, 0, 0.1, 0.01, -1, False, False, False, batch_dim, True, False,
-        camera_length, False, 0.0, 30.0, 0,
-    ).encode()  # fmt: skip
+    return operator_settings(percent_allowed_difference=0.01, camera_length=camera_length, batch_dim=batch_dim).encode()
 
 
 def _operands():

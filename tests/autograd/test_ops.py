@@ -11,6 +11,7 @@ import pickle
 
 import pytest
 import torch
+from helpers import operator_settings
 from scenes import random_scene, scene_in_front
 
 import pulsar_py
@@ -118,9 +119,7 @@ def test_operators_pass_opcheck():
     """torch.library.opcheck: schema, fake kernel, autograd registration and dispatch of
     the render and camera operators agree."""
     pos, col, rad, opa, cam = _inputs(dtype=torch.float64, requires_grad=True)
-    settings = ops.RenderSettings(
-        0, 24, 16, 4, False, 1e-6, 1, 0, 0.1, 0.0, -1, False, True, True, True, True, False, 8, False, 0.0, 30.0, 0
-    ).encode()
+    settings = operator_settings(want_forward_info=True, want_depth_moments=True).encode()
     torch.library.opcheck(
         torch.ops.pulsar.render.default,
         (pos, col, rad, opa, None, cam[None], None, settings),

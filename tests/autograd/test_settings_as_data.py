@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import operator_settings
 from scenes import scene_in_front
 
 from pulsar_py import Camera, Renderer, ops
@@ -187,9 +188,7 @@ def test_tensor_settings_of_a_wrong_shape_or_dtype_are_refused_naming_them():
 
 def test_values_of_a_wrong_form_are_refused_by_the_operator():
     pos, col, rad, opa, cam = scene_in_front(0, 20, F32, False)
-    settings = ops.RenderSettings(
-        0, 24, 16, 4, False, 1e-6, 1, 0, 0.0, 0.0, -1, False, False, False, False, True, False, 8, False, 0.0, 0.0, 0
-    ).encode()
+    settings = operator_settings(gamma=0.0, max_depth=0.0, batch_dim=False).encode()
     with pytest.raises(ValueError, match=r"values: expected a float64 tensor of shape \[4\]"):
         ops.render(pos, col, rad, opa, None, cam[None], torch.tensor([0.1, 0.01, 0.0, 30.0]), settings)
     image = ops.render(

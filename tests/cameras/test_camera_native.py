@@ -19,7 +19,7 @@ import itertools
 
 import pytest
 import torch
-from helpers import DEVICES
+from helpers import DEVICES, operator_settings
 
 import pulsar_py
 from pulsar_py import Renderer, _native, ops
@@ -324,30 +324,7 @@ def test_native_renderer_names_a_bad_camera_vector_length():
     the render operator before it."""
     pos, col, rad = _scene("cpu")
     cams = _cams("cpu", 1)
-    settings = ops.RenderSettings(
-        0,
-        WIDTH,
-        HEIGHT,
-        5,
-        False,
-        1e-6,
-        1,
-        0,
-        0.1,
-        0.0,
-        -1,
-        False,
-        False,
-        False,
-        True,
-        False,
-        False,
-        9,
-        False,
-        0.0,
-        30.0,
-        0,
-    )
+    settings = operator_settings(WIDTH, HEIGHT, n_track=5, camera_length=9, check_values=False)
     with pytest.raises(ValueError, match="camera_vectors.length: expected 0 .*got 9"):
         ops._render_forward(pos, col, rad, None, None, cams, settings)  # the native call, unchecked
     with pytest.raises(ValueError, match="camera_length: expected 0, 8, 10, 11 or 13, got 9"):

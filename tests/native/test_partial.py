@@ -50,7 +50,7 @@ def test_one_share_merged_alone_is_the_render(device, dtype, p):
     want = torch.autograd.grad(image, list(tensors.values()), grad_image)
     args = renderer.arguments
     assert args[6] is None  # the numbers travel in the settings
-    settings = args[7]._replace(partial=True)
+    settings = args[7]._replace(outputs=args[7].outputs._replace(partial=True))
     with torch.no_grad():
         (partial, state, counts, _, _), call = ops._render_forward(*args[:6], settings)
         plain = ops._render_forward(*args[:6], args[7])[0]
@@ -85,10 +85,12 @@ def test_a_partial_renders_depth_statistics_of_its_share(device):
     )
     args = renderer.arguments
     settings = args[7]
-    assert settings.want_depth_moments
+    assert settings.outputs.want_depth_moments
     with torch.no_grad():
         plain = ops._render_forward(*args[:6], settings)[0]
-        (_, state, _, _, moments), _ = ops._render_forward(*args[:6], settings._replace(partial=True))
+        (_, state, _, _, moments), _ = ops._render_forward(
+            *args[:6], settings._replace(outputs=settings.outputs._replace(partial=True))
+        )
     m, d_share = state[..., 0], state[..., 1]
     total = d_share + torch.exp(scene.beta / scene.gamma - m)
     want = plain[4]
