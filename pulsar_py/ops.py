@@ -431,37 +431,58 @@ def _render_fake(positions, features, radii, opacities, background, cameras, val
     return image, state, counts, info, moments
 
 
+class BackwardOperands(NamedTuple):
+    """pulsar::render_backward's arguments, in the schema's order."""
+
+    grad_image: Tensor
+    grad_depth_moments: Optional[Tensor]
+    positions: Tensor
+    features: Tensor
+    radii: Tensor
+    opacities: Optional[Tensor]
+    background: Optional[Tensor]
+    cameras: Tensor
+    values: Optional[Tensor]
+    image: Tensor
+    blend_state: Tensor
+    counts: Tensor
+    depth_moments: Tensor
+    settings: object  # RenderSettings, or its encoding
+    needs: List[bool]  # per input (positions .. cameras): whether its gradient is made
+
+
 def _render_backward_kernel(*args):
-    """pulsar::render_backward's kernel: the schema's arguments, in order, to
+    """pulsar::render_backward's kernel: the schema's arguments (BackwardOperands) to
     ``_render_backward_impl``, and an empty tensor for every gradient not asked for (the
     operator returns a tensor for each)."""
-    grads = _render_backward_impl(*args)
+    operands = BackwardOperands(*args)
+    grads = _render_backward_impl(operands)
     if any(g is None for g in grads):
-        empty = args[0].new_empty((0,))  # args[0]: grad_image
+        empty = operands.grad_image.new_empty((0,))
         grads = [empty if g is None else g for g in grads]
     return tuple(grads)
 
 
-def _render_backward_impl(
-    grad_image,
-    grad_depth_moments,
-    positions,
-    features,
-    radii,
-    opacities,
-    background,
-    cameras,
-    values,
-    image,
-    blend_state,
-    counts,
-    depth_moments,
-    settings,
-    needs,
-    call: Optional[_NativeCall] = None,
-) -> List[Optional[Tensor]]:
+def _render_backward_impl(operands: BackwardOperands, call: Optional[_NativeCall] = None) -> List[Optional[Tensor]]:
     """The requested gradients (None where not requested). ``call``: the forward's native
     call, reused when the saved inputs are still where it read them."""
+    (
+        grad_image,
+        grad_depth_moments,
+        positions,
+        features,
+        radii,
+        opacities,
+        background,
+        cameras,
+        values,
+        image,
+        blend_state,
+        counts,
+        depth_moments,
+        settings,
+        needs,
+    ) = operands
     # The forward's dtype is the image gradient's: saved tensors may come back in another.
     dtype, device = grad_image.dtype, grad_image.device
     view = lambda t: _native_view(t, dtype)  # noqa: E731
@@ -538,27 +559,12 @@ def _render_backward_impl(
     return grads
 
 
-def _render_backward_fake(
-    grad_image,
-    grad_depth_moments,
-    positions,
-    features,
-    radii,
-    opacities,
-    background,
-    cameras,
-    values,
-    image,
-    blend_state,
-    counts,
-    depth_moments,
-    settings,
-    needs,
-):
-    inputs = (positions, features, radii, opacities, background, cameras)
+def _render_backward_fake(*args):
+    a = BackwardOperands(*args)
+    inputs = (a.positions, a.features, a.radii, a.opacities, a.background, a.cameras)
     return tuple(
-        grad_image.new_empty(t.shape) if (need and t is not None) else grad_image.new_empty((0,))
-        for need, t in zip(needs, inputs)
+        a.grad_image.new_empty(t.shape) if (need and t is not None) else a.grad_image.new_empty((0,))
+        for need, t in zip(a.needs, inputs)
     )
 
 
@@ -578,7 +584,7 @@ def render_setup_context(ctx, inputs, output):
     ctx.set_materialize_grads(False)
 
 
-def backward_arguments(ctx, grad_image, grad_moments) -> Optional[tuple]:
+def backward_arguments(ctx, grad_image, grad_moments) -> Optional[BackwardOperands]:
     """pulsar::render_backward's arguments for the render call ``ctx`` saved (None when
     no gradient reaches the image or the moments); only requested gradients are made."""
     if grad_image is None and grad_moments is None:
@@ -593,7 +599,7 @@ def backward_arguments(ctx, grad_image, grad_moments) -> Optional[tuple]:
         bool(need[i]) and t is not None
         for i, t in enumerate((positions, features, radii, opacities, background, cameras))
     ]
-    return (
+    return BackwardOperands(
         grad_image,
         grad_moments,
         positions,
@@ -612,14 +618,14 @@ def backward_arguments(ctx, grad_image, grad_moments) -> Optional[tuple]:
     )
 
 
-def input_gradients(grads, args: tuple) -> tuple:
+def input_gradients(grads, args: BackwardOperands) -> tuple:
     """The render operator's input gradients from render_backward's outputs, for the
     backward arguments ``args`` (backward_arguments)."""
     if torch.is_grad_enabled():  # create_graph=True: the gradients must not pass as differentiable
         anchor = next((t for t in args[:8] if isinstance(t, Tensor) and t.requires_grad), None)
         if anchor is not None:
             grads = _NotDifferentiable.apply(anchor, *grads)
-    return (*(g if n else None for g, n in zip(grads, args[-1])), None, None)  # and values, settings
+    return (*(g if n else None for g, n in zip(grads, args.needs)), None, None)  # and values, settings
 
 
 def _render_backward(ctx, grad_image, _state, _counts, _info, grad_moments):
@@ -740,7 +746,7 @@ class _RenderFunction(torch.autograd.Function):
         args = backward_arguments(ctx, grad_image, grad_moments)
         if args is None:
             return (None,) * 8
-        return input_gradients(_render_backward_impl(*args, call=ctx.call), args)
+        return input_gradients(_render_backward_impl(args, call=ctx.call), args)
 
 
 def _plain(t: Optional[Tensor]) -> bool:

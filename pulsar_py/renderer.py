@@ -57,6 +57,17 @@ _MASKED_DISTANCE_REL = 1e-3
 _renderer_ids = itertools.count(1)
 
 
+class _SphereArguments(NamedTuple):
+    """render()'s sphere arguments as given (vert_pos, vert_col, vert_rad, opacity, bg_col),
+    before the checks."""
+
+    positions: object
+    features: object
+    radii: object
+    opacity: object
+    background: object
+
+
 class CameraInput(NamedTuple):
     """A call's cameras in the form the render operator takes."""
 
@@ -578,8 +589,9 @@ class Renderer(torch.nn.Module):
             scene = self._check_scene(vert_pos, vert_col, vert_rad, opacity, bg_col)
             camera_input = self._camera_input(camera, pos, depths, first_R_then_T, "camera")
         else:
+            spheres = _SphereArguments(pos, vert_col, vert_rad, opacity, bg_col)
             scene, camera_input, mask_batched = self._masked_sh_scene(
-                pos, vert_col, vert_rad, opacity, bg_col, camera, depths, first_R_then_T, sh_degree, mask
+                spheres, camera, depths, first_R_then_T, sh_degree, mask
             )
         settings = _checks.check_call_settings(gamma, percent_allowed_difference, max_n_hits)
         request = OutputRequest(want_info, True, mask_batched)
@@ -610,12 +622,10 @@ class Renderer(torch.nn.Module):
             z_depth=z_depth,
         )
 
-    def _masked_sh_scene(
-        self, pos, vert_col, vert_rad, opacity, bg_col, camera, depths, first_R_then_T, sh_degree, mask
-    ):
+    def _masked_sh_scene(self, spheres: "_SphereArguments", camera, depths, first_R_then_T, sh_degree, mask):
         """render() with SH features or a mask: (scene, packed camera input, mask batched).
         Both need the cameras' eyes, so the cameras are packed first."""
-        col, rad = vert_col, vert_rad
+        pos, col, rad, opacity, bg_col = spheres
         if sh_degree is not None:
             sh_degree = check_sh_degree(sh_degree)
             _checks.check_tensor("vert_col", col, dims=(pos.dim() + 1,), dtype=pos.dtype, device=self.device)

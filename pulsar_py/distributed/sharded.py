@@ -151,27 +151,24 @@ class ShardedRenderer(Renderer):
             raise RuntimeError(
                 "ShardedRenderer: torch.distributed is not initialised: call torch.distributed.init_process_group first"
             )
-        return sharded_render(
-            positions, features, radii, opacities, background, cameras, values, settings, self.process_group
-        )
+        operands = (positions, features, radii, opacities, background, cameras)
+        return sharded_render(operands, values, settings, self.process_group)
 
 
 @torch.compiler.disable
 def sharded_render(
-    positions: Tensor,
-    features: Tensor,
-    radii: Tensor,
-    opacities: Optional[Tensor],
-    background: Optional[Tensor],
-    cameras: Tensor,
+    operands: Tuple[Optional[Tensor], ...],
     values: Optional[Tensor],
     settings: ops.RenderSettings,
     group: Optional[dist.ProcessGroup],
 ) -> Tuple[Optional[Tensor], ...]:
     """The render operator's outputs (ops.render_call) for this rank's share of the spheres:
     (image, merged blend state, this share's counts, merged forward info or None, None).
-    ``values``: the call's settings given as data (ops.call_values), or None."""
-    inputs = (positions, features, radii, opacities, background, cameras)
+    ``operands``: the operator's (positions, features, radii, opacities or None, background
+    or None, cameras); ``values``: the call's settings given as data (ops.call_values), or
+    None."""
+    inputs = operands
+    positions, _, _, _, background, cameras = operands
     settings = ops.resolved_settings(settings, values)
     settings = settings._replace(outputs=settings.outputs._replace(partial=True))
     if settings.checks.check_values:
@@ -225,6 +222,6 @@ class _ShardedRender(torch.autograd.Function):
         if args is None:
             return (None,) * 8
         grads = list(torch.ops.pulsar.render_backward(*args))
-        if args[-1][5]:  # the camera's gradient comes through every share's spheres
+        if args.needs[5]:  # the camera's gradient comes through every share's spheres
             dist.all_reduce(grads[5], group=ctx.group)
         return (*ops.input_gradients(grads, args)[:6], None, None)  # and settings, group

@@ -61,9 +61,10 @@ def test_one_share_merged_alone_is_the_render(device, dtype, p):
     assert torch.equal(counts, plain[2])  # the background's weight counts in the termination rule
     assert torch.equal(state[..., 0], plain[1][..., 0])
     with torch.no_grad():
-        got = ops._render_backward_impl(
-            grad_image, None, *args[:7], merged_image, merged_state, counts, None, settings, [True] * 6, call=call
+        operands = ops.BackwardOperands(
+            grad_image, None, *args[:7], merged_image, merged_state, counts, None, settings, [True] * 6
         )
+        got = ops._render_backward_impl(operands, call=call)
     for name, g, w in zip(tensors, got, want):
         assert w.abs().max() > 0, name
         error = ((g - w).abs().max() / w.abs().max()).item()
