@@ -392,18 +392,14 @@ def _render_forward(
     return tuple(outputs), _NativeCall(s, native, scene, options, pointers)
 
 
+def _check_operands(operands: tuple, s: RenderSettings) -> None:
+    """pulsar::render's six tensor operands (positions .. cameras) against its settings."""
+    _checks.check_operands(*operands, int(s.camera.camera_length), bool(s.outputs.batch_dim))
+
+
 def _render_kernel(positions, features, radii, opacities, background, cameras, values, settings):
     s = resolved_settings(RenderSettings.decode(settings), values)
-    _checks.check_operands(
-        positions,
-        features,
-        radii,
-        opacities,
-        background,
-        cameras,
-        int(s.camera.camera_length),
-        bool(s.outputs.batch_dim),
-    )
+    _check_operands((positions, features, radii, opacities, background, cameras), s)
     outputs = _render_forward(positions, features, radii, opacities, background, cameras, s)[0]
     # The operator returns a tensor for every output: [0] for forward info and depth
     # moments that were not asked for (eager calls get None, _RenderFunction).
@@ -412,16 +408,7 @@ def _render_kernel(positions, features, radii, opacities, background, cameras, v
 
 def _render_fake(positions, features, radii, opacities, background, cameras, values, settings):
     s = RenderSettings.decode(settings)
-    _checks.check_operands(
-        positions,
-        features,
-        radii,
-        opacities,
-        background,
-        cameras,
-        int(s.camera.camera_length),
-        bool(s.outputs.batch_dim),
-    )
+    _check_operands((positions, features, radii, opacities, background, cameras), s)
     lead = _lead(s, _batch(cameras))
     image = positions.new_empty(lead + (features.shape[-1],))
     state = positions.new_empty(lead + (2,))

@@ -298,6 +298,29 @@ def _render_views(
     )
 
 
+def render_targets(renderer, scene: DemoScene, settings: DemoSettings) -> torch.Tensor:
+    """[V, H, W, 3] the ground-truth images of every view (no gradient)."""
+    with torch.no_grad():
+        return renderer(
+            scene.positions,
+            scene.colours,
+            scene.radii,
+            scene.cam_params,
+            gamma=settings.gamma,
+            max_depth=settings.max_depth,
+            min_depth=settings.min_depth,
+            bg_col=scene.bg_col,
+        )
+
+
+def make_optimiser(params: DemoParameters, settings: DemoSettings) -> torch.optim.Adam:
+    """Adam over the parameter groups, each at its learning rate (settings.learning_rates)."""
+    return torch.optim.Adam(
+        [{"params": [getattr(params, name)], "lr": lr} for name, lr in settings.learning_rates.items()],
+        betas=(0.9, 0.99),
+    )
+
+
 #: ``run_demo``'s per-step callback: (step, ground truth, current parameters, losses).
 StepCallback = Callable[[int, DemoScene, DemoParameters, Dict[str, float]], None]
 
@@ -318,22 +341,9 @@ def run_demo(
     start = time.perf_counter()
     scene = build_scene(settings, device)
     renderer = Renderer(settings.width, settings.height, n_channels=3).to(device)
-    with torch.no_grad():
-        targets = renderer(
-            scene.positions,
-            scene.colours,
-            scene.radii,
-            scene.cam_params,
-            gamma=settings.gamma,
-            max_depth=settings.max_depth,
-            min_depth=settings.min_depth,
-            bg_col=scene.bg_col,
-        )
+    targets = render_targets(renderer, scene, settings)
     params = perturb(scene, settings)
-    optimiser = torch.optim.Adam(
-        [{"params": [getattr(params, name)], "lr": lr} for name, lr in settings.learning_rates.items()],
-        betas=(0.9, 0.99),
-    )
+    optimiser = make_optimiser(params, settings)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimiser, lambda step: learning_rate_factor(settings, step))
 
     with torch.no_grad():

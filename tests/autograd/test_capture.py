@@ -169,15 +169,22 @@ def _capture_forward(renderer, pos, col, rad, opa, cam):
     return graph, image
 
 
-@cuda
-def test_an_overflow_in_a_replay_is_nan_and_a_clear_error_never_a_wrong_image():
+def _overflowing_replay(seed):
+    """A renderer whose captured forward was replayed on a scene with more instances than
+    its capacity: (renderer, image of the replay, the grown scene, its radii as given)."""
     device = torch.device("cuda")
     renderer = Renderer(160, 128).to(device)
-    pos, col, rad, opa, cam, scale = _grown_radii(device, 4)
+    pos, col, rad, opa, cam, scale = _grown_radii(device, seed)
     static_rad = rad.clone()
     graph, image = _capture_forward(renderer, pos, col, static_rad, opa, cam)
     static_rad.mul_(scale)  # more instances than the captured capacity
     graph.replay()
+    return renderer, image, (pos, col, static_rad, opa, cam), rad
+
+
+@cuda
+def test_an_overflow_in_a_replay_is_nan_and_a_clear_error_never_a_wrong_image():
+    renderer, image, (pos, col, static_rad, opa, cam), _ = _overflowing_replay(4)
     assert torch.isnan(image).all()  # no image rather than a wrong one
     with pytest.raises(RuntimeError, match="instance_capacity"):
         renderer.check_instance_capacity()
@@ -194,13 +201,7 @@ def test_an_overflow_in_a_replay_is_nan_and_a_clear_error_never_a_wrong_image():
 
 @cuda
 def test_an_overflow_in_a_replay_is_reported_by_the_next_eager_call():
-    device = torch.device("cuda")
-    renderer = Renderer(160, 128).to(device)
-    pos, col, rad, opa, cam, scale = _grown_radii(device, 5)
-    static_rad = rad.clone()
-    graph, _ = _capture_forward(renderer, pos, col, static_rad, opa, cam)
-    static_rad.mul_(scale)
-    graph.replay()
+    renderer, _, (pos, col, _, opa, cam), rad = _overflowing_replay(5)
     with pytest.raises(RuntimeError, match="instance_capacity"):
         renderer(pos, col, rad, cam, 0.1, 40.0, opacity=opa)
     assert torch.isfinite(renderer(pos, col, rad, cam, 0.1, 40.0, opacity=opa)).all()
@@ -319,7 +320,7 @@ def test_reduce_overhead_matches_eager():
 
 @cuda
 def test_reduce_overhead_training_of_the_demo_scene_converges_like_eager():
-    from pulsar_py.tools.demo import _render_views, image_loss
+    from pulsar_py.tools.demo import _render_views, image_loss, make_optimiser, render_targets
     from pulsar_py.tools.demo_setup import DemoSettings, build_scene, perturb, pose_errors
 
     device = torch.device("cuda")
@@ -328,22 +329,9 @@ def test_reduce_overhead_training_of_the_demo_scene_converges_like_eager():
 
     def train(compiled: bool):
         renderer = Renderer(settings.width, settings.height).to(device)
-        with torch.no_grad():
-            targets = renderer(
-                scene.positions,
-                scene.colours,
-                scene.radii,
-                scene.cam_params,
-                gamma=settings.gamma,
-                max_depth=settings.max_depth,
-                min_depth=settings.min_depth,
-                bg_col=scene.bg_col,
-            )
+        targets = render_targets(renderer, scene, settings)
         params = perturb(scene, settings)
-        optimiser = torch.optim.Adam(
-            [{"params": [getattr(params, name)], "lr": lr} for name, lr in settings.learning_rates.items()],
-            betas=(0.9, 0.99),
-        )
+        optimiser = make_optimiser(params, settings)
 
         def loss_of():
             return image_loss(_render_views(renderer, scene, settings, params), targets, 0.0)
