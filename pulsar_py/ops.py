@@ -268,15 +268,25 @@ def call_values(gamma, percent_allowed_difference, min_depth, max_depth) -> Tens
     of a call's settings, Python numbers or 0-dim tensors, which are copied (a tensor on a
     GPU: a synchronisation in an eager call). No tensor's graph is followed: the settings
     get no gradient."""
+    settings = (gamma, percent_allowed_difference, min_depth, max_depth)
+    if not torch.compiler.is_compiling():
+        for name, v in zip(_VALUE_NAMES, settings):
+            if isinstance(v, Tensor) and v.is_cuda and torch.cuda.is_current_stream_capturing():
+                raise ValueError(
+                    f"{name}: a setting given as a CUDA tensor is read on the host, which a CUDA-graph "
+                    f"capture cannot wait for; give it as a Python number or a CPU tensor (read when the "
+                    f"call is captured)"
+                )
     one = torch.ones((), dtype=torch.float64)
     # A number enters as one * x: torch.compile keeps a float that a tensor operation
     # takes dynamic, where torch.tensor([x]) would specialise on its value.
     return torch.stack(
-        [
-            v.detach().to(device="cpu", dtype=torch.float64) if isinstance(v, Tensor) else one * v
-            for v in (gamma, percent_allowed_difference, min_depth, max_depth)
-        ]
+        [v.detach().to(device="cpu", dtype=torch.float64) if isinstance(v, Tensor) else one * v for v in settings]
     )
+
+
+# The settings of CallValue's slots, for messages.
+_VALUE_NAMES = ("gamma", "percent_allowed_difference", "min_depth", "max_depth")
 
 
 def resolved_settings(settings: RenderSettings, values: Optional[Tensor]) -> RenderSettings:

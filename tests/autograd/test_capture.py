@@ -289,6 +289,21 @@ def test_a_capture_without_a_capacity_is_a_clear_error():
 
 
 @cuda
+def test_a_cuda_tensor_setting_in_a_capture_is_a_clear_error():
+    """A setting tensor is read on the host: on a GPU that would wait for the device, which
+    a capture cannot; the error names the setting before anything is recorded."""
+    device = torch.device("cuda")
+    renderer = Renderer(40, 32).to(device)
+    pos, col, rad, opa, cam = _scene(device, 13, 50)
+    renderer(pos, col, rad, cam, 0.1, 40.0, opacity=opa)  # the capacity
+    torch.cuda.synchronize()
+    gamma = torch.tensor(0.1, device=device)
+    with pytest.raises(ValueError, match="gamma: a setting given as a CUDA tensor"):
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            renderer(pos, col, rad, cam, gamma, 40.0, opacity=opa)
+
+
+@cuda
 def test_reduce_overhead_matches_eager():
     device = torch.device("cuda")
     pos, col, rad, opa, cam = _scene(device, 11, 150)
