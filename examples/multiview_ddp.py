@@ -23,6 +23,7 @@ docs/distributed.md explains the method.
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import os
 import sys
@@ -297,6 +298,15 @@ def run_rank(
     return result
 
 
+def _shut_down() -> None:
+    """Destroys the process group while the interpreter is fully alive. The DDP model
+    holds the group, and a reference cycle can keep the model until the interpreter's
+    final collection, where gloo's worker threads then end the process with "terminate
+    called without an active exception": collect first, so the group goes now."""
+    gc.collect()
+    dist.destroy_process_group()
+
+
 def _spawned_rank(rank: int, world_size: int, args: argparse.Namespace, init_method: str, results) -> None:
     """Entry of a process started by ``main`` (torch.multiprocessing.spawn passes ``rank``)."""
     backend = "nccl" if args.device == "cuda" else "gloo"
@@ -308,7 +318,7 @@ def _spawned_rank(rank: int, world_size: int, args: argparse.Namespace, init_met
         if result is not None:
             results.put(result)
     finally:
-        dist.destroy_process_group()
+        _shut_down()
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Optional[Dict[str, float]]:
@@ -328,7 +338,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Optional[Dict[str, float]]:
         try:
             return run_rank(args, rank, world_size, local_rank, local_ranks)
         finally:
-            dist.destroy_process_group()
+            _shut_down()
 
     world_size = 2 if args.ranks is None else args.ranks
     if args.device == "cuda" and world_size > torch.cuda.device_count():
