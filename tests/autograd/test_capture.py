@@ -36,6 +36,20 @@ def test_instance_capacity_is_checked_and_kept():
     assert renderer.instance_capacity is None
 
 
+def test_a_copy_keeps_the_instance_capacity():
+    import copy
+    import pickle
+
+    from pulsar_py import ops
+
+    renderer = Renderer(24, 16)
+    renderer.instance_capacity = 5000
+    for twin in (copy.deepcopy(renderer), pickle.loads(pickle.dumps(renderer))):
+        assert twin.instance_capacity == 5000
+        assert twin._renderer_id != renderer._renderer_id
+        assert ops._capacities[twin._renderer_id] == 5000  # what its native renderers are made with
+
+
 # ---------------------------------------------------------------------------- CUDA
 
 
