@@ -40,6 +40,10 @@ struct CpuScratch {
                             // entries[offsets[b*n_tiles+t] .. offsets[b*n_tiles+t+1])
   HostBuffer entries;       // int32 [n_instances]: sphere ids
   std::int64_t n_instances = 0;
+  // A camera's binning split into parts (setup_bin.cpp): the parts' sorted runs, int32
+  // [B, N], and their tile counts, then cursors, int64 [B, parts, n_tiles].
+  HostBuffer merge_runs;
+  HostBuffer part_tile_counts;
   HostBuffer instance_grads;  // T [n_instances, 5 + C]: (pos 3, radius, opacity, features C)
   HostBuffer tile_camera_grads;  // CameraGrad<T> [B * n_tiles]
   HostBuffer tile_background_grads;  // T [B * n_tiles, C]
@@ -51,8 +55,9 @@ struct CpuScratch {
 
   std::size_t bytes() const {
     return records.capacity() + order.capacity() + tile_offsets.capacity() + entries.capacity() +
-           instance_grads.capacity() + tile_camera_grads.capacity() + tile_background_grads.capacity() +
-           pixel_scratch.capacity() + tile_entries.capacity() + packed_cameras.capacity() + zero_features.capacity();
+           merge_runs.capacity() + part_tile_counts.capacity() + instance_grads.capacity() +
+           tile_camera_grads.capacity() + tile_background_grads.capacity() + pixel_scratch.capacity() +
+           tile_entries.capacity() + packed_cameras.capacity() + zero_features.capacity();
   }
 };
 

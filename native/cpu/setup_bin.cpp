@@ -85,13 +85,13 @@ void cpu_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, Cpu
     // Each part collects and sorts the visible spheres of its index range into the
     // merge buffer; the sorted runs are then merged pairwise into `order`, each merge
     // split at co-ranks of its output so that every part writes a piece.
-    std::vector<std::int32_t> runs(std::size_t(batch) * n);
+    std::int32_t* runs = scratch.merge_runs.reserve<std::int32_t>(std::size_t(batch) * n, "merge runs");
     std::vector<std::int64_t> run_end(std::size_t(batch) * parts);
     parallel_for(scratch.workers(), std::int64_t(batch) * parts, [&](std::int64_t item, int) {
       const std::int64_t b = item / parts;
       const int p = int(item % parts);
       const SphereRecord<T>* rec = records + b * n;
-      std::int32_t* out = runs.data() + b * n + split(n, p);
+      std::int32_t* out = runs + b * n + split(n, p);
       std::int64_t count = 0;
       for (std::int64_t i = split(n, p); i < split(n, p + 1); ++i)
         if (!rec[i].bounds.empty()) out[count++] = std::int32_t(i);
@@ -105,7 +105,7 @@ void cpu_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, Cpu
       std::int64_t* start = run_start.data() + std::size_t(b) * (parts + 1);
       start[0] = 0;
       for (int p = 0; p < parts; ++p) {
-        std::int32_t* row = runs.data() + std::int64_t(b) * n;
+        std::int32_t* row = runs + std::int64_t(b) * n;
         // start[p] <= split(n, p): a forward copy towards the front (or none).
         if (start[p] != split(n, p))
           std::copy(row + split(n, p), row + split(n, p) + run_end[b * parts + p], row + start[p]);
@@ -114,7 +114,7 @@ void cpu_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, Cpu
       visible_count[b] = start[parts];
     }
     // Merge rounds: runs of width w (in runs) merged into runs of width 2w.
-    std::int32_t* src_base = runs.data();
+    std::int32_t* src_base = runs;
     std::int32_t* dst_base = order;
     for (int width = 1; width < parts; width *= 2) {
       parallel_for(scratch.workers(), std::int64_t(batch) * parts, [&](std::int64_t item, int) {
@@ -153,8 +153,8 @@ void cpu_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, Cpu
       parallel_for(scratch.workers(), std::int64_t(batch) * parts, [&](std::int64_t item, int) {
         const std::int64_t b = item / parts;
         const int p = int(item % parts);
-        std::copy(runs.data() + b * n + split(visible_count[b], p),
-                  runs.data() + b * n + split(visible_count[b], p + 1), order + b * n + split(visible_count[b], p));
+        std::copy(runs + b * n + split(visible_count[b], p), runs + b * n + split(visible_count[b], p + 1),
+                  order + b * n + split(visible_count[b], p));
       });
   }
 
@@ -172,9 +172,11 @@ void cpu_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, Cpu
 
   // Tile counts per (camera, part) of the sorted order; a tile's entries from part p
   // follow those of parts before p.
-  std::vector<std::int64_t> part_counts(std::size_t(batch) * parts * n_tiles, 0);
+  const std::size_t n_part_counts = std::size_t(batch) * parts * n_tiles;
+  std::int64_t* part_counts = scratch.part_tile_counts.reserve<std::int64_t>(n_part_counts, "part tile counts");
+  std::fill(part_counts, part_counts + n_part_counts, std::int64_t(0));
   parallel_for(scratch.workers(), std::int64_t(batch) * parts, [&](std::int64_t item, int) {
-    std::int64_t* tile_count = part_counts.data() + item * n_tiles;
+    std::int64_t* tile_count = part_counts + item * n_tiles;
     each_tile_of_part(item / parts, int(item % parts), [&](std::int64_t tile, std::int32_t) { ++tile_count[tile]; });
   });
   offsets[0] = 0;
@@ -204,7 +206,7 @@ void cpu_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, Cpu
 
   // Fill each tile's list in depth order.
   parallel_for(scratch.workers(), std::int64_t(batch) * parts, [&](std::int64_t item, int) {
-    std::int64_t* cursor = part_counts.data() + item * n_tiles;
+    std::int64_t* cursor = part_counts + item * n_tiles;
     each_tile_of_part(item / parts, int(item % parts),
                       [&](std::int64_t tile, std::int32_t sphere) { entries[cursor[tile]++] = sphere; });
   });
