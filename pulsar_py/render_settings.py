@@ -66,6 +66,7 @@ _at = 0
 for _part in _PARTS:
     _SPANS.append((_at, _at + len(_part._fields)))
     _at += len(_part._fields)
+_CONFIG, _BLEND, _CAMERA, _OUTPUTS, _CHECKS = (slice(a, b) for a, b in _SPANS)  # for decode
 #: Every field of RenderSettings, in the order of its encoding (and of debug snapshots).
 FIELDS = tuple(name for part in _PARTS for name in part._fields)
 
@@ -91,7 +92,25 @@ class RenderSettings(NamedTuple):
         converted where an int or bool is needed."""
         if type(values) is cls:
             return values
-        return cls._make(part._make(values[a:b]) for part, (a, b) in zip(_PARTS, _SPANS))
+        # A compiled call decodes the same few encodings on every call: they are kept (a
+        # few hundred distinct ones at most), each made once with tuple.__new__ per part.
+        key = tuple(values)
+        settings = _decoded.get(key)
+        if settings is None:
+            if len(_decoded) > 256:
+                _decoded.clear()
+            new = tuple.__new__
+            settings = _decoded[key] = new(
+                cls,
+                (
+                    new(NativeConfig, key[_CONFIG]),
+                    new(BlendSettings, key[_BLEND]),
+                    new(CameraSpec, key[_CAMERA]),
+                    new(OutputSpec, key[_OUTPUTS]),
+                    new(CallChecks, key[_CHECKS]),
+                ),
+            )
+        return settings
 
     def flat(self) -> Dict[str, float]:
         """Every field by its name (FIELDS): a debug snapshot's record."""
@@ -101,6 +120,9 @@ class RenderSettings(NamedTuple):
     def from_flat(cls, fields: Dict[str, float]) -> "RenderSettings":
         """The settings of ``flat()``'s record."""
         return cls.decode([fields[name] for name in FIELDS])
+
+
+_decoded: Dict[tuple, RenderSettings] = {}
 
 
 class PackSettings(NamedTuple):
