@@ -587,32 +587,12 @@ def backward_arguments(ctx, grad_image, grad_moments) -> Optional[BackwardOperan
     if grad_image is None and grad_moments is None:
         return None
     need = ctx.needs_input_grad
-    positions, features, radii, opacities, background, cameras, values, image, state, counts, moments = (
-        ctx.saved_tensors
-    )
+    # render_setup_context saved the operands from positions to depth_moments, in order.
+    saved = ctx.saved_tensors
     if grad_image is None:
-        grad_image = torch.zeros_like(image)
-    needs = [
-        bool(need[i]) and t is not None
-        for i, t in enumerate((positions, features, radii, opacities, background, cameras))
-    ]
-    return BackwardOperands(
-        grad_image,
-        grad_moments,
-        positions,
-        features,
-        radii,
-        opacities,
-        background,
-        cameras,
-        values,
-        image,
-        state,
-        counts,
-        moments,
-        ctx.settings,
-        needs,
-    )
+        grad_image = torch.zeros_like(saved[7])  # the image
+    needs = [bool(need[i]) and t is not None for i, t in enumerate(saved[:6])]
+    return BackwardOperands(grad_image, grad_moments, *saved, ctx.settings, needs)
 
 
 def input_gradients(grads, args: BackwardOperands) -> tuple:
