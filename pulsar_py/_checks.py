@@ -29,15 +29,11 @@ import torch
 
 from . import camera_layouts as _layouts
 from ._arguments import (  # noqa: F401 - the package reads them here with the rules built on them
-    FLOAT_DTYPES,
     MAX_IMAGE_SIDE,
     DeferredValueChecks,
     check_bool,
-    check_bounded,
-    check_finite,
     check_float,
     check_int,
-    check_range,
     check_readable,
     check_tensor,
     fail,

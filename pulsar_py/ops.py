@@ -271,7 +271,7 @@ def call_values(gamma, percent_allowed_difference, min_depth, max_depth) -> Tens
     settings = (gamma, percent_allowed_difference, min_depth, max_depth)
     if not torch.compiler.is_compiling():
         for name, v in zip(_VALUE_NAMES, settings):
-            if isinstance(v, Tensor) and v.is_cuda and torch.cuda.is_current_stream_capturing():
+            if isinstance(v, Tensor) and capturing(v.device):
                 raise ValueError(
                     f"{name}: a setting given as a CUDA tensor is read on the host, which a CUDA-graph "
                     f"capture cannot wait for; give it as a Python number or a CPU tensor (read when the "
