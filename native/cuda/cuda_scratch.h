@@ -169,6 +169,7 @@ struct CudaScratch {
   // launches are gated on them: LaunchGate); null after a synchronised binning.
   const std::int64_t* device_counts = nullptr;
   bool allocations_kept = false;  // set at the first capture: keep_allocations on every buffer
+  bool binning_captured = false;  // the last binning's stream was being captured
   // Between cuda_begin_binning and cuda_finish_binning: the item of each rank (in one of
   // depth_order's buffers; null when no binning is in flight) and the tile depth bounds
   // (null: none).

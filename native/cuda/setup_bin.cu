@@ -364,14 +364,18 @@ constexpr int kThreads = 256;
 
 namespace {
 
-// The instance capacity that sizes this binning, 0 for a binning that reads its count
-// back: a fixed capacity always; under stream capture the learnt one (a capture cannot
-// wait for the count).
-std::int64_t binning_capacity(cudaStream_t stream, CudaScratch& scratch) {
-  if (scratch.fixed_capacity > 0) return scratch.fixed_capacity;
+bool stream_capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   PULSAR_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  if (capture == cudaStreamCaptureStatusNone) return 0;
+  return capture != cudaStreamCaptureStatusNone;
+}
+
+// The instance capacity that sizes this binning, 0 for a binning that reads its count
+// back: a fixed capacity always; in a capture the learnt one (a capture cannot wait for
+// the count).
+std::int64_t binning_capacity(bool captured, const CudaScratch& scratch) {
+  if (scratch.fixed_capacity > 0) return scratch.fixed_capacity;
+  if (!captured) return 0;
   if (scratch.learnt_capacity == 0)
     throw std::runtime_error(
         "pulsar: instance_capacity: a captured call needs an instance capacity, and this renderer has neither "
@@ -420,16 +424,14 @@ void cuda_begin_binning(const RendererConfig& config, const SceneArgs& scene, co
   if (total_tiles >= (std::int64_t(1) << 32))  // tile keys are uint32
     throw std::runtime_error("pulsar: " + std::to_string(total_tiles) +
                              " tiles exceed the CUDA backend's limit of 2^32 - 1; render fewer cameras per call");
-  const std::int64_t capacity = binning_capacity(stream, scratch);
-  if (capacity > 0) {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    PULSAR_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-    if (capture != cudaStreamCaptureStatusNone && !scratch.allocations_kept) {
-      scratch.for_each_buffer([](DeviceBuffer& b) { b.keep_allocations(); });
-      scratch.allocations_kept = true;
-    }
-    if (capture == cudaStreamCaptureStatusNone) cuda_check_overflow_copy(scratch);
+  const bool captured = stream_capturing(stream);
+  scratch.binning_captured = captured;
+  const std::int64_t capacity = binning_capacity(captured, scratch);
+  if (captured && !scratch.allocations_kept) {
+    scratch.for_each_buffer([](DeviceBuffer& b) { b.keep_allocations(); });
+    scratch.allocations_kept = true;
   }
+  if (capacity > 0 && !captured) cuda_check_overflow_copy(scratch);
   auto* spheres = scratch.spheres.reserve<GpuSphere<T>>(std::size_t(items), "sphere records");
   const std::size_t word_count = std::size_t(CameraWords::kCount) * std::size_t(scene.batch_size);
   auto* words = scratch.camera_words.reserve<std::uint32_t>(word_count, "per-camera words");
@@ -563,17 +565,13 @@ void cuda_finish_binning(const RendererConfig& config, const SceneArgs& scene, c
   maps_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream>>>(count, device_count, slots.Current(), slot_sphere,
                                                                     scratch.entry_sphere(), scratch.entry_slot());
   PULSAR_CUDA_LAUNCH_CHECK("maps_kernel");
-  if (device_count != nullptr) {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    PULSAR_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-    if (capture == cudaStreamCaptureStatusNone) {
-      // Outside a capture: the overflow record comes back without waiting, read by the
-      // next call (cuda_check_overflow_copy).
-      PULSAR_CUDA_CHECK(cudaMemcpyAsync(scratch.host_overflow, scratch.overflow_record, sizeof(std::int64_t),
-                                        cudaMemcpyDeviceToHost, stream));
-      PULSAR_CUDA_CHECK(cudaEventRecord(scratch.overflow_ready, stream));
-      scratch.overflow_pending = true;
-    }
+  if (device_count != nullptr && !scratch.binning_captured) {
+    // Outside a capture: the overflow record comes back without waiting, read by the
+    // next call (cuda_check_overflow_copy).
+    PULSAR_CUDA_CHECK(cudaMemcpyAsync(scratch.host_overflow, scratch.overflow_record, sizeof(std::int64_t),
+                                      cudaMemcpyDeviceToHost, stream));
+    PULSAR_CUDA_CHECK(cudaEventRecord(scratch.overflow_ready, stream));
+    scratch.overflow_pending = true;
   }
 }
 
