@@ -33,6 +33,32 @@ struct HitLanes {
   float grad_s[kMax], grad_opacity[kMax], grad_depth[kMax], depth_term[kMax];
   float grad_cx[kMax], grad_cy[kMax], grad_cz[kMax], grad_radius[kMax], ray_x[kMax], ray_y[kMax], ray_z[kMax];
 
+  // Lane l's inputs: the hit's blend weight and terms (HitTerms), pair k of the batch's
+  // pairs (PairBatch) and entry `at` of the tile's arrays (TileEntryArrays). The tiny bits
+  // are the caller's (set once per batch).
+  template <typename Terms, typename Pairs, typename Tile>
+  void load(int l, float hit_weight, const Terms& t, const Pairs& pairs, int k, const Tile& tile, std::int64_t at) {
+    weight[l] = hit_weight;
+    g[l] = t.g;
+    opacity[l] = t.opacity;
+    unit[l] = t.unit;
+    slope[l] = t.slope;
+    kappa[l] = pairs.kappa[k];
+    depth[l] = pairs.depth[k];
+    half_chord[l] = pairs.half_chord[k];
+    delta[l] = pairs.delta[k];
+    ux[l] = pairs.ux[k];
+    uy[l] = pairs.uy[k];
+    uz[l] = pairs.uz[k];
+    cx[l] = tile.cx[at];
+    cy[l] = tile.cy[at];
+    cz[l] = tile.cz[at];
+    dist[l] = tile.dist[at];
+    radius[l] = tile.radius[at];
+    inv_radius[l] = tile.inv_radius[at];
+    inv_two_dist[l] = tile.inv_two_dist[at];
+  }
+
   void compute(int n, const BlendParams<float>& bp) {
     for (int l = 0; l < n; l += PULSAR_CPU_PAIR_LANES) group(l, bp);
   }

@@ -277,27 +277,8 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
                   has_dominant = true;
                   continue;
                 }
-                const std::int64_t at = t.e - first;  // in the tile's arrays
-                lanes.weight[n_lanes] = weight;
-                lanes.g[n_lanes] = t.g;
-                lanes.opacity[n_lanes] = t.opacity;
-                lanes.unit[n_lanes] = t.unit;
-                lanes.slope[n_lanes] = t.slope;
-                lanes.kappa[n_lanes] = pairs.kappa[k];
-                lanes.depth[n_lanes] = pairs.depth[k];
-                lanes.half_chord[n_lanes] = pairs.half_chord[k];
-                lanes.delta[n_lanes] = pairs.delta[k];
-                lanes.ux[n_lanes] = pairs.ux[k];
-                lanes.uy[n_lanes] = pairs.uy[k];
-                lanes.uz[n_lanes] = pairs.uz[k];
+                lanes.load(n_lanes, weight, t, pairs, k, tile, t.e - first);
                 lanes_tiny |= std::uint32_t(PairBatch<T, kHitBatch>::bit(pairs.tiny, k)) << n_lanes;
-                lanes.cx[n_lanes] = tile.cx[at];
-                lanes.cy[n_lanes] = tile.cy[at];
-                lanes.cz[n_lanes] = tile.cz[at];
-                lanes.dist[n_lanes] = tile.dist[at];
-                lanes.radius[n_lanes] = tile.radius[at];
-                lanes.inv_radius[n_lanes] = tile.inv_radius[at];
-                lanes.inv_two_dist[n_lanes] = tile.inv_two_dist[at];
                 lane_row[n_lanes] = t.e;
                 ++n_lanes;
               }
