@@ -562,7 +562,8 @@ def add_camera_vector_checks(
         )
     if layout.rotation_size == 6:
         # Gram-Schmidt of the two rows needs them non-zero and not parallel.
-        a1, a2 = layout.rotation(cams)[:, 0:3], layout.rotation(cams)[:, 3:6]
+        rotation = layout.rotation(cams)
+        a1, a2 = rotation[:, 0:3], rotation[:, 3:6]
         sine = torch.linalg.cross(a1, a2).norm(dim=-1) / (a1.norm(dim=-1) * a2.norm(dim=-1))
         checks.add(
             ~(sine > 1e-6).all(),

@@ -21,6 +21,7 @@ from typing import Dict, Optional
 import torch
 
 from ._snapshot import TENSOR_NAMES
+from .camera_layouts import VALID_PARAM_LENGTHS
 from .ops import render
 from .outputs import DEPTH_STATS
 from .render_settings import FIELDS, RenderSettings
@@ -55,7 +56,7 @@ def _check_snapshot(path: str, snap: object) -> None:
     lead = tuple(pos.shape[:-1])
     cams = tensors["cameras"]
     length = s.camera.camera_length if s.camera.camera_length else 15
-    if s.camera.camera_length not in (0, 8, 10, 11, 13):
+    if s.camera.camera_length not in (0,) + VALID_PARAM_LENGTHS:
         _fail(path, f"settings.camera_length: expected 0, 8, 10, 11 or 13, got {s.camera.camera_length}")
     if not isinstance(cams, torch.Tensor) or cams.dim() != 2 or cams.shape[1] != length or cams.shape[0] < 1:
         _fail(path, f"cameras: expected [B, {length}], got {getattr(cams, 'shape', type(cams).__name__)}")

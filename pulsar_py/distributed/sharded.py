@@ -167,7 +167,6 @@ def sharded_render(
     ``operands``: the operator's (positions, features, radii, opacities or None, background
     or None, cameras); ``values``: the call's settings given as data (ops.call_values), or
     None."""
-    inputs = operands
     positions, _, _, _, background, cameras = operands
     settings = ops.resolved_settings(settings, values)
     settings = settings._replace(outputs=settings.outputs._replace(partial=True))
@@ -175,9 +174,9 @@ def sharded_render(
         batch = positions.shape[0] if positions.dim() == 3 else 0
         fields = settings.flat()
         check_ranks_agree(cameras, background, [*(fields[name] for name in _AGREED), batch], group)
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs):
-        return _ShardedRender.apply(*inputs, settings, group)
-    return _forward(*inputs, settings, group)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in operands):
+        return _ShardedRender.apply(*operands, settings, group)
+    return _forward(*operands, settings, group)
 
 
 def _forward(positions, features, radii, opacities, background, cameras, settings, group):
