@@ -191,9 +191,10 @@ def check_depths(max_depth: object, min_depth: object) -> DepthRange:
 
 
 def depth_like(depth: Setting, like: torch.Tensor) -> torch.Tensor:
-    """``depth`` (a number or a 0-dim tensor) as a tensor of ``like``'s shape and dtype."""
+    """``depth`` (a number or a 0-dim tensor, on any device) as a tensor of ``like``'s
+    shape, dtype and device."""
     if isinstance(depth, torch.Tensor):
-        return depth.to(like.dtype).expand_as(like)
+        return depth.to(device=like.device, dtype=like.dtype).expand_as(like)
     return torch.full_like(like, depth)
 
 
@@ -213,10 +214,11 @@ def near_for_focal(focal: torch.Tensor) -> torch.Tensor:
 
 def resolve_near(min_depth: Union[float, torch.Tensor], focal: torch.Tensor) -> torch.Tensor:
     """[B] near depths: ``min_depth``, or where it is 0 ``near_for_focal(focal)``, in the
-    dtype of ``focal``."""
+    dtype and on the device of ``focal`` (a tensor ``min_depth`` may be on another)."""
     near = near_for_focal(focal)
     if isinstance(min_depth, torch.Tensor):
-        return torch.where(min_depth == 0, near, min_depth.to(focal.dtype).expand_as(focal))
+        depth = min_depth.to(device=focal.device, dtype=focal.dtype)
+        return torch.where(depth == 0, near, depth.expand_as(focal))
     return near if min_depth == 0 else torch.full_like(focal, min_depth)
 
 

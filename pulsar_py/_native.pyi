@@ -39,6 +39,7 @@ class RenderOptions:
     max_n_hits: int  # < 0: unlimited
     stream: int  # cudaStream_t as an integer; 0 on the CPU
     partial: bool  # a share's state instead of the image (include/pulsar/renderer.h)
+    values: int  # float64 [4] call values in the device's memory (gamma, p, near, far), or 0
     @overload
     def __init__(self) -> None: ...
     @overload
@@ -145,6 +146,7 @@ class CameraParamsArgs:
     min_depth: float  # 0: focal length + 2e-6
     max_depth: float
     params: int  # [B, L]
+    values: int  # call values (RenderOptions.values) whose depths replace the two above, or 0
     def __init__(self) -> None: ...
 
 def camera_params_to_packed(args: CameraParamsArgs, packed: int) -> None:

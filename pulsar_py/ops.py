@@ -224,9 +224,11 @@ def _scene_args(
 _options_cache: Dict[tuple, "_native.RenderOptions"] = {}
 
 
-def _options(s: RenderSettings, device: torch.device) -> "_native.RenderOptions":
+def _options(s: RenderSettings, device: torch.device, values: Optional[Tensor] = None) -> "_native.RenderOptions":
     """The native options of a call, one object per distinct value (the native core only
-    reads them); a few hundred distinct values at most are kept."""
+    reads them); a few hundred distinct values at most are kept. With ``values`` (on the
+    render's device) the kernels read gamma, p and the depth range from them: a new object
+    for its pointer."""
     key = (
         s.blend.gamma,
         s.blend.percent_allowed_difference,
@@ -241,6 +243,10 @@ def _options(s: RenderSettings, device: torch.device) -> "_native.RenderOptions"
         options = _native.RenderOptions(key[0], key[1], int(key[2]), key[3])
         options.partial = bool(s.outputs.partial)
         _options_cache[key] = options
+    if values is not None:
+        options = _native.RenderOptions(key[0], key[1], int(key[2]), key[3])
+        options.partial = bool(s.outputs.partial)
+        options.values = values.data_ptr()
     return options
 
 
@@ -263,25 +269,26 @@ def _failed(error: RuntimeError, stage: str, s: RenderSettings, device: torch.de
 
 
 # ------------------------------------------------------------------ settings as data
-def call_values(gamma, percent_allowed_difference, min_depth, max_depth) -> Tensor:
-    """The render operator's ``values`` (float64 [4] on the CPU, ``CallValue``'s slots)
-    of a call's settings, Python numbers or 0-dim tensors, which are copied (a tensor on a
-    GPU: a synchronisation in an eager call). No tensor's graph is followed: the settings
-    get no gradient."""
+def call_values(gamma, percent_allowed_difference, min_depth, max_depth, device: torch.device) -> Tensor:
+    """The render operator's ``values`` (float64 [4] on the render's ``device``,
+    ``CallValue``'s slots) of a call's settings, Python numbers (traced ones included) or
+    0-dim tensors, which are copied there (the native kernels read them where they run, so
+    a captured CUDA graph reads a tensor's value at each replay). No tensor's graph is
+    followed: the settings get no gradient."""
     settings = (gamma, percent_allowed_difference, min_depth, max_depth)
-    if not torch.compiler.is_compiling():
+    if not torch.compiler.is_compiling() and capturing(device):
         for name, v in zip(_VALUE_NAMES, settings):
-            if isinstance(v, Tensor) and capturing(v.device):
+            if isinstance(v, Tensor) and v.device != device:
                 raise ValueError(
-                    f"{name}: a setting given as a CUDA tensor is read on the host, which a CUDA-graph "
-                    f"capture cannot wait for; give it as a Python number or a CPU tensor (read when the "
-                    f"call is captured)"
+                    f"{name}: a setting given as a tensor on {v.device} cannot be copied to {device} inside a "
+                    f"CUDA-graph capture; give it as a tensor on {device} (changed in place between replays) "
+                    f"or as a Python number (fixed when the call is captured)"
                 )
-    one = torch.ones((), dtype=torch.float64)
+    one = torch.ones((), dtype=torch.float64, device=device)
     # A number enters as one * x: torch.compile keeps a float that a tensor operation
     # takes dynamic, where torch.tensor([x]) would specialise on its value.
     return torch.stack(
-        [v.detach().to(device="cpu", dtype=torch.float64) if isinstance(v, Tensor) else one * v for v in settings]
+        [v.detach().to(device=device, dtype=torch.float64) if isinstance(v, Tensor) else one * v for v in settings]
     )
 
 
@@ -289,22 +296,43 @@ def call_values(gamma, percent_allowed_difference, min_depth, max_depth) -> Tens
 _VALUE_NAMES = ("gamma", "percent_allowed_difference", "min_depth", "max_depth")
 
 
-def resolved_settings(settings: RenderSettings, values: Optional[Tensor]) -> RenderSettings:
+def resolved_settings(settings: RenderSettings, values: Optional[Tensor], read: bool = True) -> RenderSettings:
     """``settings`` with the numbers of ``values`` (None: as they are) in their slots,
-    checked as the renderer checks numbers (ValueError naming the setting)."""
+    checked as the renderer checks numbers (ValueError naming the setting). Reading CUDA
+    values waits for the device; with ``read`` False they are left to the kernels (which
+    take them from ``values`` whether or not they were read here) and ``settings`` keep
+    their placeholders."""
     if values is None:
         return settings
-    if values.shape != (CallValue.COUNT,) or values.dtype != torch.float64 or values.device.type != "cpu":
+    if values.shape != (CallValue.COUNT,) or values.dtype != torch.float64:
         raise ValueError(
-            f"values: expected a float64 tensor of shape [{CallValue.COUNT}] on the CPU, got shape "
-            f"{tuple(values.shape)}, dtype {values.dtype} on {values.device}"
+            f"values: expected a float64 tensor of shape [{CallValue.COUNT}], got shape "
+            f"{tuple(values.shape)}, dtype {values.dtype}"
         )
+    if not read:
+        return settings
     gamma, percent, near, far = values.tolist()
     _checks.check_call_numbers(gamma, percent, near, far)
     blend = settings.blend._replace(gamma=gamma, percent_allowed_difference=percent)
     if not settings.camera.camera_length:  # packed cameras carry their depths: the slots are only checked
         return settings._replace(blend=blend)
     return settings._replace(blend=blend, camera=settings.camera._replace(min_depth=near, max_depth=far))
+
+
+def read_values(settings: RenderSettings, values: Optional[Tensor], device: torch.device) -> bool:
+    """Whether a call's ``values`` are read (and checked) on the host: always on the CPU;
+    on CUDA when value checks are on and nothing is being captured (the value checks wait
+    for the device anyway), else the kernels take them as they are (out of range: a NaN
+    image, native/core/scene_view.h). ValueError for values the kernels cannot read: not
+    on the render's ``device`` or not contiguous."""
+    if values is None:
+        return False
+    if values.device != device or not values.is_contiguous():
+        raise ValueError(
+            f"values: expected a contiguous tensor on the render's device {device}, got one on {values.device}"
+            + ("" if values.is_contiguous() else f" with strides {values.stride()}")
+        )
+    return values.device.type == "cpu" or (bool(settings.checks.check_values) and not capturing(device))
 
 
 # ------------------------------------------------------------------ pulsar::render
@@ -338,13 +366,15 @@ class _NativeCall(NamedTuple):
 
 
 def _render_forward(
-    positions, features, radii, opacities, background, cameras, settings
+    positions, features, radii, opacities, background, cameras, values, settings
 ) -> Tuple[Tuple[Optional[Tensor], ...], _NativeCall]:
     """The render: (image, blend_state, counts, forward_info or None, depth_moments or
-    None), and the native call for the backward. ``settings``: RenderSettings, or its
-    encoding (the operator's argument)."""
+    None), and the native call for the backward. ``values``: the call's settings as data
+    (call_values) or None; ``settings``: RenderSettings, or its encoding (the operator's
+    argument)."""
     s = settings if type(settings) is RenderSettings else RenderSettings.decode(settings)
     dtype, device = positions.dtype, positions.device
+    s = resolved_settings(s, values, read_values(s, values, device))
     positions, features, radii = (
         _native_view(positions, dtype),
         _native_view(features, dtype),
@@ -354,10 +384,11 @@ def _render_forward(
     background = (
         default_background(features.shape[-1], dtype, device) if background is None else _native_view(background, dtype)
     )
+    lead = _lead(s, _batch(cameras))
+    scene = _scene_args(s, positions, features, radii, opacities, background, cameras)  # read by the native call
     if s.checks.check_values and not capturing(device):
         _checks.check_values(positions, features, radii, opacities, background, cameras, s)
     native = native_renderer(s, features.shape[-1], device)
-    lead = _lead(s, _batch(cameras))
     outputs: List[Tensor] = []
 
     def make_outputs() -> "_native.ForwardOutputs":
@@ -379,8 +410,7 @@ def _render_forward(
             image.data_ptr(), state.data_ptr(), hits, hits + 4 * math.prod(lead), _ptr(info), _ptr(moments)
         )
 
-    scene = _scene_args(s, positions, features, radii, opacities, background, cameras)
-    options = _options(s, device)
+    options = _options(s, device, values)
     try:
         native.forward(scene, options, make_outputs)
     except RuntimeError as error:
@@ -408,9 +438,9 @@ def _check_operands(operands: tuple, s: RenderSettings) -> None:
 
 
 def _render_kernel(positions, features, radii, opacities, background, cameras, values, settings):
-    s = resolved_settings(RenderSettings.decode(settings), values)
+    s = RenderSettings.decode(settings)
     _check_operands((positions, features, radii, opacities, background, cameras), s)
-    outputs = _render_forward(positions, features, radii, opacities, background, cameras, s)[0]
+    outputs = _render_forward(positions, features, radii, opacities, background, cameras, values, s)[0]
     # The operator returns a tensor for every output: [0] for forward info and depth
     # moments that were not asked for (eager calls get None, _RenderFunction).
     return tuple(positions.new_empty((0,)) if t is None else t for t in outputs)
@@ -505,14 +535,15 @@ def _render_backward_impl(operands: BackwardOperands, call: Optional[_NativeCall
             view(cameras),
         )
         background = None if background is None else view(background)
-        s = resolved_settings(RenderSettings.decode(settings), values)
+        s = RenderSettings.decode(settings) if type(settings) is not RenderSettings else settings
+        s = resolved_settings(s, values, read_values(s, values, device))
         if background is None:
             background = default_background(features.shape[-1], dtype, device)
         call = _NativeCall(
             s,
             native_renderer(s, features.shape[-1], device),
             _scene_args(s, positions, features, radii, opacities, background, cameras),
-            _options(s, device),
+            _options(s, device, values),
             (),
         )
     s = call.settings
@@ -712,9 +743,9 @@ class _RenderFunction(torch.autograd.Function):
     rendered before the node is made (the device bins while the host builds it)."""
 
     @staticmethod
-    def forward(ctx, positions, features, radii, opacities, background, cameras, settings, rendered):
+    def forward(ctx, positions, features, radii, opacities, background, cameras, values, settings, rendered):
         output, ctx.call = rendered
-        inputs = (positions, features, radii, opacities, background, cameras, None, settings)
+        inputs = (positions, features, radii, opacities, background, cameras, values, settings)
         render_setup_context(ctx, inputs, output)
         return output
 
@@ -722,8 +753,8 @@ class _RenderFunction(torch.autograd.Function):
     def backward(ctx, grad_image, _state, _counts, _info, grad_moments):
         args = backward_arguments(ctx, grad_image, grad_moments)
         if args is None:
-            return (None,) * 8
-        return input_gradients(_render_backward_impl(args, call=ctx.call), args)
+            return (None,) * 9
+        return (*input_gradients(_render_backward_impl(args, call=ctx.call), args), None)  # and rendered
 
 
 def _plain(t: Optional[Tensor]) -> bool:
@@ -759,8 +790,7 @@ def render_call(
         and _plain(background)
         and _plain(cameras)
     ):
-        settings = resolved_settings(settings, values)
-        rendered = _render_forward(positions, features, radii, opacities, background, cameras, settings)
+        rendered = _render_forward(positions, features, radii, opacities, background, cameras, values, settings)
         if torch.is_grad_enabled() and (
             positions.requires_grad
             or features.requires_grad
@@ -769,6 +799,8 @@ def render_call(
             or (opacities is not None and opacities.requires_grad)
             or (background is not None and background.requires_grad)
         ):
-            return _RenderFunction.apply(positions, features, radii, opacities, background, cameras, settings, rendered)
+            return _RenderFunction.apply(
+                positions, features, radii, opacities, background, cameras, values, settings, rendered
+            )
         return rendered[0]
     return render(positions, features, radii, opacities, background, cameras, values, settings.encode())

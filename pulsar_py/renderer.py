@@ -354,15 +354,17 @@ class Renderer(torch.nn.Module):
             _checks.check_batch(cams.shape[0], self.width, self.height)
         batched = request.batched or scene.batched or camera_input.batched
         vectors = camera_input.length > 0
-        # Python numbers travel in the settings (constants of a traced graph); when any
-        # of the four is a tensor, all four travel in the values tensor, whose slots the
-        # settings then hold as placeholders (0). Packed cameras carry their own depths
-        # (the settings' are 0), which the values still bring to be checked.
+        # An eager call's Python numbers travel in the settings. When any of the four is
+        # a tensor, or the call is traced (where a number may be a symbol: the settings
+        # would make it a constant the graph guards on), all four travel in the values
+        # tensor on the render's device, whose slots the settings then hold as
+        # placeholders (0). Packed cameras carry their own depths (the settings' are 0),
+        # which the values still bring to be checked.
         gamma, percent = checked.gamma, checked.percent_allowed_difference
         near, far = depths
         values = None
-        if not all(map(_checks.is_number, (gamma, percent, near, far))):
-            values = ops.call_values(gamma, percent, near, far)
+        if not eager or not all(map(_checks.is_number, (gamma, percent, near, far))):
+            values = ops.call_values(gamma, percent, near, far, scene.positions.device)
             gamma = percent = near = far = 0.0
         if not vectors:
             near = far = 0.0
@@ -393,7 +395,7 @@ class Renderer(torch.nn.Module):
             scene.positions, scene.features, scene.radii, scene.opacities, scene.background, cams, values, settings
         )
         if eager:  # after the call: the device works meanwhile
-            self._warn_once(checked, scene, cams)
+            self._warn_once(checked, scene, cams.requires_grad)
         return RawOutputs(image, counts[0], info, moments, batched)
 
     def _render(
@@ -505,10 +507,11 @@ class Renderer(torch.nn.Module):
         native = self._native_camera(cams, depths, bool(first_R_then_T))
         return CameraInput(self._pack(native, depths), 0, batched, right_handed, orthographic)
 
-    def _warn_once(self, checked: _checks.CallSettings, scene: _checks.SceneTensors, cams: torch.Tensor) -> None:
+    def _warn_once(self, checked: _checks.CallSettings, scene: _checks.SceneTensors, camera_grad: bool) -> None:
         """Warnings, once per renderer: a small gamma with geometry or camera gradients
-        (a gamma given as a tensor is not read for it), and a gamma or
-        percent_allowed_difference tensor that requires grad (it gets none)."""
+        (``camera_grad``: whether the cameras require grad; a gamma given as a tensor is
+        not read for it), and a gamma or percent_allowed_difference tensor that requires
+        grad (it gets none)."""
         gamma = checked.gamma
         if not self._warned_setting_grad:
             for name, value in (("gamma", gamma), ("percent_allowed_difference", checked.percent_allowed_difference)):
@@ -521,7 +524,7 @@ class Renderer(torch.nn.Module):
                     self._warned_setting_grad = True
         if not _checks.is_number(gamma) or gamma >= 1e-3 or self._warned_small_gamma or not torch.is_grad_enabled():
             return
-        if scene.positions.requires_grad or scene.radii.requires_grad or cams.requires_grad:
+        if scene.positions.requires_grad or scene.radii.requires_grad or camera_grad:
             warnings.warn(
                 f"gamma={gamma} < 1e-3: geometry and camera gradients become very sharp and "
                 "may be unstable for optimisation",

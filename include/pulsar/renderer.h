@@ -66,9 +66,23 @@ struct SceneArgs {
   bool right_handed = false;        // optical axis = -normalize(pdy x pdx)
 };
 
+// Slots of a call's values (RenderOptions::values, CameraParamsArgs::values).
+struct CallValue {
+  enum : int { kGamma = 0, kPercentAllowedDifference = 1, kMinDepth = 2, kMaxDepth = 3, kCount = 4 };
+};
+
 struct RenderOptions {
   double gamma = 0.1;                       // in [1e-5, 1]
   double percent_allowed_difference = 0.0;  // p in [0, 1); 0 disables early termination
+  // The call's settings as data, or null: double[CallValue::kCount] in the backend's
+  // memory (device memory on CUDA). When set, the kernels read gamma and p from it instead
+  // of the two fields above, and a conversion of camera vectors reads its depth range from
+  // it (CameraVectors' depths are ignored; packed cameras carry their own), so that a
+  // captured CUDA graph reads the values current at each replay. Checked where they are
+  // (call_values_valid: gamma in [1e-5, 1], p in [0, 1), 0 <= near < far < inf): on the
+  // CPU by the call (std::invalid_argument); on CUDA, where the host does not read them,
+  // values out of range make the image, its state and every gradient NaN.
+  const double* values = nullptr;
   std::int64_t max_n_hits = -1;             // hard cap on processed hits per pixel; < 0: none
   void* stream = nullptr;                   // CUDA stream (cudaStream_t); ignored on the CPU
   // Asked by the CPU backend from the calling thread between work items, at most every
@@ -235,6 +249,9 @@ struct CameraParamsArgs {
   double min_depth = 0.0;         // near depth, world units; 0: focal length + 2e-6
   double max_depth = 1.0;         // far depth, world units (stored, not validated)
   const void* params = nullptr;   // [B, L] camera vectors
+  // Or null: a call's values (RenderOptions::values), whose depth slots replace min_depth
+  // and max_depth where the conversion runs (device memory on CUDA).
+  const double* values = nullptr;
 };
 
 // Writes packed [B, 15] (camera.h layout: eye, p00_rel, pdx, pdy, focal, resolved

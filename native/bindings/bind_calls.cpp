@@ -63,8 +63,8 @@ void bind_calls(py::module_& m) {
   pointer_field(scene, "background", &SceneArgs::background);
   pointer_field(scene, "cameras", &SceneArgs::cameras);
 
-  py::class_<RenderOptions>(m, "RenderOptions")
-      .def(py::init<>())
+  py::class_<RenderOptions> options(m, "RenderOptions");
+  options.def(py::init<>())
       .def(
           py::init([](double gamma, double percent_allowed_difference, std::int64_t max_n_hits, std::uintptr_t stream) {
             RenderOptions o;
@@ -78,10 +78,9 @@ void bind_calls(py::module_& m) {
       .def_readwrite("gamma", &RenderOptions::gamma)
       .def_readwrite("percent_allowed_difference", &RenderOptions::percent_allowed_difference)
       .def_readwrite("max_n_hits", &RenderOptions::max_n_hits)
-      .def_readwrite("partial", &RenderOptions::partial)
-      .def_property(
-          "stream", [](const RenderOptions& o) { return reinterpret_cast<std::uintptr_t>(o.stream); },
-          [](RenderOptions& o, std::uintptr_t v) { o.stream = reinterpret_cast<void*>(v); });
+      .def_readwrite("partial", &RenderOptions::partial);
+  pointer_field(options, "stream", &RenderOptions::stream);
+  pointer_field(options, "values", &RenderOptions::values);
 
   py::class_<ForwardOutputs> fwd(m, "ForwardOutputs");
   fwd.def(py::init<>())
@@ -165,6 +164,7 @@ void bind_calls(py::module_& m) {
       .def_readwrite("max_depth", &CameraParamsArgs::max_depth);
   pointer_field(cam, "stream", &CameraParamsArgs::stream);
   pointer_field(cam, "params", &CameraParamsArgs::params);
+  pointer_field(cam, "values", &CameraParamsArgs::values);
 
   // One native op each way for the camera conversion (the GIL is kept: both are a few
   // hundred flops per camera on the CPU and a kernel launch on CUDA).

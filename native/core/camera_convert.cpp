@@ -32,7 +32,7 @@ void check_camera_params_args(const CameraParamsArgs& args) {
 
 template <typename T>
 void cpu_to_packed(const CameraParamsArgs& args, T* packed) {
-  const CameraParamsSpec spec = camera_params_spec(args);
+  const CameraParamsSpec spec = with_call_depths(camera_params_spec(args), args.values);
   const T* params = static_cast<const T*>(args.params);
   for (int b = 0; b < args.batch_size; ++b)
     packed_camera_from_params<T>(params + std::size_t(b) * args.length, spec, packed + std::size_t(b) * CAMERA_PARAMS);
@@ -40,7 +40,7 @@ void cpu_to_packed(const CameraParamsArgs& args, T* packed) {
 
 template <typename T>
 void cpu_backward(const CameraParamsArgs& args, const T* grad_packed, T* grad_params) {
-  const CameraParamsSpec spec = camera_params_spec(args);
+  const CameraParamsSpec spec = with_call_depths(camera_params_spec(args), args.values);
   const T* params = static_cast<const T*>(args.params);
   for (int b = 0; b < args.batch_size; ++b) {
     const std::size_t in = std::size_t(b) * args.length;

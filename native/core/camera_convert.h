@@ -8,7 +8,8 @@
 
 namespace pulsar {
 
-// The per-call part of CameraParamsArgs that the per-camera conversion reads.
+// The per-call part of CameraParamsArgs that the per-camera conversion reads (its depth
+// range as the fields give it: with_call_depths takes it from the values where they are).
 inline CameraParamsSpec camera_params_spec(const CameraParamsArgs& args) {
   CameraParamsSpec spec;
   spec.length = args.length;
@@ -19,6 +20,16 @@ inline CameraParamsSpec camera_params_spec(const CameraParamsArgs& args) {
   spec.first_R_then_T = args.first_R_then_T;
   spec.min_depth = args.min_depth;
   spec.max_depth = args.max_depth;
+  return spec;
+}
+
+// `spec` with the depth range of a call's values (CameraParamsArgs::values; null: as it
+// is). Read where the conversion runs: on the device for a CUDA call.
+PULSAR_HD CameraParamsSpec with_call_depths(CameraParamsSpec spec, const double* values) {
+  if (values) {
+    spec.min_depth = values[CallValue::kMinDepth];
+    spec.max_depth = values[CallValue::kMaxDepth];
+  }
   return spec;
 }
 

@@ -4,6 +4,7 @@
 #include "backend.h"
 #include "camera_convert.h"
 #include "errors.h"
+#include "scene_view.h"
 #include "tiling.h"
 
 #include <stdexcept>
@@ -52,10 +53,20 @@ void Renderer::check_call(const SceneArgs& scene, const RenderOptions& options) 
   PULSAR_REQUIRE(scene.n_spheres == 0 || (scene.positions && scene.features && scene.radii),
                  "positions, features, radii: null pointer");
   PULSAR_REQUIRE(scene.background && scene.cameras, "background, cameras: null pointer");
-  PULSAR_REQUIRE(options.gamma >= 1e-5 && options.gamma <= 1.0, "gamma: expected a value in [1e-5, 1], got ",
-                 options.gamma);
-  PULSAR_REQUIRE(options.percent_allowed_difference >= 0 && options.percent_allowed_difference < 1,
-                 "percent_allowed_difference: expected a value in [0, 1), got ", options.percent_allowed_difference);
+  if (options.values != nullptr && config_.device == DeviceKind::CPU) {  // on CUDA: on the device
+    const double* v = options.values;
+    PULSAR_REQUIRE(call_values_valid(v),
+                   "values: expected gamma in [1e-5, 1], percent_allowed_difference in [0, 1) and 0 <= min_depth < "
+                   "max_depth < inf, got ",
+                   v[CallValue::kGamma], ", ", v[CallValue::kPercentAllowedDifference], ", ", v[CallValue::kMinDepth],
+                   ", ", v[CallValue::kMaxDepth]);
+  }
+  if (options.values == nullptr) {
+    PULSAR_REQUIRE(options.gamma >= 1e-5 && options.gamma <= 1.0, "gamma: expected a value in [1e-5, 1], got ",
+                   options.gamma);
+    PULSAR_REQUIRE(options.percent_allowed_difference >= 0 && options.percent_allowed_difference < 1,
+                   "percent_allowed_difference: expected a value in [0, 1), got ", options.percent_allowed_difference);
+  }
   PULSAR_REQUIRE(options.max_n_hits != 0, "max_n_hits: expected >= 1 (or negative: unlimited), got 0");
   const int length = scene.camera_vectors.length;
   PULSAR_REQUIRE(length == 0 || length == 8 || length == 10 || length == 11 || length == 13,
@@ -119,6 +130,7 @@ CameraParamsArgs conversion_of(const SceneArgs& scene, const RendererConfig& con
   args.first_R_then_T = scene.camera_vectors.first_R_then_T;
   args.min_depth = scene.camera_vectors.min_depth;
   args.max_depth = scene.camera_vectors.max_depth;
+  args.values = options.values;
   args.params = scene.cameras;
   return args;
 }

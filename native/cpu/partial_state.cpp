@@ -10,7 +10,7 @@ template <typename T>
 void cpu_partial_state(const RendererConfig& config, const RenderOptions& options, int batch_size,
                        const ForwardOutputs& out, CpuScratch& scratch) {
   const int channels = config.n_channels;
-  const T bg_exponent = T(config.background_normalized_depth / options.gamma);  // as blend_params_of
+  const T bg_exponent = T(config.background_normalized_depth / call_gamma(options));  // as blend_params_of
   auto* image = static_cast<T*>(out.image);
   auto* state = static_cast<T*>(out.blend_state);
   // One work item per image row.

@@ -20,10 +20,12 @@ constexpr int kThreads = 128;
 constexpr int kTangentChunk = 1;
 
 template <typename T>
-__global__ void camera_to_packed_kernel(CameraParamsSpec spec, int batch, const T* params, T* packed) {
+__global__ void camera_to_packed_kernel(CameraParamsSpec spec, const double* values, int batch, const T* params,
+                                        T* packed) {
   const int b = int(blockIdx.x) * blockDim.x + threadIdx.x;
   if (b >= batch) return;
-  packed_camera_from_params<T>(params + std::size_t(b) * spec.length, spec, packed + std::size_t(b) * CAMERA_PARAMS);
+  packed_camera_from_params<T>(params + std::size_t(b) * spec.length, with_call_depths(spec, values),
+                               packed + std::size_t(b) * CAMERA_PARAMS);
 }
 
 // Runs of kTangentChunk columns per camera.
@@ -33,8 +35,9 @@ __host__ __device__ inline int runs_per_camera(const CameraParamsSpec& spec) {
 
 // One thread per (camera, run of kTangentChunk columns of its dL/dparams).
 template <typename T>
-__global__ void camera_backward_kernel(CameraParamsSpec spec, int batch, const T* params, const T* grad_packed,
-                                       T* grad_params) {
+__global__ void camera_backward_kernel(CameraParamsSpec spec, const double* values, int batch, const T* params,
+                                       const T* grad_packed, T* grad_params) {
+  spec = with_call_depths(spec, values);
   const int runs = runs_per_camera(spec);
   const int t = int(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= batch * runs) return;
@@ -72,7 +75,7 @@ void cuda_camera_params_to_packed(const CameraParamsArgs& args, void* packed) {
   on_device(args, [&](auto tag, const CameraParamsSpec& spec, cudaStream_t stream) {
     using T = decltype(tag);
     camera_to_packed_kernel<T><<<blocks_for(args.batch_size), kThreads, 0, stream>>>(
-        spec, args.batch_size, static_cast<const T*>(args.params), static_cast<T*>(packed));
+        spec, args.values, args.batch_size, static_cast<const T*>(args.params), static_cast<T*>(packed));
     PULSAR_CUDA_LAUNCH_CHECK("camera_to_packed_kernel");
   });
 }
@@ -81,7 +84,7 @@ void cuda_camera_params_backward(const CameraParamsArgs& args, const void* grad_
   on_device(args, [&](auto tag, const CameraParamsSpec& spec, cudaStream_t stream) {
     using T = decltype(tag);
     camera_backward_kernel<T><<<blocks_for(args.batch_size * runs_per_camera(spec)), kThreads, 0, stream>>>(
-        spec, args.batch_size, static_cast<const T*>(args.params), static_cast<const T*>(grad_packed),
+        spec, args.values, args.batch_size, static_cast<const T*>(args.params), static_cast<const T*>(grad_packed),
         static_cast<T*>(grad_params));
     PULSAR_CUDA_LAUNCH_CHECK("camera_backward_kernel");
   });

@@ -82,7 +82,7 @@ class CudaBackend final : public Backend {
     DeviceGuard guard(config_.device_index);
     dispatch_dtype(scene.dtype, [&](auto tag) {
       cuda_reduce_gradients<decltype(tag)>(config_, scene, grads, stream(options), scratch_);
-      cuda_gradients_nan_on_overflow<decltype(tag)>(config_, scene, grads, stream(options), scratch_);
+      cuda_gradients_nan_on_failure<decltype(tag)>(config_, scene, options, grads, stream(options), scratch_);
     });
   }
 

@@ -301,8 +301,9 @@ void cuda_begin_binning(const RendererConfig& config, const SceneArgs& scene, co
 template <typename T>
 void cuda_finish_binning(const RendererConfig& config, const SceneArgs& scene, cudaStream_t stream,
                          CudaScratch& scratch);
-// The arrays a call writes NaN over when its binning, sized by a capacity, overflowed it
-// (its lists miss instances: its outputs would be silently wrong).
+// The arrays a call writes NaN over when its outputs would be silently wrong: its binning,
+// sized by a capacity, overflowed it (its lists miss instances), or its values
+// (RenderOptions::values, which no host read) are out of range.
 struct OverflowTargets {
   static constexpr int kMax = 6;
   void* values[kMax] = {};
@@ -315,11 +316,13 @@ struct OverflowTargets {
     }
   }
 };
-// After a binning sized by its capacity (scratch.device_counts non-null): NaN over the
-// targets if its count on the device exceeded the capacity (one launch; nothing when the
-// binning read its count back).
+// After a binning sized by its capacity (scratch.device_counts non-null) or a call with
+// values (options.values): NaN over the targets if its count on the device exceeded the
+// capacity or its values are out of range (call_values_valid; one launch; nothing for a
+// binning that read its count back and a call without values).
 template <typename T>
-void cuda_nan_on_overflow(const CudaScratch& scratch, const OverflowTargets& targets, cudaStream_t stream);
+void cuda_nan_on_failure(const CudaScratch& scratch, const RenderOptions& options, const OverflowTargets& targets,
+                         cudaStream_t stream);
 // Outside a capture: reads the overflow record an earlier unsynchronised binning copied
 // back, if the copy is done (no waiting), and throws for a recorded overflow.
 void cuda_check_overflow_copy(CudaScratch& scratch);
@@ -346,11 +349,11 @@ template <typename T>
 void cuda_reduce_sphere_rows(const RendererConfig& config, const SceneArgs& scene, const GradientOutputs& grads,
                              cudaStream_t stream, const CudaScratch& scratch, T* rows, std::int64_t lo, std::int64_t hi,
                              bool first);
-// After reduce_gradients of a binning sized by its capacity: NaN over every requested
-// gradient (cameras as packed [B, 15]) if the binning overflowed the capacity.
+// After reduce_gradients: NaN over every requested gradient (cameras as packed [B, 15])
+// as cuda_nan_on_failure decides.
 template <typename T>
-void cuda_gradients_nan_on_overflow(const RendererConfig& config, const SceneArgs& scene, const GradientOutputs& grads,
-                                    cudaStream_t stream, const CudaScratch& scratch);
+void cuda_gradients_nan_on_failure(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
+                                   const GradientOutputs& grads, cudaStream_t stream, const CudaScratch& scratch);
 // A partial render's last step (backend.h, partial_state).
 template <typename T>
 void cuda_partial_state(const RendererConfig& config, const RenderOptions& options, int batch_size,

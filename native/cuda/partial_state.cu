@@ -10,8 +10,11 @@ namespace pulsar {
 namespace {
 
 template <typename T>
-__global__ void partial_state_kernel(T* image, T* state, std::int64_t pixels, int channels, T bg_exponent) {
+__global__ void partial_state_kernel(T* image, T* state, std::int64_t pixels, int channels, double beta,
+                                     RenderOptions options) {
   const std::int64_t pix = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  // As blend_params_of; on the device, where a call's values are.
+  const T bg_exponent = T(beta / call_gamma(options));
   if (pix < pixels) to_partial_state(image + pix * channels, channels, state + 2 * pix, bg_exponent);
 }
 
@@ -22,9 +25,9 @@ void cuda_partial_state(const RendererConfig& config, const RenderOptions& optio
                         const ForwardOutputs& out, cudaStream_t stream) {
   const std::int64_t pixels = std::int64_t(batch_size) * config.width * config.height;
   constexpr int kThreads = 256;
-  const T bg_exponent = T(config.background_normalized_depth / options.gamma);  // as blend_params_of
   partial_state_kernel<T><<<blocks_for(pixels, kThreads), kThreads, 0, stream>>>(
-      static_cast<T*>(out.image), static_cast<T*>(out.blend_state), pixels, config.n_channels, bg_exponent);
+      static_cast<T*>(out.image), static_cast<T*>(out.blend_state), pixels, config.n_channels,
+      config.background_normalized_depth, options);
   PULSAR_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -915,9 +915,9 @@ void cuda_render_backward(const RendererConfig& config, const SceneArgs& scene, 
 }
 
 template <typename T>
-void cuda_gradients_nan_on_overflow(const RendererConfig& config, const SceneArgs& scene, const GradientOutputs& grads,
-                                    cudaStream_t stream, const CudaScratch& scratch) {
-  if (scratch.device_counts == nullptr) return;
+void cuda_gradients_nan_on_failure(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
+                                   const GradientOutputs& grads, cudaStream_t stream, const CudaScratch& scratch) {
+  if (scratch.device_counts == nullptr && options.values == nullptr) return;
   const std::int64_t spheres = scene.n_spheres * (scene.shared_spheres ? 1 : scene.batch_size);
   OverflowTargets targets;
   targets.add(grads.positions, 3 * spheres);
@@ -926,13 +926,13 @@ void cuda_gradients_nan_on_overflow(const RendererConfig& config, const SceneArg
   targets.add(grads.opacities, spheres);
   targets.add(grads.background, config.n_channels);
   targets.add(grads.cameras, std::int64_t(scene.batch_size) * CAMERA_PARAMS);
-  cuda_nan_on_overflow<T>(scratch, targets, stream);
+  cuda_nan_on_failure<T>(scratch, options, targets, stream);
 }
 
-template void cuda_gradients_nan_on_overflow<float>(const RendererConfig&, const SceneArgs&, const GradientOutputs&,
-                                                    cudaStream_t, const CudaScratch&);
-template void cuda_gradients_nan_on_overflow<double>(const RendererConfig&, const SceneArgs&, const GradientOutputs&,
-                                                     cudaStream_t, const CudaScratch&);
+template void cuda_gradients_nan_on_failure<float>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
+                                                   const GradientOutputs&, cudaStream_t, const CudaScratch&);
+template void cuda_gradients_nan_on_failure<double>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
+                                                    const GradientOutputs&, cudaStream_t, const CudaScratch&);
 
 template void cuda_render_backward<float>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
                                           const BackwardArgs&, const GradientOutputs&, cudaStream_t, CudaScratch&);

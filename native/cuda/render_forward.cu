@@ -387,15 +387,16 @@ void cuda_render_forward(const RendererConfig& config, const SceneArgs& scene, c
     case 4: launch<T, 4>(config, scene, options, out, stream, scratch, blocks); break;
     default: launch<T, 0>(config, scene, options, out, stream, scratch, blocks); break;
   }
-  // A binning sized by its capacity that overflowed it: NaN, never a silently wrong image.
-  if (scratch.device_counts != nullptr) {
+  // A binning sized by its capacity that overflowed it, or values out of range: NaN, never
+  // a silently wrong image.
+  if (scratch.device_counts != nullptr || options.values != nullptr) {
     const std::int64_t pixels = std::int64_t(config.width) * config.height * scene.batch_size;
     OverflowTargets targets;
     targets.add(out.image, pixels * config.n_channels);
     targets.add(out.blend_state, pixels * 2);
     targets.add(out.forward_info, out.forward_info ? pixels * (3 + 2 * config.n_track) : 0);
     targets.add(out.depth_moments, out.depth_moments ? pixels * kDepthStats : 0);
-    cuda_nan_on_overflow<T>(scratch, targets, stream);
+    cuda_nan_on_failure<T>(scratch, options, targets, stream);
   }
 }
 

@@ -578,11 +578,13 @@ void cuda_finish_binning(const RendererConfig& config, const SceneArgs& scene, c
 namespace {
 
 // NaN over every target's values when the binning's count on the device exceeds its
-// capacity.
+// capacity (device_count non-null) or the call's values are out of range (values
+// non-null).
 template <typename T>
-__global__ void nan_on_overflow_kernel(const std::int64_t* device_count, std::int64_t capacity,
-                                       OverflowTargets targets) {
-  if (*device_count <= capacity) return;
+__global__ void nan_on_failure_kernel(const std::int64_t* device_count, std::int64_t capacity, const double* values,
+                                      OverflowTargets targets) {
+  const bool overflow = device_count != nullptr && *device_count > capacity;
+  if (!overflow && (values == nullptr || call_values_valid(values))) return;
   for (int t = 0; t < targets.count; ++t) {
     T* values = static_cast<T*>(targets.values[t]);
     for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < targets.sizes[t];
@@ -594,18 +596,22 @@ __global__ void nan_on_overflow_kernel(const std::int64_t* device_count, std::in
 }  // namespace
 
 template <typename T>
-void cuda_nan_on_overflow(const CudaScratch& scratch, const OverflowTargets& targets, cudaStream_t stream) {
-  if (scratch.device_counts == nullptr || targets.count == 0) return;
+void cuda_nan_on_failure(const CudaScratch& scratch, const RenderOptions& options, const OverflowTargets& targets,
+                         cudaStream_t stream) {
+  if ((scratch.device_counts == nullptr && options.values == nullptr) || targets.count == 0) return;
   std::int64_t largest = 0;
   for (int t = 0; t < targets.count; ++t) largest = std::max(largest, targets.sizes[t]);
   const unsigned blocks =
       unsigned(std::min<std::int64_t>(blocks_for(largest, kThreads), 4 * std::int64_t(scratch.sm_count)));
-  nan_on_overflow_kernel<T><<<blocks, kThreads, 0, stream>>>(scratch.device_counts, scratch.list_room, targets);
-  PULSAR_CUDA_LAUNCH_CHECK("nan_on_overflow_kernel");
+  nan_on_failure_kernel<T>
+      <<<blocks, kThreads, 0, stream>>>(scratch.device_counts, scratch.list_room, options.values, targets);
+  PULSAR_CUDA_LAUNCH_CHECK("nan_on_failure_kernel");
 }
 
-template void cuda_nan_on_overflow<float>(const CudaScratch&, const OverflowTargets&, cudaStream_t);
-template void cuda_nan_on_overflow<double>(const CudaScratch&, const OverflowTargets&, cudaStream_t);
+template void cuda_nan_on_failure<float>(const CudaScratch&, const RenderOptions&, const OverflowTargets&,
+                                         cudaStream_t);
+template void cuda_nan_on_failure<double>(const CudaScratch&, const RenderOptions&, const OverflowTargets&,
+                                          cudaStream_t);
 
 template void cuda_begin_binning<float>(const RendererConfig&, const SceneArgs&, const RenderOptions&, cudaStream_t,
                                         CudaScratch&);

@@ -200,6 +200,7 @@ __global__ void cover_kernel(RendererConfig config, SceneArgs scene, RenderOptio
                              const std::uint32_t* camera_words, const std::uint8_t* settled,
                              unsigned long long* histogram, int buckets, CoverPass pass) {
   constexpr unsigned kFullMask = 0xffffffffu;
+  if (!(call_percent_allowed_difference(options) > 0)) return;  // no cut (tile_bound_kernel)
   const std::int64_t n = scene.n_spheres;
   const std::int64_t rank = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int lane = int(threadIdx.x % 32);
@@ -287,9 +288,12 @@ __global__ void tile_bound_kernel(RendererConfig config, SceneArgs scene, Render
   const int b = int(item / n_tiles);
   if (pass.later() && (settled[item] || !cover_pass_needed(camera_words, b, pass.index))) return;
   const DepthRange range = depth_range_of(camera_words, b);
+  // Without early termination (p = 0 among a call's values, which the host does not read)
+  // no tile is cut: its bound is infinite and settled by the first pass.
+  const bool cuts = call_percent_allowed_difference(options) > 0;
   double best = INFINITY;
-  bool is_settled = false;
-  if (!range.empty) {
+  bool is_settled = !cuts;
+  if (!range.empty && cuts) {
     const CameraFrame<T> cam = camera_of<T>(scene, b, config.orthographic);
     const BlendParams<T> bp = blend_params_of(cam, config, options);
     const double s_ref = reference_exponent(bp, range);
@@ -357,7 +361,9 @@ template <typename T>
 const float* cuda_tile_depth_bound(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
                                    cudaStream_t stream, CudaScratch& scratch, const std::int32_t* order,
                                    const std::uint32_t* rank_keys) {
-  if (!(options.percent_allowed_difference > 0) || scene.n_spheres == 0) return nullptr;
+  // A call's values (RenderOptions::values) decide on the device whether the bounds cut.
+  const bool may_cut = options.values != nullptr || options.percent_allowed_difference > 0;
+  if (!may_cut || scene.n_spheres == 0) return nullptr;
   const Tiling tiling = Tiling::of(config.width, config.height);
   const std::int64_t n_tiles = tiling.n_tiles();
   const std::int64_t total_tiles = n_tiles * scene.batch_size;

@@ -356,7 +356,8 @@ def test_backward_reuses_or_rebuilds_the_binning_with_the_same_gradients(device)
     kwargs = scene.call_kwargs(F64, device)
     leaves = {n: kwargs[n].clone().requires_grad_() for n in ("vert_pos", "vert_col", "vert_rad", "cam_params")}
     grads = []
-    moved = kwargs["cam_params"] + torch.tensor([0.05, -0.03, 0.1] + [0.0] * (kwargs["cam_params"].shape[-1] - 3))
+    shift = [0.05, -0.03, 0.1] + [0.0] * (kwargs["cam_params"].shape[-1] - 3)
+    moved = kwargs["cam_params"] + torch.tensor(shift, device=device)
     for others in (0, 2):
         image = renderer(**{**kwargs, **leaves})
         for k in range(others):  # other forwards in between, with other radii and cameras

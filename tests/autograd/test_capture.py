@@ -303,16 +303,51 @@ def test_a_capture_without_a_capacity_is_a_clear_error():
 
 
 @cuda
-def test_a_cuda_tensor_setting_in_a_capture_is_a_clear_error():
-    """A setting tensor is read on the host: on a GPU that would wait for the device, which
-    a capture cannot; the error names the setting before anything is recorded."""
+def test_setting_tensors_changed_in_place_take_effect_at_the_next_replay():
+    """gamma, percent_allowed_difference and max_depth as CUDA tensors: the captured graph
+    reads their values at each replay (early termination switched on and off included),
+    bit for bit what an eager call with those numbers gives."""
+    device = torch.device("cuda")
+    renderer, reference = Renderer(40, 32).to(device), Renderer(40, 32).to(device)
+    static = _leaves(_scene(device, 21, 300))
+    # float64: the values the Python numbers of the reference calls have.
+    gamma, percent, far = (torch.tensor(v, dtype=torch.float64, device=device) for v in (0.1, 0.0, 40.0))
+
+    def step(renderer=renderer, settings=(gamma, percent, far)):
+        pos, col, rad, opa, cam = static
+        g, p, f = settings
+        image = renderer(pos, col, rad, cam, g, f, opacity=opa, percent_allowed_difference=p)
+        return image.detach(), torch.autograd.grad((image * image).sum(), static)
+
+    _warm_up(step)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        image, grads = step()
+    for values in ((0.05, 0.0, 40.0), (0.3, 0.01, 35.0), (0.02, 0.02, 12.0), (0.1, 0.0, 40.0)):
+        for tensor, value in zip((gamma, percent, far), values):
+            tensor.fill_(value)
+        graph.replay()
+        want_image, want_grads = step(reference, values)
+        assert torch.equal(image, want_image), values
+        for label, a, b in zip(("pos", "col", "rad", "opa", "cam"), grads, want_grads):
+            assert b.abs().max() > 0, label
+            assert torch.equal(a, b), f"{values}: {label}"
+    gamma.fill_(2.0)  # out of range: the kernels, which read it, make the image NaN
+    graph.replay()
+    assert image.isnan().all() and all(g.isnan().any() for g in grads)
+
+
+@cuda
+def test_a_setting_tensor_on_another_device_in_a_capture_is_a_clear_error():
+    """A CPU tensor setting would be copied to the device inside the capture; the error
+    names the setting before anything is recorded."""
     device = torch.device("cuda")
     renderer = Renderer(40, 32).to(device)
     pos, col, rad, opa, cam = _scene(device, 13, 50)
     renderer(pos, col, rad, cam, 0.1, 40.0, opacity=opa)  # the capacity
     torch.cuda.synchronize()
-    gamma = torch.tensor(0.1, device=device)
-    with pytest.raises(ValueError, match="gamma: a setting given as a CUDA tensor"):
+    gamma = torch.tensor(0.1)
+    with pytest.raises(ValueError, match="gamma: a setting given as a tensor on cpu"):
         with torch.cuda.graph(torch.cuda.CUDAGraph()):
             renderer(pos, col, rad, cam, gamma, 40.0, opacity=opa)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import operator_settings
+from helpers import DEVICES, operator_settings
 from scenes import scene_in_front
 
 from pulsar_py import Camera, Renderer, ops
@@ -74,9 +74,16 @@ def test_a_tensor_changed_in_place_takes_effect_in_a_compiled_call():
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
 
 
-def test_float_settings_stay_constants_of_a_traced_call():
-    """Python numbers make no values tensor, traced or not: a compiled call with constant
-    settings runs what it ran before settings could be data."""
+@pytest.mark.parametrize("dynamic, frames", [(True, 1), (None, 2)])
+def test_annealed_float_settings_compile_at_most_the_automatic_dynamic_frames(dynamic, frames):
+    """Python numbers of a traced call travel in the values tensor, not the settings, so a
+    float annealed over ten steps is never a guarded constant: one frame when compiled
+    dynamic; by default torch.compile traces the first call with its numbers as constants
+    and the second generically (automatic dynamic), and no step after recompiles."""
+    assert _frames(_render_step(), ANNEALED_GAMMA, ANNEALED_MAX_DEPTH, dynamic=dynamic) == (frames, 0, True)
+
+
+def test_numbers_of_a_traced_call_travel_as_values():
     seen = []
     real = ops.render_call
 
@@ -90,10 +97,9 @@ def test_float_settings_stay_constants_of_a_traced_call():
     try:
         torch._dynamo.reset()
         torch.compile(lambda: renderer(pos, col, rad, cam, 0.1, 30.0, opacity=opa))()
-        torch.compile(lambda: renderer(pos, col, rad, cam, torch.tensor(0.1), 30.0, opacity=opa))()
     finally:
         ops.render_call = real
-    assert seen[0] is None and isinstance(seen[1], torch.Tensor)
+    assert isinstance(seen[0], torch.Tensor) and seen[0].device == pos.device
 
 
 def test_an_annealed_min_depth_compiles_one_frame():
@@ -191,7 +197,43 @@ def test_values_of_a_wrong_form_are_refused_by_the_operator():
     settings = operator_settings(gamma=0.0, max_depth=0.0, batch_dim=False).encode()
     with pytest.raises(ValueError, match=r"values: expected a float64 tensor of shape \[4\]"):
         ops.render(pos, col, rad, opa, None, cam[None], torch.tensor([0.1, 0.01, 0.0, 30.0]), settings)
+    strided = torch.tensor([0.1, 0, 0.01, 0, 0.0, 0, 30.0, 0], dtype=torch.float64)[::2]
+    with pytest.raises(ValueError, match=r"values: expected a contiguous tensor .* strides \(2,\)"):
+        ops.render(pos, col, rad, opa, None, cam[None], strided, settings)
     image = ops.render(
         pos, col, rad, opa, None, cam[None], torch.tensor([0.1, 0.01, 0.0, 30.0], dtype=torch.float64), settings
     )[0]
     assert image.shape == (16, 24, 3) and image.isfinite().all()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("camera_kind", ["vectors", "Camera"])
+def test_values_the_kernels_read_unchecked_give_the_numbers_results_or_nan(device, camera_kind, monkeypatch):
+    """Values the host does not read (a CUDA call with value checks off, or captured) reach
+    the kernels as they are: the numbers' results bit for bit when in range (the depth
+    range of camera vectors and early termination included). Out of range, a NaN image
+    and NaN gradients on CUDA; the CPU's native call refuses them."""
+    renderer = Renderer(24, 16).to(device)
+    renderer.check_values = False  # as a CUDA call that leaves the values to the kernels
+    pos, col, rad, opa, cam = (t.to(device) for t in scene_in_front(4, 80, F32, False))
+    camera = cam if camera_kind == "vectors" else Camera.from_params(cam, 24, 16)
+    col.requires_grad_()
+
+    def render(gamma, percent, near, far):
+        image = renderer(pos, col, rad * 3, camera, gamma, far, min_depth=near, percent_allowed_difference=percent)
+        return image.detach(), torch.autograd.grad((image * image).sum(), col)[0]
+
+    monkeypatch.setattr(ops, "read_values", lambda *args: False)
+    as_tensors = lambda numbers: [torch.tensor(v, dtype=torch.float64) for v in numbers]  # noqa: E731  (exact)
+    for numbers in ((0.05, 0.0, 0.0, 31.0), (0.2, 0.02, 6.0, 12.0), (1e-3, 0.1, 7.0, 30.0)):
+        want = render(*numbers)
+        got = render(*as_tensors(numbers))
+        assert want[1].abs().max() > 0
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), numbers
+    for bad in ((2.0, 0.0, 0.0, 31.0), (0.1, 1.5, 0.0, 31.0), (0.1, 0.0, 9.0, 8.0), (float("nan"), 0.0, 0.0, 31.0)):
+        if device == "cpu":
+            with pytest.raises(ValueError, match="values: expected gamma in"):
+                render(*as_tensors(bad))
+            continue
+        image, grad = render(*as_tensors(bad))
+        assert image.isnan().all() and grad.isnan().all(), bad

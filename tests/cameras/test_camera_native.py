@@ -326,7 +326,7 @@ def test_native_renderer_names_a_bad_camera_vector_length():
     cams = _cams("cpu", 1)
     settings = operator_settings(WIDTH, HEIGHT, n_track=5, camera_length=9, check_values=False)
     with pytest.raises(ValueError, match="camera_vectors.length: expected 0 .*got 9"):
-        ops._render_forward(pos, col, rad, None, None, cams, settings)  # the native call, unchecked
+        ops._render_forward(pos, col, rad, None, None, cams, None, settings)  # the native call, unchecked
     with pytest.raises(ValueError, match="camera_length: expected 0, 8, 10, 11 or 13, got 9"):
         ops.render(pos, col, rad, None, None, cams, None, settings.encode())  # the operator checks first
 

@@ -52,8 +52,8 @@ def test_one_share_merged_alone_is_the_render(device, dtype, p):
     assert args[6] is None  # the numbers travel in the settings
     settings = args[7]._replace(outputs=args[7].outputs._replace(partial=True))
     with torch.no_grad():
-        (partial, state, counts, _, _), call = ops._render_forward(*args[:6], settings)
-        plain = ops._render_forward(*args[:6], args[7])[0]
+        (partial, state, counts, _, _), call = ops._render_forward(*args[:6], None, settings)
+        plain = ops._render_forward(*args[:6], None, args[7])[0]
     tol = 1e-12 if dtype == F64 else 2e-6
     assert (state[..., 1] >= 0).all()
     merged_image, merged_state = _merge_alone(partial, state, tensors["bg_col"].detach(), scene.beta / scene.gamma)
@@ -88,9 +88,9 @@ def test_a_partial_renders_depth_statistics_of_its_share(device):
     settings = args[7]
     assert settings.outputs.want_depth_moments
     with torch.no_grad():
-        plain = ops._render_forward(*args[:6], settings)[0]
+        plain = ops._render_forward(*args[:6], None, settings)[0]
         (_, state, _, _, moments), _ = ops._render_forward(
-            *args[:6], settings._replace(outputs=settings.outputs._replace(partial=True))
+            *args[:6], None, settings._replace(outputs=settings.outputs._replace(partial=True))
         )
     m, d_share = state[..., 0], state[..., 1]
     total = d_share + torch.exp(scene.beta / scene.gamma - m)
