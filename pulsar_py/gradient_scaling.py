@@ -143,7 +143,16 @@ def render_call(
     positions, features, radii, opacities, cameras = _ScaleGradients.apply(
         factors, positions, features, radii, opacities, cameras
     )
-    outputs = ops.render_call(positions, features, radii, opacities, background, cameras, None, settings)
+    # Camera vectors are converted once: the render and the camera factors take the packed
+    # form (the scaled gradient still reaches the vectors, through pulsar::pack_cameras).
+    packed = _packed_cameras(cameras, s)
+    rendered_cameras = cameras
+    if int(s.camera.camera_length):
+        rendered_cameras = packed if cameras.dim() == 2 else packed[0]
+        settings = settings._replace(
+            camera=settings.camera._replace(camera_length=0, first_R_then_T=False, min_depth=0.0, max_depth=0.0)
+        )
+    outputs = ops.render_call(positions, features, radii, opacities, background, rendered_cameras, None, settings)
     with torch.no_grad():
         counts = _tracked_pixel_counts(outputs[3], positions.shape[-2])  # [B, N]
         batch = counts.shape[0]
@@ -152,7 +161,9 @@ def render_call(
         safe = total.clamp_min(1).to(positions.dtype)
         factors.sphere = torch.where(total > 0, 1.0 / safe, torch.zeros_like(safe))
         if needs[4]:
-            factors.camera = _camera_factors(counts, positions.detach(), radii.detach(), cameras.detach(), s, batch)
+            factors.camera = _camera_factors(
+                counts, positions.detach(), radii.detach(), cameras, packed.detach(), s, batch
+            )
     return outputs
 
 
@@ -167,10 +178,10 @@ def _tracked_pixel_counts(info: Tensor, n: int) -> Tensor:
 
 
 def _camera_factors(
-    counts: Tensor, positions: Tensor, radii: Tensor, cameras: Tensor, s: ops.RenderSettings, batch: int
+    counts: Tensor, positions: Tensor, radii: Tensor, cameras: Tensor, packed: Tensor, s: ops.RenderSettings, batch: int
 ) -> Tensor:
-    """Per camera row (or [] for one unbatched camera), Pulsar's camera-gradient factor."""
-    packed = _packed_cameras(cameras, s)
+    """Per camera row of ``cameras`` (the caller's; or [] for one unbatched camera),
+    Pulsar's camera-gradient factor; ``packed``: their packed form [B', 15]."""
     if packed.shape[0] != batch:
         packed = packed.expand(batch, -1)
     pos = positions if positions.dim() == 3 else positions[None]

@@ -596,6 +596,13 @@ class Renderer(torch.nn.Module):
             scene, camera_input, mask_batched = self._masked_sh_scene(
                 spheres, camera, depths, first_R_then_T, sh_degree, mask
             )
+        native = None
+        if z_depth_wanted and camera_input.length:
+            # One conversion serves the render and z_depth: the render takes the packed form.
+            native = self._native_camera(
+                camera_input.cameras.reshape(-1, camera_input.length), depths, camera_input.first_R_then_T
+            )
+            camera_input = camera_input._replace(cameras=self._pack(native, depths), length=0, first_R_then_T=False)
         settings = _checks.check_call_settings(gamma, percent_allowed_difference, max_n_hits)
         request = OutputRequest(want_info, True, mask_batched)
         raw = self._call(scene, camera_input, settings, depths, request, "camera")
@@ -607,13 +614,10 @@ class Renderer(torch.nn.Module):
         depth, distortion = depth_from_moments(raw.depth_moments, near, far)
         z_depth = None
         if z_depth_wanted:
-            cams, length = camera_input.cameras, camera_input.length
-            camera = (
-                NativeCamera.from_packed(cams.reshape(-1, 15), camera_input.right_handed, camera_input.orthographic)
-                if length == 0
-                else self._native_camera(cams.reshape(-1, length), depths, camera_input.first_R_then_T)
-            )
-            cosines = ray_axis_cosines(camera, self.width, self.height)
+            if native is None:
+                cams = camera_input.cameras.reshape(-1, 15)
+                native = NativeCamera.from_packed(cams, camera_input.right_handed, camera_input.orthographic)
+            cosines = ray_axis_cosines(native, self.width, self.height)
             z_depth = depth * (cosines if raw.batched else cosines[0])
         return RenderResult(
             image=raw.image,

@@ -83,6 +83,21 @@ def test_pulsar_scaling_keeps_the_camera_gradient_direction():
     torch.testing.assert_close(pulsar[4], exact[4] * factor, rtol=1e-10, atol=1e-15)
 
 
+def test_pulsar_scaling_converts_camera_vectors_once(monkeypatch):
+    """The render and the camera factors share one conversion (pulsar::pack_cameras); the
+    render takes the packed cameras."""
+    from pulsar_py import ops
+
+    leaves = _scene(seed=3)
+    conversions, render_cameras = [], []
+    pack, render_call = ops.pack_cameras, ops.render_call
+    monkeypatch.setattr(ops, "pack_cameras", lambda *a: conversions.append(1) or pack(*a))
+    monkeypatch.setattr(ops, "render_call", lambda *a: render_cameras.append(a[5].shape[-1]) or render_call(*a))
+    _, _, grads = _grads("pulsar", leaves)
+    assert (len(conversions), render_cameras) == (1, [15])
+    assert float(grads[4].abs().max()) > 0
+
+
 def _box_extent(centre_px: float, half_px: float, size: int) -> float:
     """Pixel extent of Pulsar's screen box [floor(lo), ceil(hi) + 1) clipped to the image."""
     low = math.floor(max(centre_px - half_px, 0.0))
