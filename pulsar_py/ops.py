@@ -18,8 +18,8 @@ Shapes (B cameras, N spheres, C channels, K = n_track, image H x W):
     positions [B?, N, 3], features [B?, N, C], radii [B?, N], opacities [B?, N] or None
     (all 1), background [C] or None (ones); cameras [B, 15] packed (include/pulsar/
     camera.h) or [B, L] Pulsar camera vectors, L in {8, 10, 11, 13}, which the native
-    call converts (its gradient comes back as [B, L]); values float64 [4] on the CPU
-    (``CallValue``: gamma, percent_allowed_difference, min_depth, max_depth) or None.
+    call converts (its gradient comes back as [B, L]); values float64 [4] on the render's
+    device (``CallValue``: gamma, percent_allowed_difference, min_depth, max_depth) or None.
     image [B, H, W, C]; blend_state [B, H, W, 2] (m, D); counts int32 [2, B, H, W] (the
     hit count, then the traversal end the backward reads); forward_info [B, H, W, 3 + 2K]
     or [0]; depth_moments [B, H, W, 4] (outputs.DEPTH_STATS) or [0].
@@ -31,9 +31,10 @@ Shapes (B cameras, N spheres, C channels, K = n_track, image H x W):
 few arguments: torch.library's autograd wrapper costs time quadratic in their number).
 They are graph constants of a traced call (torch.compile guards on their values), so the
 numbers a training loop changes from call to call (an annealed gamma, a depth range) come
-as data instead when they are given as tensors: the ``values`` tensor, whose slots the
-settings then hold as placeholders. The kernels read it (four numbers on the CPU, no
-device synchronisation) and check its values at every call.
+as data instead when they are given as tensors, and in every traced call: the ``values``
+tensor, whose slots the settings then hold as placeholders. The native kernels read it
+where they run (no device synchronisation; a CUDA graph reads it at each replay); the
+host reads and checks it where that costs no extra wait (``read_values``).
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ Tensor = torch.Tensor
 
 
 class CallValue:
-    """Slots of the render operator's ``values`` tensor (float64 [4], CPU)."""
+    """Slots of the render operator's ``values`` tensor (float64 [4] on the render's device;
+    include/pulsar/renderer.h, ``CallValue``)."""
 
     GAMMA = 0
     PERCENT_ALLOWED_DIFFERENCE = 1
