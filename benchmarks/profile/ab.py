@@ -11,7 +11,8 @@ package. Every round runs each build once, in build order (A, B, A, B, ...), eac
 fresh process that imports pulsar_py from its folder only and times every workload:
 ``repeats`` calls after warm-up, forward and forward+backward. A build's figure is the
 median over rounds of its round medians; the table gives it per workload with the ratio
-of each later build to the first (B/A < 1: B is faster). The timing code is this tool's,
+of each later build to the first (B/A < 1: B is faster); on CUDA a second table gives the
+host's part of the same calls (from the call to its return). The timing code is this tool's,
 and it uses only the public API of the pulsar_py it imports, so builds whose Python
 packages differ are timed by the same harness. See benchmarks/profile/README.md.
 """
@@ -34,6 +35,11 @@ import harness
 import torch
 
 MODES = ("fwd", "fwd+bwd")
+# The host's part of the same CUDA calls: from the call to its return, the device perhaps
+# still working (an eager call's count read-back waits for its binning). Steadier than
+# the event span on hosts whose scheduling moves from process to process, and what a
+# change of host code changes.
+HOST_MODES = ("fwd host", "fwd+bwd host")
 PROGRESS = "ab-progress: "  # marks the child's progress lines among its other output
 
 
@@ -62,15 +68,22 @@ def run_child(spec: Dict[str, Any]) -> Dict[str, Any]:
                 workload, device, grads, attrs, compiled=compiled, compile_backend=spec["compile_backend"]
             )
             record: Dict[str, Any] = {}
-            record["fwd"] = harness.time_calls(device, case.forward, lambda: None, spec["warmup_fwd"], spec["repeats"])
-            if device.type == "cuda":
+            cuda = device.type == "cuda"
+            fwd_host: List[float] = []
+            fwd_bwd_host: List[float] = []
+            record["fwd"] = harness.time_calls(
+                device, case.forward, lambda: None, spec["warmup_fwd"], spec["repeats"], fwd_host
+            )
+            if cuda:
+                record["fwd host"] = fwd_host
                 torch.cuda.synchronize(device)
                 torch.cuda.reset_peak_memory_stats(device)
                 base = torch.cuda.memory_allocated(device)
             record["fwd+bwd"] = harness.time_calls(
-                device, case.forward_backward, case.reset, spec["warmup_fwd_bwd"], spec["repeats"]
+                device, case.forward_backward, case.reset, spec["warmup_fwd_bwd"], spec["repeats"], fwd_bwd_host
             )
-            if device.type == "cuda":
+            if cuda:
+                record["fwd+bwd host"] = fwd_bwd_host
                 torch.cuda.synchronize(device)
                 record["allocator_peak_fwd_bwd_mib"] = (torch.cuda.max_memory_allocated(device) - base) / 2**20
             if compiled:  # the compiled call must render what the renderer renders
@@ -91,12 +104,16 @@ def run_child(spec: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def summarise(
-    runs: Dict[str, List[Dict[str, Any]]], labels: Sequence[str], workloads: Sequence[str]
+    runs: Dict[str, List[Dict[str, Any]]],
+    labels: Sequence[str],
+    workloads: Sequence[str],
+    modes: Sequence[str] = MODES,
 ) -> List[Dict[str, Any]]:
-    """Rows of the table: one per (workload, variant), with for each mode and build the
-    round medians (median of that round's repeats), their median, and the ratio of each
-    build's median to the first build's. ``runs[label]``: the child results of that build,
-    one per round (a failed round holds an 'error' and is skipped)."""
+    """Rows of the table: one per (workload, variant), with for each of ``modes`` and
+    build the round medians (median of that round's repeats), their median, and the ratio
+    of each build's median to the first build's. ``runs[label]``: the child results of
+    that build, one per round (a failed round holds an 'error' and is skipped; a round
+    without a mode's times counts as none)."""
     rows = []
     for workload in workloads:
         variants: List[str] = []
@@ -107,11 +124,11 @@ def summarise(
                         variants.append(variant)
         for variant in variants:
             row: Dict[str, Any] = {"workload": workload, "variant": variant}
-            for mode in MODES:
+            for mode in modes:
                 per_build: Dict[str, Any] = {}
                 for label in labels:
                     rounds = [
-                        harness.median(run["workloads"][workload][variant][mode])
+                        harness.median(run["workloads"][workload][variant].get(mode, []))
                         for run in runs.get(label, [])
                         if variant in run.get("workloads", {}).get(workload, {})
                     ]
@@ -167,19 +184,19 @@ def _align(header: List[str], lines: List[List[str]]) -> str:
     return "\n".join(line.rstrip() for line in out)
 
 
-def format_table(rows: List[Dict[str, Any]], labels: Sequence[str]) -> str:
+def format_table(rows: List[Dict[str, Any]], labels: Sequence[str], modes: Sequence[str] = MODES) -> str:
     """Per mode: each build's median ms, then each later build's ratio to the first and, in
     brackets, the rounds in which it was the faster of the two (the builds' completed
     rounds paired in the order they ran)."""
     header = ["workload"]
-    for mode in MODES:
+    for mode in modes:
         header += [f"{label} {mode} ms" for label in labels]
         header += [f"{label}/{labels[0]} {mode}" for label in labels[1:]]
     lines = []
     for row in rows:
         name = row["workload"] + ("" if row["variant"] == "eager" else f" {row['variant']}")
         line = [name]
-        for mode in MODES:
+        for mode in modes:
             per_build = row[mode]
             line += [_fmt(per_build[label]["median_ms"], 3) for label in labels]
             for label in labels[1:]:
@@ -375,6 +392,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         failed = len(runs[label]) - len(good[label])
         print(f"  {label}: {build} (pulsar_py {version})" + (f", {failed} round(s) failed" if failed else ""))
     print(format_table(rows, labels))
+    host_rows = summarise(good, labels, workloads, HOST_MODES) if cuda else []
+    if host_rows:
+        print("\nhost ms per call (from the call to its return), the same calls")
+        print(format_table(host_rows, labels, HOST_MODES))
     kernel_tables = {}
     if args.kernels:
         for workload in workloads:
@@ -402,6 +423,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 for label, build, digest in zip(labels, args.builds, digests)
             ],
             rows=rows,
+            host_rows=host_rows or None,
             kernels=kernel_tables or None,
             rounds=good,
         )

@@ -244,11 +244,18 @@ def sync(device: torch.device) -> None:
 
 
 def time_calls(
-    device: torch.device, run: Callable[[], object], prepare: Callable[[], None], warmup: int, repeats: int
+    device: torch.device,
+    run: Callable[[], object],
+    prepare: Callable[[], None],
+    warmup: int,
+    repeats: int,
+    host: Optional[List[float]] = None,
 ) -> List[float]:
     """Milliseconds of ``repeats`` calls of ``run`` after ``warmup`` untimed ones, each
     from an idle device; ``prepare`` runs before each, outside the timed region. CUDA:
-    events on the current stream; CPU: time.perf_counter (the driver's method)."""
+    events on the current stream; CPU: time.perf_counter (the driver's method). ``host``:
+    a list that also gets each CUDA call's host time, time.perf_counter from the call to
+    its return (the device may still be working; waits inside the call count)."""
     for _ in range(warmup):
         prepare()
         run()
@@ -259,7 +266,10 @@ def time_calls(
         if device.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
+            t0 = time.perf_counter()
             run()
+            if host is not None:
+                host.append((time.perf_counter() - t0) * 1000.0)
             end.record()
             end.synchronize()
             times.append(float(start.elapsed_time(end)))

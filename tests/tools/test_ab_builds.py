@@ -123,6 +123,25 @@ def test_round_wins_count_only_rounds_where_the_later_build_is_faster():
     assert eager["fwd+bwd"]["B"]["rounds_faster_than_A"] == [0, 3]
 
 
+def test_host_times_are_summarised_like_the_event_spans():
+    """CUDA rounds carry each call's host time beside its event span; the host table
+    summarises those, and a round without them (an older child) counts as none."""
+
+    def run(fwd_host, fwd_bwd_host):
+        times = {"fwd": [1.0], "fwd+bwd": [2.0]}
+        if fwd_host is not None:
+            times.update({"fwd host": fwd_host, "fwd+bwd host": fwd_bwd_host})
+        return {"build": {"version": "x"}, "workloads": {"W3": {"eager": times}}}
+
+    runs = {"A": [run([0.4, 0.2, 0.3], [0.9]), run(None, None)], "B": [run([0.2], [0.6]), run([0.1], [0.3])]}
+    eager = ab.summarise(runs, ["A", "B"], ["W3"], ab.HOST_MODES)[0]
+    assert eager["fwd host"]["A"]["round_medians_ms"] == [pytest.approx(0.3)]
+    assert eager["fwd host"]["B"]["median_ms"] == pytest.approx(0.15)
+    assert eager["fwd+bwd host"]["B"]["ratio_to_A"] == pytest.approx(0.45 / 0.9)
+    header = ab.format_table([eager], ["A", "B"], ab.HOST_MODES).splitlines()[0]
+    assert "A fwd host ms" in header and "B/A fwd+bwd host" in header
+
+
 def test_kernel_summary_counts_missing_kernels_as_zero():
     def run(kernels):
         return {"workloads": {"W4": {"eager": {"fwd": [1.0], "fwd+bwd": [1.0], "kernels": kernels}}}}
