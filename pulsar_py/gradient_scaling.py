@@ -132,7 +132,8 @@ def render_call(
     settings: ops.RenderSettings,
 ) -> Tuple[Tensor, ...]:
     """``ops.render_call`` with Pulsar-scaled gradients (forward info always computed)."""
-    settings = ops.resolved_settings(settings, values)  # an eager call: the numbers are read here
+    # An eager call: the numbers are read here.
+    settings = ops.resolved_settings(settings, values, positions.device, read=True)
     needs = [t is not None and t.requires_grad for t in (positions, features, radii, opacities, cameras)]
     if not (torch.is_grad_enabled() and any(needs)):
         return ops.render_call(positions, features, radii, opacities, background, cameras, None, settings)

@@ -34,7 +34,7 @@ numbers a training loop changes from call to call (an annealed gamma, a depth ra
 as data instead when they are given as tensors, and in every traced call: the ``values``
 tensor, whose slots the settings then hold as placeholders. The native kernels read it
 where they run (no device synchronisation; a CUDA graph reads it at each replay); the
-host reads and checks it where that costs no extra wait (``read_values``).
+host reads and checks it where that costs no extra wait (``resolved_settings``).
 """
 
 from __future__ import annotations
@@ -238,17 +238,22 @@ def _options(s: RenderSettings, device: torch.device, values: Optional[Tensor] =
         stream_handle(device),
         s.outputs.partial,
     )
+    if values is not None:
+        options = _new_options(key)
+        options.values = values.data_ptr()
+        return options
     options = _options_cache.get(key)
     if options is None:
         if len(_options_cache) > 256:
             _options_cache.clear()
-        options = _native.RenderOptions(key[0], key[1], int(key[2]), key[3])
-        options.partial = bool(s.outputs.partial)
-        _options_cache[key] = options
-    if values is not None:
-        options = _native.RenderOptions(key[0], key[1], int(key[2]), key[3])
-        options.partial = bool(s.outputs.partial)
-        options.values = values.data_ptr()
+        options = _options_cache[key] = _new_options(key)
+    return options
+
+
+def _new_options(key: tuple) -> "_native.RenderOptions":
+    """RenderOptions of ``_options``' key (gamma, p, max_n_hits, stream, partial)."""
+    options = _native.RenderOptions(key[0], key[1], int(key[2]), key[3])
+    options.partial = bool(key[4])
     return options
 
 
@@ -298,12 +303,16 @@ def call_values(gamma, percent_allowed_difference, min_depth, max_depth, device:
 _VALUE_NAMES = ("gamma", "percent_allowed_difference", "min_depth", "max_depth")
 
 
-def resolved_settings(settings: RenderSettings, values: Optional[Tensor], read: bool = True) -> RenderSettings:
+def resolved_settings(
+    settings: RenderSettings, values: Optional[Tensor], device: torch.device, read: Optional[bool] = None
+) -> RenderSettings:
     """``settings`` with the numbers of ``values`` (None: as they are) in their slots,
-    checked as the renderer checks numbers (ValueError naming the setting). Reading CUDA
-    values waits for the device; with ``read`` False they are left to the kernels (which
-    take them from ``values`` whether or not they were read here) and ``settings`` keep
-    their placeholders."""
+    checked as the renderer checks numbers (ValueError naming the setting), for a render on
+    ``device``. ``read``: whether the host reads them (None: as ``read_values`` rules;
+    reading CUDA values waits for the device). Values not read are left to the kernels
+    (which take them from ``values`` whether or not they were read here) and ``settings``
+    keep their placeholders. ValueError for values the kernels cannot read: not float64
+    [4], not on ``device`` or not contiguous."""
     if values is None:
         return settings
     if values.shape != (CallValue.COUNT,) or values.dtype != torch.float64:
@@ -311,7 +320,12 @@ def resolved_settings(settings: RenderSettings, values: Optional[Tensor], read: 
             f"values: expected a float64 tensor of shape [{CallValue.COUNT}], got shape "
             f"{tuple(values.shape)}, dtype {values.dtype}"
         )
-    if not read:
+    if values.device != device or not values.is_contiguous():
+        raise ValueError(
+            f"values: expected a contiguous tensor on the render's device {device}, got one on {values.device}"
+            + ("" if values.is_contiguous() else f" with strides {values.stride()}")
+        )
+    if not (read_values(settings, device) if read is None else read):
         return settings
     gamma, percent, near, far = values.tolist()
     _checks.check_call_numbers(gamma, percent, near, far)
@@ -321,20 +335,12 @@ def resolved_settings(settings: RenderSettings, values: Optional[Tensor], read: 
     return settings._replace(blend=blend, camera=settings.camera._replace(min_depth=near, max_depth=far))
 
 
-def read_values(settings: RenderSettings, values: Optional[Tensor], device: torch.device) -> bool:
-    """Whether a call's ``values`` are read (and checked) on the host: always on the CPU;
-    on CUDA when value checks are on and nothing is being captured (the value checks wait
-    for the device anyway), else the kernels take them as they are (out of range: a NaN
-    image, native/core/scene_view.h). ValueError for values the kernels cannot read: not
-    on the render's ``device`` or not contiguous."""
-    if values is None:
-        return False
-    if values.device != device or not values.is_contiguous():
-        raise ValueError(
-            f"values: expected a contiguous tensor on the render's device {device}, got one on {values.device}"
-            + ("" if values.is_contiguous() else f" with strides {values.stride()}")
-        )
-    return values.device.type == "cpu" or (bool(settings.checks.check_values) and not capturing(device))
+def read_values(settings: RenderSettings, device: torch.device) -> bool:
+    """Whether the host reads (and checks) a call's values: always on the CPU; on CUDA
+    when value checks are on and nothing is being captured (the value checks wait for the
+    device anyway), else the kernels take them as they are (out of range: NaN outputs,
+    native/core/scene_view.h, call_values_valid)."""
+    return device.type == "cpu" or (bool(settings.checks.check_values) and not capturing(device))
 
 
 # ------------------------------------------------------------------ pulsar::render
@@ -367,6 +373,15 @@ class _NativeCall(NamedTuple):
     pointers: Tuple[int, ...]  # positions, features, radii, opacities, background, cameras
 
 
+def _native_operands(operands: Tuple[Optional[Tensor], ...], dtype: torch.dtype) -> Tuple[Optional[Tensor], ...]:
+    """pulsar::render's six tensor operands (positions .. cameras) as the native core reads
+    them (``_native_view``), the default background for None."""
+    positions, features, radii, opacities, background, cameras = (_native_view(t, dtype) for t in operands)
+    if background is None:
+        background = default_background(features.shape[-1], dtype, features.device)
+    return positions, features, radii, opacities, background, cameras
+
+
 def _render_forward(
     positions, features, radii, opacities, background, cameras, values, settings
 ) -> Tuple[Tuple[Optional[Tensor], ...], _NativeCall]:
@@ -374,17 +389,10 @@ def _render_forward(
     None), and the native call for the backward. ``values``: the call's settings as data
     (call_values) or None; ``settings``: RenderSettings, or its encoding (the operator's
     argument)."""
-    s = settings if type(settings) is RenderSettings else RenderSettings.decode(settings)
     dtype, device = positions.dtype, positions.device
-    s = resolved_settings(s, values, read_values(s, values, device))
-    positions, features, radii = (
-        _native_view(positions, dtype),
-        _native_view(features, dtype),
-        _native_view(radii, dtype),
-    )
-    opacities, cameras = _native_view(opacities, dtype), _native_view(cameras, dtype)
-    background = (
-        default_background(features.shape[-1], dtype, device) if background is None else _native_view(background, dtype)
+    s = resolved_settings(RenderSettings.decode(settings), values, device)
+    positions, features, radii, opacities, background, cameras = _native_operands(
+        (positions, features, radii, opacities, background, cameras), dtype
     )
     lead = _lead(s, _batch(cameras))
     scene = _scene_args(s, positions, features, radii, opacities, background, cameras)  # read by the native call
@@ -529,18 +537,10 @@ def _render_backward_impl(operands: BackwardOperands, call: Optional[_NativeCall
     ):
         call = None  # a saved-tensor hook gave other tensors: made native-readable again below
     if call is None:
-        positions, features, radii, opacities, cameras = (
-            view(positions),
-            view(features),
-            view(radii),
-            view(opacities),
-            view(cameras),
+        positions, features, radii, opacities, background, cameras = _native_operands(
+            (positions, features, radii, opacities, background, cameras), dtype
         )
-        background = None if background is None else view(background)
-        s = RenderSettings.decode(settings) if type(settings) is not RenderSettings else settings
-        s = resolved_settings(s, values, read_values(s, values, device))
-        if background is None:
-            background = default_background(features.shape[-1], dtype, device)
+        s = resolved_settings(RenderSettings.decode(settings), values, device)
         call = _NativeCall(
             s,
             native_renderer(s, features.shape[-1], device),

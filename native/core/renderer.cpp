@@ -53,19 +53,18 @@ void Renderer::check_call(const SceneArgs& scene, const RenderOptions& options) 
   PULSAR_REQUIRE(scene.n_spheres == 0 || (scene.positions && scene.features && scene.radii),
                  "positions, features, radii: null pointer");
   PULSAR_REQUIRE(scene.background && scene.cameras, "background, cameras: null pointer");
-  if (options.values != nullptr && config_.device == DeviceKind::CPU) {  // on CUDA: on the device
+  if (options.values == nullptr) {
+    PULSAR_REQUIRE(options.gamma >= 1e-5 && options.gamma <= 1.0, "gamma: expected a value in [1e-5, 1], got ",
+                   options.gamma);
+    PULSAR_REQUIRE(options.percent_allowed_difference >= 0 && options.percent_allowed_difference < 1,
+                   "percent_allowed_difference: expected a value in [0, 1), got ", options.percent_allowed_difference);
+  } else if (config_.device == DeviceKind::CPU) {  // CUDA values are checked on the device
     const double* v = options.values;
     PULSAR_REQUIRE(call_values_valid(v),
                    "values: expected gamma in [1e-5, 1], percent_allowed_difference in [0, 1) and 0 <= min_depth < "
                    "max_depth < inf, got ",
                    v[CallValue::kGamma], ", ", v[CallValue::kPercentAllowedDifference], ", ", v[CallValue::kMinDepth],
                    ", ", v[CallValue::kMaxDepth]);
-  }
-  if (options.values == nullptr) {
-    PULSAR_REQUIRE(options.gamma >= 1e-5 && options.gamma <= 1.0, "gamma: expected a value in [1e-5, 1], got ",
-                   options.gamma);
-    PULSAR_REQUIRE(options.percent_allowed_difference >= 0 && options.percent_allowed_difference < 1,
-                   "percent_allowed_difference: expected a value in [0, 1), got ", options.percent_allowed_difference);
   }
   PULSAR_REQUIRE(options.max_n_hits != 0, "max_n_hits: expected >= 1 (or negative: unlimited), got 0");
   const int length = scene.camera_vectors.length;

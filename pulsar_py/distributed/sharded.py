@@ -168,7 +168,7 @@ def sharded_render(
     or None, cameras); ``values``: the call's settings given as data (ops.call_values), or
     None."""
     positions, _, _, _, background, cameras = operands
-    settings = ops.resolved_settings(settings, values)
+    settings = ops.resolved_settings(settings, values, positions.device, read=True)
     settings = settings._replace(outputs=settings.outputs._replace(partial=True))
     if settings.checks.check_values:
         batch = positions.shape[0] if positions.dim() == 3 else 0
