@@ -108,7 +108,9 @@ struct CameraWords {
                                          // depth bound (as for zc, bits order like values >= 0;
                                          // a bound below 0 or NaN, whose bits exceed every
                                          // visible zc's, only turns count_kernel's skip off)
-  static constexpr int kCount = kMaxBound + 1;  // words per camera
+  static constexpr int kChunksSummed = kMaxBound + 1;  // the camera gradient's chunk blocks done
+                                                       // (reduce_camera_kernel; back to 0 after)
+  static constexpr int kCount = kChunksSummed + 1;  // words per camera
 };
 
 struct CudaScratch {
@@ -326,14 +328,24 @@ void cuda_nan_on_failure(const CudaScratch& scratch, const RenderOptions& option
 // Outside a capture: reads the overflow record an earlier unsynchronised binning copied
 // back, if the copy is done (no waiting), and throws for a recorded overflow.
 void cuda_check_overflow_copy(CudaScratch& scratch);
+// The cover histogram of the tile depth bound (tile_depth_bound.cu): count uint64 words
+// to be zeroed before cuda_tile_depth_bound (the binning's zeroing launch takes them), or
+// none (buckets 0) when this call's bounds do not cut.
+struct CoverHistogram {
+  unsigned long long* words = nullptr;
+  std::size_t count = 0;
+  int buckets = 0;
+};
+CoverHistogram cuda_reserve_cover_histogram(const RendererConfig& config, const SceneArgs& scene,
+                                            const RenderOptions& options, CudaScratch& scratch);
 // Per tile of every camera, a depth beyond which no pixel processes a sphere (float
-// [B * n_tiles], in scratch), or null when early termination is off. order: the item of
-// each rank of the depth sort; rank_keys: the sorted keys (float bits of zc, invisible
-// items all ones).
+// [B * n_tiles], in scratch), or null when early termination is off. zeroed: the call's
+// cover histogram, all zero; order: the item of each rank of the depth sort; rank_keys:
+// the sorted keys (float bits of zc, invisible items all ones).
 template <typename T>
 const float* cuda_tile_depth_bound(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
-                                   cudaStream_t stream, CudaScratch& scratch, const std::int32_t* order,
-                                   const std::uint32_t* rank_keys);
+                                   cudaStream_t stream, CudaScratch& scratch, const CoverHistogram& zeroed,
+                                   const std::int32_t* order, const std::uint32_t* rank_keys);
 template <typename T>
 void cuda_render_forward(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
                          const ForwardOutputs& out, cudaStream_t stream, CudaScratch& scratch);

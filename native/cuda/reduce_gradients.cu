@@ -238,19 +238,30 @@ constexpr int kChunkGroups = kThreads / kCameraGradValues;       // 11 rows' wor
 constexpr int kChunkThreads = kChunkGroups * kCameraGradValues;  // 253 threads
 
 // Block (s, b) sums camera b's tile rows [s * rows_per_chunk, (s + 1) * rows_per_chunk)
-// per column, in a fixed order, into chunk_sums[b][s][.] (reduce_camera_kernel then sums
-// the chunks). The chunks spread the rows over many SMs, and each is read as one flat run
-// of values, a warp's loads consecutive: with one thread per tile row on one SM
-// (reduce_camera_kernel alone), each of a row's kCameraGradValues loads would touch 32
-// rows' lines per warp.
+// per column, in a fixed order, into chunk_sums[b][s][.]. The chunks spread the rows over
+// many SMs, and each is read as one flat run of values, a warp's loads consecutive: with
+// one thread per tile row on one SM, each of a row's kCameraGradValues loads would touch
+// 32 rows' lines per warp. The last of camera b's blocks to finish (counted in its
+// CameraWords::kChunksSummed, which that block sets back to 0 for the next reduction)
+// then sums the chunks and applies the frame derivative: thread t sums chunks t, t + 256,
+// ... of all kCameraGradValues columns in registers, then shuffle trees per warp and the
+// warps in index order. Every addition's order is fixed, whichever block comes last.
+// One launch for both steps.
 template <typename T>
-__global__ void camera_chunk_sums_kernel(std::int64_t n_tiles, std::int64_t rows_per_chunk, const T* tile_camera,
-                                         T* chunk_sums) {
+__global__ void reduce_camera_kernel(RendererConfig config, SceneArgs scene, std::int64_t n_tiles,
+                                     std::int64_t rows_per_chunk, const T* tile_camera, T* chunk_sums,
+                                     std::uint32_t* camera_words, T* out) {
+  constexpr int kWarps = kThreads / 32;
   __shared__ T group_sums[kChunkThreads];
+  __shared__ T warp_totals[kWarps][kCameraGradValues];
+  __shared__ T total[kCameraGradValues];
+  __shared__ bool last_block;
   const int s = blockIdx.x, b = blockIdx.y, t = threadIdx.x;
+  const int chunks = int(gridDim.x);
   const std::int64_t first = std::int64_t(s) * rows_per_chunk * kCameraGradValues;
   const std::int64_t end = min(std::int64_t(s + 1) * rows_per_chunk, n_tiles) * kCameraGradValues;
   const T* values = tile_camera + std::int64_t(b) * n_tiles * kCameraGradValues;
+  T* camera_chunks = chunk_sums + std::int64_t(b) * chunks * kCameraGradValues;
   if (t < kChunkThreads) {
     T sum = T(0);  // of column t % kCameraGradValues: the step is whole rows
 #pragma unroll 4
@@ -259,40 +270,36 @@ __global__ void camera_chunk_sums_kernel(std::int64_t n_tiles, std::int64_t rows
   }
   __syncthreads();
   if (t < kCameraGradValues) {
-    T total = T(0);
-    for (int g = 0; g < kChunkGroups; ++g) total += group_sums[g * kCameraGradValues + t];
-    chunk_sums[(std::int64_t(b) * gridDim.x + s) * kCameraGradValues + t] = total;
+    T x = T(0);
+    for (int g = 0; g < kChunkGroups; ++g) x += group_sums[g * kCameraGradValues + t];
+    camera_chunks[std::int64_t(s) * kCameraGradValues + t] = x;
+    __threadfence();  // the sum is visible to every block before the count says so
   }
-}
-
-// One block per camera: thread t sums rows t, t + 256, ... (the chunk sums of
-// camera_chunk_sums_kernel) of all kCameraGradValues columns in registers, then shuffle
-// trees per warp and the warps in index order; then the frame derivative.
-template <typename T>
-__global__ void reduce_camera_kernel(RendererConfig config, SceneArgs scene, std::int64_t n_rows, const T* camera_rows,
-                                     T* out) {
-  constexpr int kWarps = kThreads / 32;
-  __shared__ T warp_totals[kWarps][kCameraGradValues];
-  __shared__ T total[kCameraGradValues];
-  const int b = blockIdx.x;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const T* rows = camera_rows + std::int64_t(b) * n_rows * kCameraGradValues;
+  __syncthreads();
+  std::uint32_t* summed = camera_words + b * CameraWords::kCount + CameraWords::kChunksSummed;
+  if (t == 0) last_block = atomicAdd(summed, 1u) == std::uint32_t(chunks - 1);
+  __syncthreads();
+  if (!last_block) return;
+  __threadfence();
+  const int warp = t / 32, lane = t % 32;
   T sums[kCameraGradValues];
   for (int v = 0; v < kCameraGradValues; ++v) sums[v] = T(0);
-  for (std::int64_t r = threadIdx.x; r < n_rows; r += kThreads)
-    for (int v = 0; v < kCameraGradValues; ++v) sums[v] += rows[r * kCameraGradValues + v];
+  // Other blocks' sums: read from L2 (__ldcg), past this SM's L1.
+  for (int r = t; r < chunks; r += kThreads)
+    for (int v = 0; v < kCameraGradValues; ++v) sums[v] += __ldcg(camera_chunks + r * kCameraGradValues + v);
   for (int v = 0; v < kCameraGradValues; ++v) {
     const T x = warp_sum(sums[v]);
     if (lane == 0) warp_totals[warp][v] = x;
   }
   __syncthreads();
-  if (threadIdx.x < kCameraGradValues) {
+  if (t < kCameraGradValues) {
     T x = 0;
-    for (int w = 0; w < kWarps; ++w) x += warp_totals[w][threadIdx.x];
-    total[threadIdx.x] = x;
+    for (int w = 0; w < kWarps; ++w) x += warp_totals[w][t];
+    total[t] = x;
   }
   __syncthreads();
-  if (threadIdx.x != 0) return;
+  if (t != 0) return;
+  *summed = 0u;
   const CameraGrad<T> g = CameraGrad<T>::from_array(total);
   const CameraFrame<T> cam = camera_of<T>(scene, b, config.orthographic);
   frame_backward(cam, g, out + std::int64_t(b) * CAMERA_PARAMS);
@@ -342,11 +349,9 @@ void cuda_reduce_gradients(const RendererConfig& config, const SceneArgs& scene,
     const int chunks = int((n_tiles + rows_per_chunk - 1) / rows_per_chunk);
     T* chunk_sums = scratch.camera_chunk_sums.reserve<T>(
         std::size_t(scene.batch_size) * std::size_t(chunks) * kCameraGradValues, "camera gradient chunks");
-    camera_chunk_sums_kernel<T><<<dim3(unsigned(chunks), unsigned(scene.batch_size)), kThreads, 0, stream>>>(
-        n_tiles, rows_per_chunk, scratch.tile_camera_grads.as<T>(), chunk_sums);
-    PULSAR_CUDA_LAUNCH_CHECK("camera_chunk_sums_kernel");
-    reduce_camera_kernel<T>
-        <<<scene.batch_size, kThreads, 0, stream>>>(config, scene, chunks, chunk_sums, static_cast<T*>(grads.cameras));
+    reduce_camera_kernel<T><<<dim3(unsigned(chunks), unsigned(scene.batch_size)), kThreads, 0, stream>>>(
+        config, scene, n_tiles, rows_per_chunk, scratch.tile_camera_grads.as<T>(), chunk_sums,
+        scratch.camera_words.as<std::uint32_t>(), static_cast<T*>(grads.cameras));
     PULSAR_CUDA_LAUNCH_CHECK("reduce_camera_kernel");
   }
   if (grads.background) {

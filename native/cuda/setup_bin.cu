@@ -298,19 +298,21 @@ __global__ void ranges_kernel(std::int64_t count, const std::int64_t* device_cou
 }
 
 // Zeroes what a binning adds into or leaves unwritten: the tile ranges (ranges_kernel
-// writes only tiles with entries) and the per-camera words, n of each, and the two
-// counters: the scan's leading 0 and the small-box count (null: no items), behind which
-// it copies the overflow record, so that one read-back takes all three. With a capacity
-// (sort_keys non-null) it fills the instance sort's keys with all ones: the positions past
-// the count sort last. One launch instead of several memsets: each API call takes host
-// time while the device waits for the first kernel that matters.
+// writes only tiles with entries), the per-camera words and the cover histogram
+// (CoverHistogram), n of each, and the two counters: the scan's leading 0 and the
+// small-box count (null: no items), behind which it copies the overflow record, so that
+// one read-back takes all three. With a capacity (sort_keys non-null) it fills the
+// instance sort's keys with all ones: the positions past the count sort last. One launch
+// instead of several memsets: each API call takes host time while the device waits for
+// the first kernel that matters.
 __global__ void zero_binning_kernel(int2* ranges, std::int64_t n_ranges, std::uint32_t* words, int n_words,
-                                    std::int64_t* slot_zero, unsigned long long* small_box_instances,
-                                    const std::int64_t* overflow_record, std::uint32_t* sort_keys,
-                                    std::int64_t capacity) {
+                                    CoverHistogram histogram, std::int64_t* slot_zero,
+                                    unsigned long long* small_box_instances, const std::int64_t* overflow_record,
+                                    std::uint32_t* sort_keys, std::int64_t capacity) {
   const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n_ranges) ranges[i] = make_int2(0, 0);
   if (i < n_words) words[i] = 0u;
+  if (i < std::int64_t(histogram.count)) histogram.words[i] = 0ull;
   if (sort_keys != nullptr && i < capacity) sort_keys[i] = 0xffffffffu;
   if (i == 0) {
     *slot_zero = 0;
@@ -359,6 +361,88 @@ int bit_width(std::uint64_t v) {
 
 // Threads per block of the binning's launches (one thread per item or instance).
 constexpr int kThreads = 256;
+
+// The depth order of few items in one launch instead of a radix sort's twelve (a
+// histogram, a scan, and per 8-bit pass a memset and a onesweep kernel, each a few
+// microseconds of latency on few items): item i's rank is the number of items before it
+// in (key, index) order, counted against every other key. Items^2 comparisons, so only up
+// to kMaxCountedItems (2.7e8 comparisons there, spread over the whole GPU). The (key,
+// index) order is the stable radix sort's order: both give the same ranks.
+constexpr std::int64_t kMaxCountedItems = 16384;
+
+// Each block ranks kRankedPerBlock items; its threads form kRankSlices groups of
+// kRankedPerBlock, each group comparing against one slice of every tile of keys staged in
+// shared memory, and the groups' counts are summed at the end. Few items per block make
+// many blocks (625 for 10,000 items), which the multiprocessors share evenly.
+constexpr int kRankedPerBlock = 16;
+constexpr int kRankSlices = kThreads / kRankedPerBlock;
+constexpr int kRankTile = 8 * kThreads;  // keys staged per round (8 per thread)
+
+__global__ void rank_by_counting_kernel(std::int64_t items, const std::uint32_t* keys, std::uint32_t* sorted_keys,
+                                        std::int32_t* order) {
+  static_assert(kRankTile % (4 * kRankSlices) == 0, "each slice takes whole uint4 words");
+  __shared__ uint4 staged[kRankTile / 4];
+  __shared__ int slice_counts[kRankSlices][kRankedPerBlock];
+  const int local = int(threadIdx.x) % kRankedPerBlock, slice = int(threadIdx.x) / kRankedPerBlock;
+  const std::int64_t first = std::int64_t(blockIdx.x) * kRankedPerBlock;
+  const std::int64_t i = first + local;
+  const std::uint32_t key = i < items ? keys[i] : 0u;
+  constexpr int kSliceWords = kRankTile / 4 / kRankSlices;
+  int before = 0;
+  for (std::int64_t base = 0; base < items; base += kRankTile) {
+    // Past the end: all-ones keys with indices above every item, before no item.
+    for (int k = int(threadIdx.x); k < kRankTile; k += kThreads)
+      reinterpret_cast<std::uint32_t*>(staged)[k] = base + k < items ? keys[base + k] : 0xffffffffu;
+    __syncthreads();
+    const uint4* words = staged + slice * kSliceWords;
+    const std::int64_t slice_first = base + std::int64_t(slice) * kSliceWords * 4;
+    if (slice_first + kSliceWords * 4 <= first) {
+      // Every staged index lies below the block's: equal keys come first.
+      for (int w = 0; w < kSliceWords; ++w) {
+        const uint4 k = words[w];
+        before += int(k.x <= key) + int(k.y <= key) + int(k.z <= key) + int(k.w <= key);
+      }
+    } else if (slice_first >= first + kRankedPerBlock || slice_first >= items) {
+      // Every staged index lies above the block's (padding among them): equal keys come later.
+      for (int w = 0; w < kSliceWords; ++w) {
+        const uint4 k = words[w];
+        before += int(k.x < key) + int(k.y < key) + int(k.z < key) + int(k.w < key);
+      }
+    } else {
+      for (int w = 0; w < kSliceWords; ++w) {
+        const uint4 k = words[w];
+        const std::uint32_t ks[4] = {k.x, k.y, k.z, k.w};
+        for (int e = 0; e < 4; ++e) {
+          const std::int64_t j = slice_first + 4 * w + e;
+          before += int(ks[e] < key || (ks[e] == key && j < i));
+        }
+      }
+    }
+    __syncthreads();
+  }
+  slice_counts[slice][local] = before;
+  __syncthreads();
+  if (slice != 0 || i >= items) return;
+  int rank = 0;
+  for (int s = 0; s < kRankSlices; ++s) rank += slice_counts[s][local];
+  sorted_keys[rank] = key;
+  order[rank] = std::int32_t(i);
+}
+
+// Stable order of the items by their depth keys: keys.Current() and values.Current()
+// sorted (values: the item indices 0, 1, ... before).
+void sort_depth_order(cub::DoubleBuffer<std::uint32_t>& keys, cub::DoubleBuffer<std::int32_t>& items_of,
+                      std::int64_t items, cudaStream_t stream, CudaScratch& scratch) {
+  if (items > kMaxCountedItems) {
+    sort_pairs(keys, items_of, items, 32, stream, scratch);
+    return;
+  }
+  rank_by_counting_kernel<<<blocks_for(items, kRankedPerBlock), kThreads, 0, stream>>>(
+      items, keys.Current(), keys.Alternate(), items_of.Alternate());
+  PULSAR_CUDA_LAUNCH_CHECK("rank_by_counting_kernel");
+  keys.selector ^= 1;
+  items_of.selector ^= 1;
+}
 
 }  // namespace
 
@@ -450,10 +534,12 @@ void cuda_begin_binning(const RendererConfig& config, const SceneArgs& scene, co
         scratch.instance_arena.reserve<unsigned char>(layout.binning_bytes(), "sphere-tile instances");
     sort_keys = reinterpret_cast<std::uint32_t*>(arena + layout.keys_a());
   }
-  const std::int64_t zeroed = std::max({total_tiles, std::int64_t(word_count), sort_keys ? capacity : 0});
+  const CoverHistogram histogram = cuda_reserve_cover_histogram(config, scene, options, scratch);
+  const std::int64_t zeroed =
+      std::max({total_tiles, std::int64_t(word_count), std::int64_t(histogram.count), sort_keys ? capacity : 0});
   zero_binning_kernel<<<blocks_for(zeroed, kThreads), kThreads, 0, stream>>>(
-      ranges, total_tiles, words, int(word_count), slots_of, small_box_instances, scratch.overflow_record, sort_keys,
-      capacity);
+      ranges, total_tiles, words, int(word_count), histogram, slots_of, small_box_instances, scratch.overflow_record,
+      sort_keys, capacity);
   PULSAR_CUDA_LAUNCH_CHECK("zero_binning_kernel");
   scratch.n_instances = 0;
   scratch.small_box_instances = 0;
@@ -466,12 +552,13 @@ void cuda_begin_binning(const RendererConfig& config, const SceneArgs& scene, co
   setup_spheres_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
       config, scene, spheres, words, depth_keys.Current(), depth_items.Current());
   PULSAR_CUDA_LAUNCH_CHECK("setup_spheres_kernel");
-  // Rank order: items by zc, ties by item index (the radix sort is stable), which within
-  // one camera is the sphere index.
-  sort_pairs(depth_keys, depth_items, items, 32, stream, scratch);
+  // Rank order: items by zc, ties by item index, which within one camera is the sphere
+  // index.
+  sort_depth_order(depth_keys, depth_items, items, stream, scratch);
   const std::int32_t* order = depth_items.Current();
 
-  const float* bound = cuda_tile_depth_bound<T>(config, scene, options, stream, scratch, order, depth_keys.Current());
+  const float* bound =
+      cuda_tile_depth_bound<T>(config, scene, options, stream, scratch, histogram, order, depth_keys.Current());
   count_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
       config, scene, spheres, bound, order, depth_keys.Current(), words, counts, small_box_instances);
   PULSAR_CUDA_LAUNCH_CHECK("count_kernel");

@@ -357,28 +357,50 @@ __global__ void tile_bound_kernel(RendererConfig config, SceneArgs scene, Render
 
 }  // namespace
 
-template <typename T>
-const float* cuda_tile_depth_bound(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
-                                   cudaStream_t stream, CudaScratch& scratch, const std::int32_t* order,
-                                   const std::uint32_t* rank_keys) {
+namespace {
+
+// The histogram's buckets per tile for this call, 0 when the bounds do not cut.
+int cover_buckets(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options) {
   // A call's values (RenderOptions::values) decide on the device whether the bounds cut.
   const bool may_cut = options.values != nullptr || options.percent_allowed_difference > 0;
-  if (!may_cut || scene.n_spheres == 0) return nullptr;
+  if (!may_cut || scene.n_spheres == 0) return 0;
+  const std::int64_t total_tiles = Tiling::of(config.width, config.height).n_tiles() * scene.batch_size;
+  const int buckets = int(std::min<std::int64_t>(kMaxBuckets, kMaxHistogramCells / total_tiles));
+  return buckets < kMinBuckets ? 0 : buckets;  // too many tiles for the histogram: no cut
+}
+
+}  // namespace
+
+CoverHistogram cuda_reserve_cover_histogram(const RendererConfig& config, const SceneArgs& scene,
+                                            const RenderOptions& options, CudaScratch& scratch) {
+  CoverHistogram h;
+  h.buckets = cover_buckets(config, scene, options);
+  if (h.buckets == 0) return h;
+  const Tiling tiling = Tiling::of(config.width, config.height);
+  const UnsettledRows unsettled{nullptr, tiling.tiles_x, tiling.tiles_y};
+  // The histogram's cells, then the unsettled tiles' words.
+  h.count = std::size_t(tiling.n_tiles() * scene.batch_size) * std::size_t(h.buckets) +
+            std::size_t(unsettled.count(scene.batch_size));
+  h.words = scratch.cover_histogram.reserve<unsigned long long>(h.count, "tile cover histogram");
+  return h;
+}
+
+template <typename T>
+const float* cuda_tile_depth_bound(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
+                                   cudaStream_t stream, CudaScratch& scratch, const CoverHistogram& zeroed,
+                                   const std::int32_t* order, const std::uint32_t* rank_keys) {
+  if (zeroed.buckets == 0) return nullptr;
   const Tiling tiling = Tiling::of(config.width, config.height);
   const std::int64_t n_tiles = tiling.n_tiles();
   const std::int64_t total_tiles = n_tiles * scene.batch_size;
-  const int buckets = int(std::min<std::int64_t>(kMaxBuckets, kMaxHistogramCells / total_tiles));
-  if (buckets < kMinBuckets) return nullptr;  // too many tiles for the histogram: no cut
+  const int buckets = zeroed.buckets;
   UnsettledRows unsettled{nullptr, tiling.tiles_x, tiling.tiles_y};
-  // The histogram's cells, then the unsettled tiles' words: zeroed by one memset.
   const std::size_t cells = std::size_t(total_tiles) * buckets;
-  const std::size_t words_zeroed = cells + std::size_t(unsettled.count(scene.batch_size));
-  auto* histogram = scratch.cover_histogram.reserve<unsigned long long>(words_zeroed, "tile cover histogram");
+  auto* histogram = zeroed.words;
   unsettled.words = histogram + cells;
   auto* bound = scratch.tile_depth_bound.reserve<float>(std::size_t(total_tiles), "tile depth bounds");
   auto* settled = scratch.tile_settled.reserve<std::uint8_t>(std::size_t(total_tiles), "tile settled flags");
   auto* words = scratch.camera_words.as<std::uint32_t>();  // filled by the setup kernel
-  PULSAR_CUDA_CHECK(cudaMemsetAsync(histogram, 0, sizeof(unsigned long long) * words_zeroed, stream));
   constexpr int kThreads = 256;
   const std::int64_t items = scene.n_spheres * scene.batch_size;
   const auto* spheres = scratch.spheres.as<GpuSphere<T>>();
@@ -404,10 +426,10 @@ const float* cuda_tile_depth_bound(const RendererConfig& config, const SceneArgs
 }
 
 template const float* cuda_tile_depth_bound<float>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
-                                                   cudaStream_t, CudaScratch&, const std::int32_t*,
-                                                   const std::uint32_t*);
+                                                   cudaStream_t, CudaScratch&, const CoverHistogram&,
+                                                   const std::int32_t*, const std::uint32_t*);
 template const float* cuda_tile_depth_bound<double>(const RendererConfig&, const SceneArgs&, const RenderOptions&,
-                                                    cudaStream_t, CudaScratch&, const std::int32_t*,
-                                                    const std::uint32_t*);
+                                                    cudaStream_t, CudaScratch&, const CoverHistogram&,
+                                                    const std::int32_t*, const std::uint32_t*);
 
 }  // namespace pulsar

@@ -417,3 +417,38 @@ def test_cuda_memory_does_not_grow_over_frames():
     assert peak[1][0] <= peak[0][0] + (1 << 20)
     # Scratch may still grow towards the largest frame, but not beyond twice that frame's need.
     assert peak[1][1] <= 2 * peak[0][1] + (1 << 20)
+
+
+def test_cuda_depth_order_is_the_same_for_few_and_many_items():
+    """A call of few (camera, sphere) items takes its depth order by counting, one of many
+    by a radix sort (setup_bin.cu); both order by (depth, index). Pairs of identical
+    spheres tie in depth, and which of a pair a pixel tracks first follows that order: two
+    cameras in one call (18000 items: the sort) track the same ids as each camera alone
+    (9000: the counting), and render the same image."""
+    tensors = _scene(11, 9000, 3, 2, False, torch.float32)
+    pos, col, rad, opa, bg, cam = (t.cuda() for t in tensors)
+    pos[:, 1::2] = pos[:, 0::2]
+    rad[:, 1::2] = rad[:, 0::2]
+    renderer = Renderer(96, 80, n_channels=3, n_track=4).cuda()
+    call_kw = dict(gamma=0.1, max_depth=30.0, bg_col=bg, return_forward_info=True)
+    image, info = renderer(pos, col, rad, cam, opacity=opa, **call_kw)
+    ids = Renderer.sphere_ids_from_result_info_nograd(info)
+    assert ids[..., 1].ge(0).float().mean() > 0.5, "pixels should track two spheres or more"
+    for b in range(2):
+        image_b, info_b = renderer(pos[b], col[b], rad[b], cam[b], opacity=opa[b], **call_kw)
+        torch.testing.assert_close(image_b, image[b], atol=1e-6, rtol=0)
+        assert torch.equal(Renderer.sphere_ids_from_result_info_nograd(info_b)[0], ids[b])
+
+
+def test_cuda_camera_gradient_of_a_second_backward():
+    """The camera gradient's reduction counts its finished blocks on the device and resets
+    the count: a second backward of the same forward (no binning in between) gives the
+    same camera gradient, bit for bit."""
+    pos, col, rad, opa, bg, cam = (t.cuda() for t in _scene(12, 200, 3, 2, False, torch.float32))
+    cam.requires_grad_()
+    image = Renderer(64, 48, n_channels=3).cuda()(pos, col, rad, cam, bg_col=bg, opacity=opa, gamma=0.1, max_depth=30.0)
+    weights = torch.linspace(-1, 1, image.numel(), device="cuda").reshape(image.shape)
+    (first,) = torch.autograd.grad((image * weights).sum(), cam, retain_graph=True)
+    (second,) = torch.autograd.grad((image * weights).sum(), cam)
+    assert first.abs().max() > 0
+    assert torch.equal(first, second)
