@@ -12,7 +12,8 @@
 #   tests       the full test suite, CUDA tests included (PYTEST_ARGS adds arguments)
 #   selftest    pulsar-py selftest (stored reference images and gradients, every backend)
 #   memcheck    compute-sanitizer memcheck on a small forward+backward (LOG_DIR/small_scene.py)
-#   racecheck   compute-sanitizer racecheck on the same scene
+#               and on one forward+backward of W3 (harness.py --step W3)
+#   racecheck   compute-sanitizer racecheck on the same two
 #   chord_sqrt  benchmarks/check_chord_sqrt.cu, built with the render kernels' flags
 #   bench       the benchmark driver on W1-W6, JSON in LOG_DIR/bench.json (BENCH_ARGS adds
 #               options, e.g. BENCH_ARGS="--repeats 40")
@@ -112,8 +113,10 @@ print("small scene done")
 EOF
 }
 
-sanitizer() {  # sanitizer TOOL
-  (cd "$scratch" && compute-sanitizer --tool "$1" --error-exitcode 1 "$python" "$logs/small_scene.py")
+sanitizer() {  # sanitizer TOOL: the small scene, then one forward+backward of W3
+  (cd "$scratch" && compute-sanitizer --tool "$1" --error-exitcode 1 "$python" "$logs/small_scene.py") &&
+    (cd "$scratch" && compute-sanitizer --tool "$1" --error-exitcode 1 "$python" "$root/benchmarks/profile/harness.py" \
+      --step W3)
 }
 
 chord_sqrt() {

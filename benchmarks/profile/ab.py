@@ -69,6 +69,8 @@ def run_child(spec: Dict[str, Any]) -> Dict[str, Any]:
             )
             record: Dict[str, Any] = {}
             cuda = device.type == "cuda"
+            if cuda and spec.get("fixed_capacity"):
+                record["fixed_capacity"] = case.fix_instance_capacity()
             fwd_host: List[float] = []
             fwd_bwd_host: List[float] = []
             record["fwd"] = harness.time_calls(
@@ -303,6 +305,13 @@ def _parser() -> argparse.ArgumentParser:
         help="set a renderer attribute in every build (repeatable); a build without it fails",
     )
     parser.add_argument(
+        "--fixed-capacity",
+        action="store_true",
+        help="CUDA: fix each renderer's instance capacity at what three steps taught it before "
+        "timing, so that no call reads its instance count back: the host table is then the "
+        "host's own work (builds without a capacity time as they are)",
+    )
+    parser.add_argument(
         "--same-native",
         action="store_true",
         help="the builds share one native module (an A/B of the Python package alone); "
@@ -370,6 +379,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         warmup_fwd_bwd=args.warmup_fwd_bwd if args.warmup_fwd_bwd is not None else (10 if cuda else 1),
         grads=args.grads,
         set=args.set,
+        fixed_capacity=args.fixed_capacity,
         kernels=args.kernels,
         kernel_steps=args.kernel_steps,
     )

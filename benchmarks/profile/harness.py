@@ -237,6 +237,22 @@ class Case:
         self.reset()
         self.forward_backward()
 
+    def fix_instance_capacity(self, steps: int = 3) -> bool:
+        """Fix the renderer's instance capacity at what ``steps`` forward+backward steps
+        taught it, so that no later call reads its instance count back (no call waits for
+        the device). False where the renderer keeps no capacity (the CPU; builds without
+        one)."""
+        from pulsar_py import ops
+
+        for _ in range(steps):
+            self.step()
+        natives = ops.natives_of(self.renderer._renderer_id) if hasattr(ops, "natives_of") else []
+        capacity = natives[0].instance_capacity if len(natives) == 1 else 0
+        if capacity <= 0:
+            return False
+        self.renderer.instance_capacity = capacity
+        return True
+
 
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
@@ -435,3 +451,24 @@ def build_description() -> Dict[str, object]:
         except Exception as exc:  # an old build's build_info failing must not stop the timing
             info["build_info"] = f"{type(exc).__name__}: {exc}"
     return info
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``harness.py --step W3 [--dtype float64]``: one forward+backward of a workload on
+    the GPU, every gradient requested (what gpu_check.sh runs under compute-sanitizer)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--step", required=True, choices=sorted(WORKLOADS), help="the workload")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    args = parser.parse_args(argv)
+    device = torch.device("cuda")
+    case = Case(WORKLOADS[args.step], device, dtype=getattr(torch, args.dtype))
+    case.step()
+    sync(device)
+    print(f"{args.step} ({args.dtype}): one forward+backward done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
