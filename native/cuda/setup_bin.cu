@@ -362,9 +362,9 @@ int bit_width(std::uint64_t v) {
 // Threads per block of the binning's launches (one thread per item or instance).
 constexpr int kThreads = 256;
 
-// The depth order of few items in one launch instead of a radix sort's twelve (a
-// histogram, a scan, and per 8-bit pass a memset and a onesweep kernel, each a few
-// microseconds of latency on few items): item i's rank is the number of items before it
+// The depth order of few items in one launch instead of a radix sort's twelve (two
+// memsets, a histogram, a scan, and per 8-bit pass a memset and a onesweep kernel, each a
+// few microseconds of latency on few items): item i's rank is the number of items before it
 // in (key, index) order, counted against every other key. Items^2 comparisons, so only up
 // to kMaxCountedItems (2.7e8 comparisons there, spread over the whole GPU). The (key,
 // index) order is the stable radix sort's order: both give the same ranks.
