@@ -487,6 +487,11 @@ class BackwardOperands(NamedTuple):
     settings: object  # RenderSettings, or its encoding
     needs: List[bool]  # per input (positions .. cameras): whether its gradient is made
 
+    @property
+    def inputs(self) -> Tuple[Optional[Tensor], ...]:
+        """The render's six tensor inputs (positions .. cameras), whose gradients these are."""
+        return self[2:8]
+
 
 def _render_backward_kernel(*args):
     """pulsar::render_backward's kernel: the schema's arguments (BackwardOperands) to
@@ -503,69 +508,51 @@ def _render_backward_kernel(*args):
 def _render_backward_impl(operands: BackwardOperands, call: Optional[_NativeCall] = None) -> List[Optional[Tensor]]:
     """The requested gradients (None where not requested). ``call``: the forward's native
     call, reused when the saved inputs are still where it read them."""
-    (
-        grad_image,
-        grad_depth_moments,
-        positions,
-        features,
-        radii,
-        opacities,
-        background,
-        cameras,
-        values,
-        image,
-        blend_state,
-        counts,
-        depth_moments,
-        settings,
-        needs,
-    ) = operands
+    a = operands
+    inputs = a.inputs
     # The forward's dtype is the image gradient's: saved tensors may come back in another.
-    dtype, device = grad_image.dtype, grad_image.device
+    dtype, device = a.grad_image.dtype, a.grad_image.device
     view = lambda t: _native_view(t, dtype)  # noqa: E731
     if call is not None and (
         call.pointers
         != (
-            positions.data_ptr(),
-            features.data_ptr(),
-            radii.data_ptr(),
-            _ptr(opacities),
-            call.pointers[4] if background is None else background.data_ptr(),
-            cameras.data_ptr(),
+            a.positions.data_ptr(),
+            a.features.data_ptr(),
+            a.radii.data_ptr(),
+            _ptr(a.opacities),
+            call.pointers[4] if a.background is None else a.background.data_ptr(),  # the default background
+            a.cameras.data_ptr(),
         )
-        or not (positions.is_contiguous() and features.is_contiguous() and cameras.is_contiguous())
+        or not (a.positions.is_contiguous() and a.features.is_contiguous() and a.cameras.is_contiguous())
     ):
         call = None  # a saved-tensor hook gave other tensors: made native-readable again below
     if call is None:
-        positions, features, radii, opacities, background, cameras = _native_operands(
-            (positions, features, radii, opacities, background, cameras), dtype
-        )
-        s = resolved_settings(RenderSettings.decode(settings), values, device)
+        inputs = _native_operands(inputs, dtype)
+        s = resolved_settings(RenderSettings.decode(a.settings), a.values, device)
         call = _NativeCall(
             s,
-            native_renderer(s, features.shape[-1], device),
-            _scene_args(s, positions, features, radii, opacities, background, cameras),
-            _options(s, device, values),
+            native_renderer(s, inputs[1].shape[-1], device),
+            _scene_args(s, *inputs),
+            _options(s, device, a.values),
             (),
         )
+    positions, features, radii, opacities, background, cameras = inputs
     s = call.settings
-    image, blend_state, grad_image = view(image), view(blend_state), view(grad_image)
-    traversal_end = _native_view(counts, torch.int32)[1]
-    want_moments = grad_depth_moments is not None and bool(s.outputs.want_depth_moments)
+    image, blend_state, grad_image = view(a.image), view(a.blend_state), view(a.grad_image)
+    traversal_end = _native_view(a.counts, torch.int32)[1]
+    want_moments = a.grad_depth_moments is not None and bool(s.outputs.want_depth_moments)
+    depth_moments = grad_depth_moments = None
     if want_moments:
-        depth_moments, grad_depth_moments = view(depth_moments), view(grad_depth_moments)
-    grads = [
-        torch.empty(t.shape, dtype=dtype, device=device) if need else None
-        for need, t in zip(needs, (positions, features, radii, opacities, background, cameras))
-    ]
+        depth_moments, grad_depth_moments = view(a.depth_moments), view(a.grad_depth_moments)
+    grads = [torch.empty(t.shape, dtype=dtype, device=device) if need else None for need, t in zip(a.needs, inputs)]
     if any(g is not None for g in grads):
         args = _native.BackwardArgs(
             grad_image.data_ptr(),
             image.data_ptr(),
             blend_state.data_ptr(),
             traversal_end.data_ptr(),
-            _ptr(depth_moments) if want_moments else 0,
-            _ptr(grad_depth_moments) if want_moments else 0,
+            _ptr(depth_moments),
+            _ptr(grad_depth_moments),
         )
         try:
             call.native.backward(call.scene, call.options, args, _native.GradientOutputs(*map(_ptr, grads)))
@@ -583,7 +570,7 @@ def _render_backward_impl(operands: BackwardOperands, call: Optional[_NativeCall
                     bg_col=background,
                     cameras=cameras.reshape(-1, cameras.shape[-1]),
                     grad_image=grad_image,
-                    grad_depth_moments=grad_depth_moments if want_moments else None,
+                    grad_depth_moments=grad_depth_moments,
                 ),
             )
     return grads
@@ -591,10 +578,9 @@ def _render_backward_impl(operands: BackwardOperands, call: Optional[_NativeCall
 
 def _render_backward_fake(*args):
     a = BackwardOperands(*args)
-    inputs = (a.positions, a.features, a.radii, a.opacities, a.background, a.cameras)
     return tuple(
         a.grad_image.new_empty(t.shape) if (need and t is not None) else a.grad_image.new_empty((0,))
-        for need, t in zip(a.needs, inputs)
+        for need, t in zip(a.needs, a.inputs)
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple, Union
+from typing import Any, List, Optional, Tuple, Union
 
 import torch
 import torch.distributed as dist
@@ -176,13 +176,13 @@ def sharded_render(
         check_ranks_agree(cameras, background, [*(fields[name] for name in _AGREED), batch], group)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in operands):
         return _ShardedRender.apply(*operands, settings, group)
-    return _forward(*operands, settings, group)
+    return _forward(operands, settings, settings.encode(), group)
 
 
-def _forward(positions, features, radii, opacities, background, cameras, settings, group):
-    partial, state, counts, info, moments = torch.ops.pulsar.render(
-        positions, features, radii, opacities, background, cameras, None, settings.encode()
-    )
+def _forward(operands, settings: ops.RenderSettings, encoded: List[float], group):
+    """The merged outputs of this share's render; ``encoded``: ``settings.encode()``."""
+    positions, features, _, _, background, _ = operands
+    partial, state, counts, info, moments = torch.ops.pulsar.render(*operands, None, encoded)
     # The operator returns [0] for the outputs not asked for.
     info = info if settings.outputs.want_forward_info else None
     moments = moments if settings.outputs.want_depth_moments else None
@@ -209,9 +209,10 @@ class _ShardedRender(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, positions, features, radii, opacities, background, cameras, settings, group):
-        outputs = _forward(positions, features, radii, opacities, background, cameras, settings, group)
-        inputs = (positions, features, radii, opacities, background, cameras, None, settings.encode())
-        ops.render_setup_context(ctx, inputs, outputs)
+        operands = (positions, features, radii, opacities, background, cameras)
+        encoded = settings.encode()
+        outputs = _forward(operands, settings, encoded, group)
+        ops.render_setup_context(ctx, (*operands, None, encoded), outputs)
         ctx.group = group
         return outputs
 
