@@ -242,16 +242,22 @@ class Case:
         taught it, so that no later call reads its instance count back (no call waits for
         the device). False where the renderer keeps no capacity (the CPU; builds without
         one)."""
-        from pulsar_py import ops
-
         for _ in range(steps):
             self.step()
-        natives = ops.natives_of(self.renderer._renderer_id) if hasattr(ops, "natives_of") else []
-        capacity = natives[0].instance_capacity if len(natives) == 1 else 0
-        if capacity <= 0:
-            return False
-        self.renderer.instance_capacity = capacity
-        return True
+        return fix_learnt_capacity(self.renderer)
+
+
+def fix_learnt_capacity(renderer: torch.nn.Module) -> bool:
+    """Fix a Renderer's instance capacity at what its calls so far taught its native
+    renderer. False where it keeps none (the CPU; builds without one; no call yet)."""
+    from pulsar_py import ops
+
+    natives = ops.natives_of(renderer._renderer_id) if hasattr(ops, "natives_of") else []
+    capacity = natives[0].instance_capacity if len(natives) == 1 else 0
+    if capacity <= 0:
+        return False
+    renderer.instance_capacity = capacity
+    return True
 
 
 def sync(device: torch.device) -> None:

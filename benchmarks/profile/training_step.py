@@ -80,15 +80,12 @@ def _step_functions(workload_name: str, mode: str, device_name: str):
 
     if mode == "eager-fixed-capacity":
         # The capacity a few eager steps taught the renderer, then fixed: the calls no
-        # longer read their instance count back. Builds without it fail this mode.
-        from pulsar_py import ops
-
+        # longer read their instance count back (the CPU keeps none: eager there).
         for _ in range(3):
             clear()
             loss_of(*leaves).backward()
-        (native,) = ops.natives_of(renderer._renderer_id)
-        if native.instance_capacity > 0:  # the CPU keeps none: the mode is eager there
-            renderer.instance_capacity = native.instance_capacity
+        if not harness.fix_learnt_capacity(renderer) and device.type == "cuda":
+            raise RuntimeError(f"{mode}: this build's renderer keeps no instance capacity")
 
     fn = loss_of
     if mode == "compile":
