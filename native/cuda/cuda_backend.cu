@@ -110,11 +110,7 @@ class CudaBackend final : public Backend {
     PULSAR_CUDA_CHECK(
         cudaMemcpyAsync(&needed, scratch_.overflow_record, sizeof(std::int64_t), cudaMemcpyDeviceToHost, stream));
     PULSAR_CUDA_CHECK(cudaStreamSynchronize(stream));
-    if (needed > 0) {
-      PULSAR_CUDA_CHECK(cudaMemsetAsync(scratch_.overflow_record, 0, sizeof(std::int64_t), stream));
-      if (scratch_.fixed_capacity == 0)
-        scratch_.learnt_capacity = std::max(scratch_.learnt_capacity, needed + needed / 4);
-    }
+    if (needed > 0) clear_overflow_record(scratch_, needed, stream);
     scratch_.overflow_pending = false;  // this read supersedes a copy in flight
     return needed;
   }

@@ -327,7 +327,11 @@ void cuda_nan_on_failure(const CudaScratch& scratch, const RenderOptions& option
                          cudaStream_t stream);
 // Outside a capture: reads the overflow record an earlier unsynchronised binning copied
 // back, if the copy is done (no waiting), and throws for a recorded overflow.
-void cuda_check_overflow_copy(CudaScratch& scratch);
+void cuda_check_overflow_copy(CudaScratch& scratch, cudaStream_t stream);
+// After an overflow record of `needed` instances was read back: zeroes the record on
+// `stream` and grows a learnt capacity to hold the count; returns the capacity the
+// overflowing call had (for the error).
+std::int64_t clear_overflow_record(CudaScratch& scratch, std::int64_t needed, cudaStream_t stream);
 // The cover histogram of the tile depth bound (tile_depth_bound.cu): count uint64 words
 // to be zeroed before cuda_tile_depth_bound (the binning's zeroing launch takes them), or
 // none (buckets 0) when this call's bounds do not cut.

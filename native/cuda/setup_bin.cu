@@ -479,17 +479,22 @@ void raise_overflow(std::int64_t needed, std::int64_t capacity) {
 
 }  // namespace
 
-void cuda_check_overflow_copy(CudaScratch& scratch) {
+std::int64_t clear_overflow_record(CudaScratch& scratch, std::int64_t needed, cudaStream_t stream) {
+  PULSAR_CUDA_CHECK(cudaMemsetAsync(scratch.overflow_record, 0, sizeof(std::int64_t), stream));
+  if (scratch.fixed_capacity > 0) return scratch.fixed_capacity;
+  const std::int64_t capacity = scratch.learnt_capacity;
+  scratch.learnt_capacity = std::max(capacity, needed + needed / 4);
+  return capacity;
+}
+
+void cuda_check_overflow_copy(CudaScratch& scratch, cudaStream_t stream) {
   if (!scratch.overflow_pending || cudaEventQuery(scratch.overflow_ready) != cudaSuccess) {
     cudaGetLastError();  // cudaErrorNotReady is not an error here
     return;
   }
   scratch.overflow_pending = false;
   const std::int64_t needed = *scratch.host_overflow;
-  if (needed > 0) {
-    PULSAR_CUDA_CHECK(cudaMemset(scratch.overflow_record, 0, sizeof(std::int64_t)));
-    raise_overflow(needed, scratch.fixed_capacity > 0 ? scratch.fixed_capacity : scratch.learnt_capacity);
-  }
+  if (needed > 0) raise_overflow(needed, clear_overflow_record(scratch, needed, stream));
 }
 
 template <typename T>
@@ -515,7 +520,7 @@ void cuda_begin_binning(const RendererConfig& config, const SceneArgs& scene, co
     scratch.for_each_buffer([](DeviceBuffer& b) { b.keep_allocations(); });
     scratch.allocations_kept = true;
   }
-  if (capacity > 0 && !captured) cuda_check_overflow_copy(scratch);
+  if (capacity > 0 && !captured) cuda_check_overflow_copy(scratch, stream);
   auto* spheres = scratch.spheres.reserve<GpuSphere<T>>(std::size_t(items), "sphere records");
   const std::size_t word_count = std::size_t(CameraWords::kCount) * std::size_t(scene.batch_size);
   auto* words = scratch.camera_words.reserve<std::uint32_t>(word_count, "per-camera words");
@@ -610,13 +615,8 @@ void cuda_finish_binning(const RendererConfig& config, const SceneArgs& scene, c
     scratch.list_room = count;
     // A capture sizes its lists by the largest count seen so far and a quarter more.
     if (count > scratch.learnt_capacity) scratch.learnt_capacity = std::max<std::int64_t>(count + count / 4, 1024);
-    if (scratch.host_count[2] > 0) {
-      const std::int64_t needed = scratch.host_count[2];
-      PULSAR_CUDA_CHECK(cudaMemsetAsync(scratch.overflow_record, 0, sizeof(std::int64_t), stream));
-      const std::int64_t capacity = scratch.learnt_capacity;
-      scratch.learnt_capacity = std::max(capacity, needed + needed / 4);
-      raise_overflow(needed, scratch.fixed_capacity > 0 ? scratch.fixed_capacity : capacity);
-    }
+    if (scratch.host_count[2] > 0)
+      raise_overflow(scratch.host_count[2], clear_overflow_record(scratch, scratch.host_count[2], stream));
     // With no instances item_slots_kernel gave every item the slots [0, 0).
     if (count == 0) return;
   } else {
