@@ -73,9 +73,27 @@ struct DepthOrder {
   std::size_t bytes() const { return 16 * m; }
 };
 
+// The instance sort by counting (tile_counting_sort.cu) serves a binning of at most
+// kMaxCountedSortTiles tiles (all cameras) whose (tile, chunk) count matrix, chunks of
+// kSortChunk instances, holds at most kMaxCountedSortCells cells; other binnings sort with
+// CUB's radix sort.
+constexpr int kMaxCountedSortTiles = 4096;
+constexpr int kSortChunk = 2048;
+constexpr std::int64_t kMaxCountedSortCells = std::int64_t(1) << 21;
+
+inline int counted_sort_chunks(std::int64_t instances) {
+  return int(std::max<std::int64_t>(1, (instances + kSortChunk - 1) / kSortChunk));
+}
+
+// Whether a binning of `instances` list positions over `tiles` tiles sorts by counting.
+inline bool sorts_instances_by_counting(std::int64_t tiles, std::int64_t instances) {
+  return tiles <= kMaxCountedSortTiles && tiles * counted_sort_chunks(instances) <= kMaxCountedSortCells;
+}
+
 // Byte layout of instance_arena for n instances. Binning: the tile keys (uint32) and slots
 // (int32) of the instance sort, each double-buffered, and the sphere of each slot
-// (int32): 20 bytes per instance. After the sort two int32 maps survive at the start
+// (int32): 20 bytes per instance (the sort by counting keeps its keys at slots_a and
+// needs no slots: a pair's slot is its position). After the sort two int32 maps survive at the start
 // (the sphere and the slot of each sorted position: 8 bytes per instance), and the
 // backward's gradient rows take the space behind them, one window of slots at a time
 // (RowWindows), from a 256-byte boundary so that a row of 32 bytes is one memory sector.
@@ -135,6 +153,7 @@ struct CudaScratch {
   DeviceBuffer tile_ranges;  // int2 [B * n_tiles]: [begin, end) of each tile's sorted entries
   DeviceBuffer tile_ends;  // int [B * n_tiles]: entries any pixel of the tile processed (backward)
   DeviceBuffer cub_temp;  // CUB workspace
+  DeviceBuffer chunk_tile_counts;  // int32 [tiles, chunks]: the sort by counting's matrix
   DeviceBuffer packed_cameras;  // T [B, 15]: cameras converted from camera vectors (Renderer)
   DeviceBuffer zero_features;  // T [C] of zeros: a partial render's background
   int backward_splits = 1;  // blocks per tile in the last backward (render_backward.cu)
@@ -191,8 +210,8 @@ struct CudaScratch {
   void for_each_buffer(Fn fn) {
     for (DeviceBuffer* b :
          {&spheres, &camera_words, &cover_histogram, &tile_depth_bound, &tile_settled, &depth_order, &tile_counts,
-          &sphere_slots, &instance_arena, &tile_ranges, &tile_ends, &cub_temp, &packed_cameras, &tile_camera_grads,
-          &tile_background_grads, &camera_chunk_sums, &zero_features})
+          &sphere_slots, &instance_arena, &tile_ranges, &tile_ends, &cub_temp, &chunk_tile_counts, &packed_cameras,
+          &tile_camera_grads, &tile_background_grads, &camera_chunk_sums, &zero_features})
       fn(*b);
   }
 
@@ -332,6 +351,13 @@ void cuda_check_overflow_copy(CudaScratch& scratch, cudaStream_t stream);
 // `stream` and grows a learnt capacity to hold the count; returns the capacity the
 // overflowing call had (for the error).
 std::int64_t clear_overflow_record(CudaScratch& scratch, std::int64_t needed, cudaStream_t stream);
+// The instance sort by counting (tile_counting_sort.cu): from the tile key of each list
+// position below the stored count (count, or at most *device_count when non-null) and the
+// sphere of each slot, the sorted maps (entry_sphere, entry_slot), the tile ranges of the
+// tiles with instances, and with the count on the device its overflow record.
+void cuda_sort_instances_by_counting(std::int64_t count, const std::int64_t* device_count, const std::uint32_t* keys,
+                                     const std::int32_t* slot_sphere, int tiles, cudaStream_t stream,
+                                     CudaScratch& scratch);
 // The cover histogram of the tile depth bound (tile_depth_bound.cu): count uint64 words
 // to be zeroed before cuda_tile_depth_bound (the binning's zeroing launch takes them), or
 // none (buckets 0) when this call's bounds do not cut.

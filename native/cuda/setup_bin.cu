@@ -2,7 +2,8 @@
 // (closest depth, sphere index), each cut at its tile's depth bound (tile_depth_bound.cu).
 // The items are depth-sorted once (32-bit keys over B * N items), so that the instance
 // sort, stable, needs only the tile bits: 32-bit keys over the bits in use, where keys of
-// depth and tile together would take 64 bits. At most one host synchronisation: the
+// depth and tile together would take 64 bits (few tiles and instances: a counting sort,
+// tile_counting_sort.cu; else CUB's radix sort). At most one host synchronisation: the
 // instance count is read back once to size the sort, unless the binning is sized by an
 // instance capacity (a capture, or a fixed capacity): then the sort runs over the
 // capacity with the count on the device, and nothing waits (docs/design.md, "Capture").
@@ -240,8 +241,9 @@ __global__ void item_slots_kernel(std::int64_t items, const std::int32_t* order,
 }
 
 // Writes each rank's stored (tile, sphere) pairs at its slots below `capacity`: key
-// b * n_tiles + tile, value the slot (the sort then carries slots, whose order is the rank
-// order), and the slot's sphere index.
+// b * n_tiles + tile, value the slot (the radix sort then carries slots, whose order is
+// the rank order; null for the sort by counting, which reads a pair's slot from its
+// position), and the slot's sphere index.
 template <typename T>
 __global__ void duplicate_kernel(RendererConfig config, SceneArgs scene, const GpuSphere<T>* spheres,
                                  const float* bound, const std::int32_t* order, const std::int64_t* sphere_slots,
@@ -265,10 +267,10 @@ __global__ void duplicate_kernel(RendererConfig config, SceneArgs scene, const G
     const std::int64_t o_item = __shfl_sync(WarpDeal::kFullMask, item, pair.owner);
     const std::int64_t o_slot = __shfl_sync(WarpDeal::kFullMask, first_slot + stored_before, pair.owner);
     const std::int64_t u = o_slot + __popc(stored_lanes & pair.held & ((1u << lane) - 1u));
-    if (pair.stored && u < capacity) {  // past the capacity: ranges_kernel records the overflow
+    if (pair.stored && u < capacity) {  // past the capacity: the sort records the overflow
       const ItemIndex at = split_item(o_item, n);
       keys[u] = std::uint32_t(at.camera) * std::uint32_t(tiling.n_tiles()) + std::uint32_t(pair.tile);
-      slots[u] = std::int32_t(u);
+      if (slots != nullptr) slots[u] = std::int32_t(u);
       slot_sphere[u] = at.sphere;
     }
     stored_before += mine;
@@ -454,6 +456,26 @@ bool stream_capturing(cudaStream_t stream) {
   return capture != cudaStreamCaptureStatusNone;
 }
 
+// The radix path of the instance sort: a stable sort of the (tile key, slot) pairs, then
+// the tile ranges and the sorted maps. count and device_count as for ranges_kernel.
+void sort_and_map_instances(std::int64_t count, const std::int64_t* device_count, std::int64_t total_tiles,
+                            cub::DoubleBuffer<std::uint32_t>& keys, cub::DoubleBuffer<std::int32_t>& slots,
+                            const std::int32_t* slot_sphere, cudaStream_t stream, CudaScratch& scratch) {
+  // Slots are in rank order, and the stable sort keeps it within each tile: only the
+  // bits of the largest tile key take passes. The double-buffer sort needs no workspace
+  // of the keys' size. Sized by a capacity, it sorts the whole capacity: the positions
+  // past the count hold all-ones keys, which sort after every stored one (a stored key
+  // equal in the sorted bits stays before them: the sort is stable).
+  sort_pairs(keys, slots, count, std::max(1, bit_width(std::uint64_t(total_tiles - 1))), stream, scratch);
+  ranges_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream>>>(
+      count, device_count, keys.Current(), scratch.tile_ranges.as<int2>(), scratch.overflow_record);
+  PULSAR_CUDA_LAUNCH_CHECK("ranges_kernel");
+  // The keys are done with: the maps overwrite their buffers (InstanceArena).
+  maps_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream>>>(count, device_count, slots.Current(), slot_sphere,
+                                                                    scratch.entry_sphere(), scratch.entry_slot());
+  PULSAR_CUDA_LAUNCH_CHECK("maps_kernel");
+}
+
 // The instance capacity that sizes this binning, 0 for a binning that reads its count
 // back: a fixed capacity always; in a capture the learnt one (a capture cannot wait for
 // the count).
@@ -537,7 +559,9 @@ void cuda_begin_binning(const RendererConfig& config, const SceneArgs& scene, co
     const InstanceArena layout{std::size_t(capacity)};
     unsigned char* arena =
         scratch.instance_arena.reserve<unsigned char>(layout.binning_bytes(), "sphere-tile instances");
-    sort_keys = reinterpret_cast<std::uint32_t*>(arena + layout.keys_a());
+    // The sort by counting reads only the positions below the count on the device.
+    if (!sorts_instances_by_counting(total_tiles, capacity))
+      sort_keys = reinterpret_cast<std::uint32_t*>(arena + layout.keys_a());
   }
   const CoverHistogram histogram = cuda_reserve_cover_histogram(config, scene, options, scratch);
   const std::int64_t zeroed =
@@ -628,30 +652,24 @@ void cuda_finish_binning(const RendererConfig& config, const SceneArgs& scene, c
   const auto* spheres = scratch.spheres.as<GpuSphere<T>>();
   const float* bound = scratch.pending_bound;
   auto* slots_of = scratch.sphere_slots.as<std::int64_t>();
-  auto* ranges = scratch.tile_ranges.as<int2>();
 
   const InstanceArena layout{std::size_t(count)};
   unsigned char* arena = scratch.instance_arena.reserve<unsigned char>(layout.binning_bytes(), "sphere-tile instances");
   auto keys = double_buffer<std::uint32_t>(arena, layout.keys_a(), layout.keys_b());
   auto slots = double_buffer<std::int32_t>(arena, layout.slots_a(), layout.slots_b());
   auto* slot_sphere = reinterpret_cast<std::int32_t*>(arena + layout.slot_sphere());
+  // The sort by counting keeps the keys at slots_a (it needs no slots): the sorted maps
+  // overwrite [0, 8 * count) while other chunks' keys are still being read.
+  const bool counted = sorts_instances_by_counting(total_tiles, count);
+  std::uint32_t* pair_keys = counted ? reinterpret_cast<std::uint32_t*>(arena + layout.slots_a()) : keys.Current();
   duplicate_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
-      config, scene, spheres, bound, order, slots_of, count, keys.Current(), slots.Current(), slot_sphere);
+      config, scene, spheres, bound, order, slots_of, count, pair_keys, counted ? nullptr : slots.Current(),
+      slot_sphere);
   PULSAR_CUDA_LAUNCH_CHECK("duplicate_kernel");
-
-  // Slots are in rank order, and the stable sort keeps it within each tile: only the
-  // bits of the largest tile key take passes. The double-buffer sort needs no workspace
-  // of the keys' size. Sized by a capacity, it sorts the whole capacity: the positions
-  // past the count hold all-ones keys, which sort after every stored one (a stored key
-  // equal in the sorted bits stays before them: the sort is stable).
-  sort_pairs(keys, slots, count, std::max(1, bit_width(std::uint64_t(total_tiles - 1))), stream, scratch);
-  ranges_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream>>>(count, device_count, keys.Current(), ranges,
-                                                                      scratch.overflow_record);
-  PULSAR_CUDA_LAUNCH_CHECK("ranges_kernel");
-  // The keys are done with: the maps overwrite their buffers (InstanceArena).
-  maps_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream>>>(count, device_count, slots.Current(), slot_sphere,
-                                                                    scratch.entry_sphere(), scratch.entry_slot());
-  PULSAR_CUDA_LAUNCH_CHECK("maps_kernel");
+  if (counted)
+    cuda_sort_instances_by_counting(count, device_count, pair_keys, slot_sphere, int(total_tiles), stream, scratch);
+  else
+    sort_and_map_instances(count, device_count, total_tiles, keys, slots, slot_sphere, stream, scratch);
   if (device_count != nullptr && !scratch.binning_captured) {
     // Outside a capture: the overflow record comes back without waiting, read by the
     // next call (cuda_check_overflow_copy).
