@@ -7,9 +7,11 @@
 // counts each chunk's instances per tile into a tile-major matrix [tile][chunk]; its
 // exclusive scan (CUB) gives, for every (tile, chunk), where that chunk's instances of that
 // tile start in the sorted order: after every instance of a lower tile and of the same
-// tile in an earlier chunk. scatter_by_tile_kernel then walks each chunk in position
-// order and places each instance after those of its tile already placed: a stable
-// counting sort, so each tile's run keeps the slots' rank order.
+// tile in an earlier chunk. scatter_by_tile_kernel then sorts each chunk by tile in shared
+// memory, stably, and places each instance at its tile's start plus its index among the
+// chunk's instances of that tile: a stable counting sort, so each tile's run keeps the
+// slots' rank order.
+#include <cub/block/block_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 
 #include "cuda_scratch.h"
@@ -18,7 +20,10 @@ namespace pulsar {
 
 namespace {
 
-constexpr int kHistogramThreads = 256;  // threads per block of both kernels
+constexpr int kHistogramThreads = 256;  // threads per block of chunk_tile_counts_kernel
+constexpr int kScatterThreads = 256;  // threads per block of scatter_by_tile_kernel
+constexpr int kSortItems = kSortChunk / kScatterThreads;  // positions per scatter thread
+static_assert(kSortItems * kScatterThreads == kSortChunk, "a scatter block holds one chunk");
 
 // Block c counts chunk c's stored instances (positions below the stored count) per tile
 // in shared memory, then writes its column of the matrix, zeros included.
@@ -37,23 +42,25 @@ __global__ void chunk_tile_counts_kernel(std::int64_t count, const std::int64_t*
     counts[std::int64_t(t) * chunks + chunk] = histogram[t];
 }
 
-// One block per chunk. Its threads stage the chunk's keys and each tile's first place
-// for the chunk (the scanned matrix: next[t]) in shared memory, all loads in flight at
-// once; one warp then walks the chunk in position order, 32 positions per round, from
-// shared memory only: lanes with equal keys (__match_any_sync) take consecutive places in
-// lane order after the tile's places taken so far. Then every thread writes its
-// positions' sorted sphere and slot (the slots were the positions themselves:
-// duplicate_kernel stores pair u at position u). Also writes the ranges of the tiles
-// whose index is the chunk's modulo the chunk count, and, with the count on the device
-// (device_count non-null), records a count beyond the capacity as ranges_kernel does.
-__global__ void scatter_by_tile_kernel(std::int64_t count, const std::int64_t* device_count, const std::uint32_t* keys,
-                                       const std::int32_t* slot_sphere, int tiles, const std::int32_t* starts,
-                                       std::int32_t* entry_sphere, std::int32_t* entry_slot, int2* tile_ranges,
-                                       std::int64_t* overflow_record) {
-  __shared__ std::int32_t next[kMaxCountedSortTiles];
-  __shared__ std::uint32_t chunk_keys[kSortChunk];
-  __shared__ std::int32_t places[kSortChunk];
-  const unsigned full = 0xffffffffu;
+// One block per chunk, kSortItems positions per thread. The block sorts its chunk's tile
+// keys with their positions stably (CUB's BlockRadixSort over the bits of the key), so
+// each tile's positions form one run of the sorted chunk, in position order; a position
+// at sorted index s of a run starting at r goes to starts[tile][chunk] + (s - r). Then
+// writes each position's sorted sphere and slot (the slots were the positions
+// themselves: duplicate_kernel stores pair u at position u). Also writes the ranges of
+// the tiles whose index is the chunk's modulo the chunk count, and, with the count on the
+// device (device_count non-null), records a count beyond the capacity as ranges_kernel
+// does. Positions past the stored count carry the key `tiles`, which sorts last
+// (key_bits = bit_width(tiles)) and is not placed.
+__global__ void __launch_bounds__(kScatterThreads)
+    scatter_by_tile_kernel(std::int64_t count, const std::int64_t* device_count, const std::uint32_t* keys,
+                           const std::int32_t* slot_sphere, int tiles, int key_bits, const std::int32_t* starts,
+                           std::int32_t* entry_sphere, std::int32_t* entry_slot, int2* tile_ranges,
+                           std::int64_t* overflow_record) {
+  using BlockSort = cub::BlockRadixSort<std::uint32_t, kScatterThreads, kSortItems, std::int32_t>;
+  __shared__ typename BlockSort::TempStorage sort_storage;
+  __shared__ std::int32_t next[kMaxCountedSortTiles];  // a tile's place for the chunk, less its run start
+  __shared__ std::uint32_t last_keys[kScatterThreads];  // each thread's last sorted key
   const int chunk = int(blockIdx.x), chunks = int(gridDim.x);
   const int t0 = int(threadIdx.x);
   if (device_count != nullptr && chunk == 0 && t0 == 0 && *device_count > count)
@@ -61,34 +68,35 @@ __global__ void scatter_by_tile_kernel(std::int64_t count, const std::int64_t* d
   const std::int64_t stored = device_count == nullptr ? count : min(*device_count, count);
   const std::int64_t first = std::int64_t(chunk) * kSortChunk;
   const int n = int(max(std::int64_t(0), min(std::int64_t(kSortChunk), stored - first)));
-  for (int k = t0; k < n; k += kHistogramThreads) chunk_keys[k] = keys[first + k];
-  for (int t = t0; t < tiles; t += kHistogramThreads) next[t] = starts[std::int64_t(t) * chunks + chunk];
+  const std::uint32_t unplaced = std::uint32_t(tiles);
+  std::uint32_t key[kSortItems];
+  std::int32_t position[kSortItems];
+  for (int j = 0; j < kSortItems; ++j) {
+    position[j] = t0 * kSortItems + j;
+    key[j] = position[j] < n ? keys[first + position[j]] : unplaced;
+  }
+  for (int t = t0; t < tiles; t += kScatterThreads) next[t] = starts[std::int64_t(t) * chunks + chunk];
   // A tile's run: from its first chunk's start to the next tile's (the last: every stored
   // instance); tiles without instances keep the [0, 0) of zero_binning_kernel.
-  for (int t = chunk + t0 * chunks; t < tiles; t += kHistogramThreads * chunks) {
+  for (int t = chunk + t0 * chunks; t < tiles; t += kScatterThreads * chunks) {
     const std::int32_t begin = starts[std::int64_t(t) * chunks];
     const std::int32_t end = t + 1 < tiles ? starts[std::int64_t(t + 1) * chunks] : std::int32_t(stored);
     if (end > begin) tile_ranges[t] = make_int2(begin, end);
   }
+  BlockSort(sort_storage).Sort(key, position, 0, key_bits);  // blocked: thread i holds sorted i*kSortItems...
+  last_keys[t0] = key[kSortItems - 1];
   __syncthreads();
-  if (t0 < 32) {
-    const int lane = t0;
-    const unsigned lanes_below = (1u << lane) - 1u;
-    for (int base = 0; base < n; base += 32) {
-      const int k = base + lane;
-      const std::uint32_t key = k < n ? chunk_keys[k] : 0xffffffffu;  // never a tile
-      const unsigned peers = __match_any_sync(full, key);
-      const int before = __popc(peers & lanes_below);
-      if (k < n) places[k] = next[key] + before;
-      __syncwarp();
-      if (k < n && before == 0) next[key] += __popc(peers);  // the group's first lane
-      __syncwarp();
-    }
+  for (int j = 0; j < kSortItems; ++j) {
+    const int s = t0 * kSortItems + j;
+    const std::uint32_t before = j > 0 ? key[j - 1] : (t0 > 0 ? last_keys[t0 - 1] : unplaced);
+    if (key[j] != unplaced && key[j] != before) next[key[j]] -= s;  // one run start per tile
   }
   __syncthreads();
-  for (int k = t0; k < n; k += kHistogramThreads) {
-    entry_sphere[places[k]] = slot_sphere[first + k];
-    entry_slot[places[k]] = std::int32_t(first + k);
+  for (int j = 0; j < kSortItems; ++j) {
+    if (key[j] == unplaced) continue;
+    const std::int32_t place = next[key[j]] + t0 * kSortItems + j;
+    entry_sphere[place] = slot_sphere[first + position[j]];
+    entry_slot[place] = std::int32_t(first + position[j]);
   }
 }
 
@@ -107,8 +115,9 @@ void cuda_sort_instances_by_counting(std::int64_t count, const std::int64_t* dev
   PULSAR_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, counts, counts, int(cells), stream));
   void* temp = scratch.cub_temp.reserve<unsigned char>(scan_bytes, "CUB workspace");
   PULSAR_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp, scan_bytes, counts, counts, int(cells), stream));
-  scatter_by_tile_kernel<<<chunks, kHistogramThreads, 0, stream>>>(
-      count, device_count, keys, slot_sphere, tiles, counts, scratch.entry_sphere(), scratch.entry_slot(),
+  const int key_bits = 32 - __builtin_clz(unsigned(tiles));  // holds `tiles`, the unplaced key
+  scatter_by_tile_kernel<<<chunks, kScatterThreads, 0, stream>>>(
+      count, device_count, keys, slot_sphere, tiles, key_bits, counts, scratch.entry_sphere(), scratch.entry_slot(),
       scratch.tile_ranges.as<int2>(), scratch.overflow_record);
   PULSAR_CUDA_LAUNCH_CHECK("scatter_by_tile_kernel");
 }
