@@ -98,10 +98,11 @@ inline bool sorts_instances_by_counting(std::int64_t tiles, std::int64_t instanc
 // Byte layout of instance_arena for n instances. Binning: the tile keys (uint32) and slots
 // (int32) of the instance sort, each double-buffered, and the sphere of each slot
 // (int32): 20 bytes per instance (the sort by counting keeps its keys at slots_a and
-// needs no slots: a pair's slot is its position). After the sort two int32 maps survive at the start
-// (the sphere and the slot of each sorted position: 8 bytes per instance), and the
-// backward's gradient rows take the space behind them, one window of slots at a time
-// (RowWindows), from a 256-byte boundary so that a row of 32 bytes is one memory sector.
+// needs no slots: a pair's slot is its position). After the sort two int32 maps survive
+// at the start (the sphere and the slot of each sorted position: 8 bytes per instance),
+// and the backward's gradient rows take the space behind them, one window of slots at a
+// time (RowWindows), from a 256-byte boundary so that a row of 32 bytes is one memory
+// sector.
 struct InstanceArena {
   std::size_t n;
   std::size_t keys_a() const { return 0; }
