@@ -19,6 +19,19 @@ def native_of(renderer):
     return natives[0]
 
 
+def spy_camera_conversions(monkeypatch):
+    """Records the calls' camera conversions: (conversions, render_cameras), lists that get
+    a 1 per pulsar::pack_cameras call and the camera width (15: packed) each
+    ops.render_call renders with."""
+    from pulsar_py import ops
+
+    conversions, render_cameras = [], []
+    pack, render_call = ops.pack_cameras, ops.render_call
+    monkeypatch.setattr(ops, "pack_cameras", lambda *a: conversions.append(1) or pack(*a))
+    monkeypatch.setattr(ops, "render_call", lambda *a: render_cameras.append(a[5].shape[-1]) or render_call(*a))
+    return conversions, render_cameras
+
+
 class FailingNative:
     """Stands in for a native renderer whose ``stage`` call ("forward" or "backward")
     fails like a CUDA error would; the other call runs on the real one."""

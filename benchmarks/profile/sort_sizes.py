@@ -20,6 +20,7 @@ from typing import Optional, Sequence
 import harness
 import torch
 
+# Base names (harness.kernel_base_name) of the instance sort's and the scans' activities.
 SORT_KERNELS = (
     "DeviceRadixSort",
     "ranges_kernel",
@@ -33,31 +34,17 @@ SORT_KERNELS = (
 
 def forward_kernel_ms(spheres: int, repeats: int) -> tuple:
     """(instances, forward kernel ms, sort and scan kernel ms) of a W4-like scene."""
-    from pulsar_py import Renderer
     from pulsar_py.tools.bench import binned_instances
 
     workload = harness.Workload(f"{spheres} spheres", spheres, 1024, 1024, 0.038, 0.5, (0.1, 0.9))
     device = torch.device("cuda")
-    pos, col, rad, opacity, cam = harness.make_inputs(workload, device)
-    renderer = Renderer(workload.width, workload.height, n_channels=3, n_track=harness.N_TRACK).to(device)
-    if hasattr(renderer, "check_values"):
-        renderer.check_values = False
-    call = harness.RenderCall(renderer)
-    with torch.no_grad():
-        for _ in range(5):
-            call(pos, col, rad, cam, opacity)
-        torch.cuda.synchronize()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            for _ in range(repeats):
-                call(pos, col, rad, cam, opacity)
-            torch.cuda.synchronize()
-    total = sort = 0.0
-    for event in prof.key_averages():
-        ms = event.self_device_time_total / repeats / 1e3
-        total += ms
-        if any(name in event.key for name in SORT_KERNELS):
-            sort += ms
-    return binned_instances(renderer, device), total, sort
+    case = harness.Case(workload, device)
+    for _ in range(5):
+        case.forward()
+    kernels = harness.kernel_times(case.forward, device, repeats)
+    total = sum(ms for ms, _ in kernels.values())
+    sort = sum(ms for name, (ms, _) in kernels.items() if name.startswith(SORT_KERNELS))
+    return binned_instances(case.renderer, device), total, sort
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -73,6 +73,27 @@ struct DepthOrder {
   std::size_t bytes() const { return 16 * m; }
 };
 
+// The list positions a binning stored: the instance count read back (device_count null),
+// or the count on the device, at most the capacity `count`.
+__device__ inline std::int64_t stored_count(std::int64_t count, const std::int64_t* device_count) {
+  return device_count == nullptr ? count : min(*device_count, count);
+}
+
+// With the count on the device (device_count non-null): a count beyond the capacity into
+// the renderer's overflow record, as its largest (one thread of the instance sort calls it).
+__device__ inline void record_overflow(std::int64_t capacity, const std::int64_t* device_count,
+                                       std::int64_t* overflow_record) {
+  if (device_count != nullptr && *device_count > capacity)
+    atomicMax(reinterpret_cast<unsigned long long*>(overflow_record), static_cast<unsigned long long>(*device_count));
+}
+
+// The bits needed to write v (0 for 0).
+inline int bit_width(std::uint64_t v) {
+  int bits = 0;
+  for (; v != 0; v >>= 1) ++bits;
+  return bits;
+}
+
 // The instance sort by counting (tile_counting_sort.cu) serves a binning of at most
 // kMaxCountedSortTiles tiles (all cameras) whose (tile, chunk) count matrix, chunks of
 // kSortChunk instances, holds at most kMaxCountedSortCells cells; other binnings sort with

@@ -917,7 +917,6 @@ void cuda_render_backward(const RendererConfig& config, const SceneArgs& scene, 
 template <typename T>
 void cuda_gradients_nan_on_failure(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
                                    const GradientOutputs& grads, cudaStream_t stream, const CudaScratch& scratch) {
-  if (scratch.device_counts == nullptr && options.values == nullptr) return;
   const std::int64_t spheres = scene.n_spheres * (scene.shared_spheres ? 1 : scene.batch_size);
   OverflowTargets targets;
   targets.add(grads.positions, 3 * spheres);

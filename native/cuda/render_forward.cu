@@ -389,15 +389,13 @@ void cuda_render_forward(const RendererConfig& config, const SceneArgs& scene, c
   }
   // A binning sized by its capacity that overflowed it, or values out of range: NaN, never
   // a silently wrong image.
-  if (scratch.device_counts != nullptr || options.values != nullptr) {
-    const std::int64_t pixels = std::int64_t(config.width) * config.height * scene.batch_size;
-    OverflowTargets targets;
-    targets.add(out.image, pixels * config.n_channels);
-    targets.add(out.blend_state, pixels * 2);
-    targets.add(out.forward_info, out.forward_info ? pixels * (3 + 2 * config.n_track) : 0);
-    targets.add(out.depth_moments, out.depth_moments ? pixels * kDepthStats : 0);
-    cuda_nan_on_failure<T>(scratch, options, targets, stream);
-  }
+  const std::int64_t pixels = std::int64_t(config.width) * config.height * scene.batch_size;
+  OverflowTargets targets;
+  targets.add(out.image, pixels * config.n_channels);
+  targets.add(out.blend_state, pixels * 2);
+  targets.add(out.forward_info, out.forward_info ? pixels * (3 + 2 * config.n_track) : 0);
+  targets.add(out.depth_moments, out.depth_moments ? pixels * kDepthStats : 0);
+  cuda_nan_on_failure<T>(scratch, options, targets, stream);
 }
 
 template void cuda_render_forward<float>(const RendererConfig&, const SceneArgs&, const RenderOptions&,

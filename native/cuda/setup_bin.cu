@@ -277,12 +277,6 @@ __global__ void duplicate_kernel(RendererConfig config, SceneArgs scene, const G
   });
 }
 
-// The sorted positions a binning stored: the instance count read back (device_count
-// null), or the count on the device, at most the capacity.
-__device__ inline std::int64_t stored_count(std::int64_t count, const std::int64_t* device_count) {
-  return device_count == nullptr ? count : min(*device_count, count);
-}
-
 // [begin, end) of each tile's run of sorted keys: the keys are sorted, so a tile's
 // instances are one run; a tile without any keeps the [0, 0) of zero_binning_kernel.
 // count: the instances (device_count null) or the capacity. With the count on the device,
@@ -290,8 +284,7 @@ __device__ inline std::int64_t stored_count(std::int64_t count, const std::int64
 __global__ void ranges_kernel(std::int64_t count, const std::int64_t* device_count, const std::uint32_t* keys,
                               int2* tile_ranges, std::int64_t* overflow_record) {
   const std::int64_t p = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (device_count != nullptr && p == 0 && *device_count > count)
-    atomicMax(reinterpret_cast<unsigned long long*>(overflow_record), static_cast<unsigned long long>(*device_count));
+  if (p == 0) record_overflow(count, device_count, overflow_record);
   count = stored_count(count, device_count);
   if (p >= count) return;
   const std::uint32_t tile = keys[p];
@@ -350,15 +343,6 @@ void sort_pairs(cub::DoubleBuffer<std::uint32_t>& keys, cub::DoubleBuffer<std::i
   PULSAR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, keys, values, int(count), 0, end_bit, stream));
   void* temp = scratch.cub_temp.reserve<unsigned char>(bytes, "CUB workspace");
   PULSAR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, bytes, keys, values, int(count), 0, end_bit, stream));
-}
-
-int bit_width(std::uint64_t v) {
-  int bits = 0;
-  while (v) {
-    ++bits;
-    v >>= 1;
-  }
-  return bits;
 }
 
 // Threads per block of the binning's launches (one thread per item or instance).
@@ -691,10 +675,10 @@ __global__ void nan_on_failure_kernel(const std::int64_t* device_count, std::int
   const bool overflow = device_count != nullptr && *device_count > capacity;
   if (!overflow && (values == nullptr || call_values_valid(values))) return;
   for (int t = 0; t < targets.count; ++t) {
-    T* values = static_cast<T*>(targets.values[t]);
+    T* out = static_cast<T*>(targets.values[t]);
     for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < targets.sizes[t];
          i += std::int64_t(gridDim.x) * blockDim.x)
-      values[i] = T(NAN);
+      out[i] = T(NAN);
   }
 }
 

@@ -33,9 +33,8 @@ __global__ void chunk_tile_counts_kernel(std::int64_t count, const std::int64_t*
   const int chunk = int(blockIdx.x), chunks = int(gridDim.x);
   for (int t = int(threadIdx.x); t < tiles; t += kHistogramThreads) histogram[t] = 0;
   __syncthreads();
-  const std::int64_t stored = device_count == nullptr ? count : min(*device_count, count);
   const std::int64_t first = std::int64_t(chunk) * kSortChunk;
-  const std::int64_t end = min(first + kSortChunk, stored);
+  const std::int64_t end = min(first + kSortChunk, stored_count(count, device_count));
   for (std::int64_t p = first + threadIdx.x; p < end; p += kHistogramThreads) atomicAdd(&histogram[keys[p]], 1);
   __syncthreads();
   for (int t = int(threadIdx.x); t < tiles; t += kHistogramThreads)
@@ -63,9 +62,8 @@ __global__ void __launch_bounds__(kScatterThreads)
   __shared__ std::uint32_t last_keys[kScatterThreads];  // each thread's last sorted key
   const int chunk = int(blockIdx.x), chunks = int(gridDim.x);
   const int t0 = int(threadIdx.x);
-  if (device_count != nullptr && chunk == 0 && t0 == 0 && *device_count > count)
-    atomicMax(reinterpret_cast<unsigned long long*>(overflow_record), static_cast<unsigned long long>(*device_count));
-  const std::int64_t stored = device_count == nullptr ? count : min(*device_count, count);
+  if (chunk == 0 && t0 == 0) record_overflow(count, device_count, overflow_record);
+  const std::int64_t stored = stored_count(count, device_count);
   const std::int64_t first = std::int64_t(chunk) * kSortChunk;
   const int n = int(max(std::int64_t(0), min(std::int64_t(kSortChunk), stored - first)));
   const std::uint32_t unplaced = std::uint32_t(tiles);
@@ -115,7 +113,7 @@ void cuda_sort_instances_by_counting(std::int64_t count, const std::int64_t* dev
   PULSAR_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, counts, counts, int(cells), stream));
   void* temp = scratch.cub_temp.reserve<unsigned char>(scan_bytes, "CUB workspace");
   PULSAR_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp, scan_bytes, counts, counts, int(cells), stream));
-  const int key_bits = 32 - __builtin_clz(unsigned(tiles));  // holds `tiles`, the unplaced key
+  const int key_bits = bit_width(std::uint64_t(tiles));  // holds `tiles`, the unplaced key
   scatter_by_tile_kernel<<<chunks, kScatterThreads, 0, stream>>>(
       count, device_count, keys, slot_sphere, tiles, key_bits, counts, scratch.entry_sphere(), scratch.entry_slot(),
       scratch.tile_ranges.as<int2>(), scratch.overflow_record);

@@ -355,10 +355,6 @@ __global__ void tile_bound_kernel(RendererConfig config, SceneArgs scene, Render
   if (*reinterpret_cast<volatile std::uint32_t*>(flag) == 0u) *flag = 1u;
 }
 
-}  // namespace
-
-namespace {
-
 // The histogram's buckets per tile for this call, 0 when the bounds do not cut.
 int cover_buckets(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options) {
   // A call's values (RenderOptions::values) decide on the device whether the bounds cut.

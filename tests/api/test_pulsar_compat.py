@@ -12,6 +12,7 @@ from pathlib import Path
 import pulsar_examples
 import pytest
 import torch
+from helpers import spy_camera_conversions
 from scenes import scene_in_front
 
 import pulsar_py
@@ -86,13 +87,8 @@ def test_pulsar_scaling_keeps_the_camera_gradient_direction():
 def test_pulsar_scaling_converts_camera_vectors_once(monkeypatch):
     """The render and the camera factors share one conversion (pulsar::pack_cameras); the
     render takes the packed cameras."""
-    from pulsar_py import ops
-
     leaves = _scene(seed=3)
-    conversions, render_cameras = [], []
-    pack, render_call = ops.pack_cameras, ops.render_call
-    monkeypatch.setattr(ops, "pack_cameras", lambda *a: conversions.append(1) or pack(*a))
-    monkeypatch.setattr(ops, "render_call", lambda *a: render_cameras.append(a[5].shape[-1]) or render_call(*a))
+    conversions, render_cameras = spy_camera_conversions(monkeypatch)
     _, _, grads = _grads("pulsar", leaves)
     assert (len(conversions), render_cameras) == (1, [15])
     assert float(grads[4].abs().max()) > 0

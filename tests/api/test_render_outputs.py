@@ -22,7 +22,7 @@ from camera_scenes import (
     sphere_attributes,
     uniform,
 )
-from helpers import DEVICES
+from helpers import DEVICES, spy_camera_conversions
 from scenes import Scene, random_scene
 
 from pulsar_py import Camera, Renderer, RenderResult
@@ -428,17 +428,12 @@ def test_z_depth_gradients_match_finite_differences():
 def test_z_depth_and_the_render_share_one_camera_conversion(monkeypatch):
     """Camera vectors with z_depth: converted once (pulsar::pack_cameras), the render takes
     the packed cameras; image and depth are those of the call without z_depth."""
-    from pulsar_py import ops
-
     scene = random_scene(33, n_spheres=12, width=20, height=14)
     renderer = scene.renderer()
     kwargs = scene.call_kwargs(torch.float64)
     args = [kwargs[n] for n in ("vert_pos", "vert_col", "vert_rad", "cam_params", "gamma", "max_depth", "min_depth")]
     plain = renderer.render(*args, opacity=kwargs.get("opacity"))
-    conversions, render_cameras = [], []
-    pack, render_call = ops.pack_cameras, ops.render_call
-    monkeypatch.setattr(ops, "pack_cameras", lambda *a: conversions.append(1) or pack(*a))
-    monkeypatch.setattr(ops, "render_call", lambda *a: render_cameras.append(a[5].shape[-1]) or render_call(*a))
+    conversions, render_cameras = spy_camera_conversions(monkeypatch)
     result = renderer.render(*args, opacity=kwargs.get("opacity"), z_depth=True)
     assert (len(conversions), render_cameras) == (1, [15])
     assert torch.equal(result.image, plain.image) and torch.equal(result.depth, plain.depth)
