@@ -116,22 +116,52 @@ inline bool sorts_instances_by_counting(std::int64_t tiles, std::int64_t instanc
   return tiles <= kMaxCountedSortTiles && tiles * counted_sort_chunks(instances) <= kMaxCountedSortCells;
 }
 
-// Byte layout of instance_arena for n instances. Binning: the tile keys (uint32) and slots
-// (int32) of the instance sort, each double-buffered, and the sphere of each slot
-// (int32): 20 bytes per instance (the sort by counting keeps its keys at slots_a and
-// needs no slots: a pair's slot is its position). After the sort two int32 maps survive
-// at the start (the sphere and the slot of each sorted position: 8 bytes per instance),
-// and the backward's gradient rows take the space behind them, one window of slots at a
-// time (RowWindows), from a 256-byte boundary so that a row of 32 bytes is one memory
-// sector.
+// The sort key of a (tile, sphere) instance. Its low tile_bits bits hold the tile key
+// b * n_tiles + tile, the bits both instance sorts order by. When the sphere index fits in
+// the bits above them (packed), it rides there through the sort: the binning then keeps
+// no array of each slot's sphere (4 bytes per instance less) and the maps read the sphere
+// from the sorted key instead of gathering it by slot. Otherwise the key is the tile key
+// alone and the sphere of each slot is stored beside it (InstanceArena::slot_sphere).
+struct InstanceKeys {
+  int tile_bits = 1;  // at least 1, at most 32 (setup_bin.cu refuses 2^32 tiles)
+  bool packed = false;  // then tile_bits < 32
+
+  static InstanceKeys of(std::int64_t total_tiles, std::int64_t n_spheres) {
+    InstanceKeys k;
+    k.tile_bits = std::max(1, bit_width(std::uint64_t(std::max<std::int64_t>(total_tiles - 1, 0))));
+    k.packed =
+        k.tile_bits < 32 && k.tile_bits + bit_width(std::uint64_t(std::max<std::int64_t>(n_spheres - 1, 0))) <= 32;
+    return k;
+  }
+  __host__ __device__ std::uint32_t key(std::uint32_t tile_key, std::int32_t sphere) const {
+    return packed ? tile_key | (std::uint32_t(sphere) << tile_bits) : tile_key;
+  }
+  __host__ __device__ std::uint32_t tile(std::uint32_t key) const {
+    return key & std::uint32_t((std::uint64_t(1) << tile_bits) - 1u);
+  }
+  __host__ __device__ std::int32_t sphere(std::uint32_t key) const { return std::int32_t(key >> tile_bits); }
+};
+
+// Byte layout of instance_arena for n instances. Binning: the sort keys (uint32,
+// InstanceKeys) and slots (int32) of the instance sort, each double-buffered, and unless
+// the keys are packed the sphere of each slot (int32): 16 or 20 bytes per instance (the
+// sort by counting keeps its keys at slots_a and needs no slots: a pair's slot is its
+// position). After the sort two int32 maps survive at the start (the sphere and the slot
+// of each sorted position: 8 bytes per instance), and the backward's gradient rows take
+// the space behind them, one window of slots at a time (RowWindows), from a 256-byte
+// boundary so that a row of 32 bytes is one memory sector. A packed arena keeps 512 bytes
+// more, so that behind the maps' padding the rows get at least 8 bytes per instance and
+// 256 more: a window of a quarter of the slots' 32-byte rows fits (a row per window more
+// than the quarter of 8 n bytes would take a fifth window).
 struct InstanceArena {
   std::size_t n;
+  bool packed = false;  // InstanceKeys::packed: no slot_sphere
   std::size_t keys_a() const { return 0; }
   std::size_t keys_b() const { return 4 * n; }
   std::size_t slots_a() const { return 8 * n; }
   std::size_t slots_b() const { return 12 * n; }
-  std::size_t slot_sphere() const { return 16 * n; }
-  std::size_t binning_bytes() const { return 20 * n; }
+  std::size_t slot_sphere() const { return 16 * n; }  // unpacked keys only
+  std::size_t binning_bytes() const { return packed ? 16 * n + 512 : 20 * n; }
   std::size_t entry_sphere() const { return 0; }
   std::size_t entry_slot() const { return 4 * n; }
   std::size_t maps_bytes() const { return 8 * n; }
@@ -306,10 +336,10 @@ struct RowWindows {
   std::int64_t size = 0;  // slots per window
 
   // budget: bytes of rows per window, 0 for the default.
-  static RowWindows of(std::int64_t n_instances, std::int64_t row_bytes, std::int64_t budget) {
+  static RowWindows of(const InstanceArena& layout, std::int64_t row_bytes, std::int64_t budget) {
     RowWindows w;
+    const std::int64_t n_instances = std::int64_t(layout.n);
     if (budget <= 0) {
-      const InstanceArena layout{std::size_t(n_instances)};
       budget = n_instances * row_bytes <= kOneWindowRowBytes
                    ? kOneWindowRowBytes
                    : std::max<std::int64_t>(std::int64_t(layout.binning_bytes() - layout.rows()), kMinRowBytes);
@@ -378,13 +408,13 @@ void cuda_check_overflow_copy(CudaScratch& scratch, cudaStream_t stream);
 // `stream` and grows a learnt capacity to hold the count; returns the capacity the
 // overflowing call had (for the error).
 std::int64_t clear_overflow_record(CudaScratch& scratch, std::int64_t needed, cudaStream_t stream);
-// The instance sort by counting (tile_counting_sort.cu): from the tile key of each list
-// position below the stored count (count, or at most *device_count when non-null) and the
-// sphere of each slot, the sorted maps (entry_sphere, entry_slot), the tile ranges of the
-// tiles with instances, and with the count on the device its overflow record.
+// The instance sort by counting (tile_counting_sort.cu): from the sort key of each list
+// position below the stored count (count, or at most *device_count when non-null) and,
+// unless the keys are packed, the sphere of each slot (else null), the sorted maps (entry_sphere, entry_slot), the tile
+// ranges of the tiles with instances, and with the count on the device its overflow record.
 void cuda_sort_instances_by_counting(std::int64_t count, const std::int64_t* device_count, const std::uint32_t* keys,
-                                     const std::int32_t* slot_sphere, int tiles, cudaStream_t stream,
-                                     CudaScratch& scratch);
+                                     InstanceKeys key_layout, const std::int32_t* slot_sphere, int tiles,
+                                     cudaStream_t stream, CudaScratch& scratch);
 // The cover histogram of the tile depth bound (tile_depth_bound.cu): count uint64 words
 // to be zeroed before cuda_tile_depth_bound (the binning's zeroing launch takes them), or
 // none (buckets 0) when this call's bounds do not cut.

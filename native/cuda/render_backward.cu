@@ -873,10 +873,10 @@ void cuda_render_backward(const RendererConfig& config, const SceneArgs& scene, 
   const int stride = kGpuInstFeatures + config.n_channels;
   const std::int64_t row_bytes = std::int64_t(sizeof(T)) * stride;
   const std::int64_t n = scratch.list_room;  // the instances, or the capacity (then some rows go unused)
-  const RowWindows windows = RowWindows::of(n, row_bytes, scratch.backward_row_budget);
   // The window's rows behind the maps the forward left at the arena's start
   // (InstanceArena); growing the arena keeps the maps.
-  const InstanceArena layout{std::size_t(n)};
+  const InstanceArena layout{std::size_t(n), InstanceKeys::of(total_tiles, scene.n_spheres).packed};
+  const RowWindows windows = RowWindows::of(layout, row_bytes, scratch.backward_row_budget);
   const std::size_t row_space = std::size_t(std::max<std::int64_t>(windows.size, 1) * row_bytes);
   unsigned char* arena = scratch.instance_arena.reserve_keeping<unsigned char>(
       layout.rows() + row_space, layout.maps_bytes(), stream, "instance gradient rows");

@@ -240,15 +240,16 @@ __global__ void item_slots_kernel(std::int64_t items, const std::int32_t* order,
   item_slots[order[rank]] = make_int2(int(sphere_slots[rank]), int(sphere_slots[rank + 1]));
 }
 
-// Writes each rank's stored (tile, sphere) pairs at its slots below `capacity`: key
-// b * n_tiles + tile, value the slot (the radix sort then carries slots, whose order is
-// the rank order; null for the sort by counting, which reads a pair's slot from its
-// position), and the slot's sphere index.
+// Writes each rank's stored (tile, sphere) pairs at its slots below `capacity`: the sort
+// key (InstanceKeys: the tile key b * n_tiles + tile, and the sphere index when packed),
+// value the slot (the radix sort then carries slots, whose order is the rank order; null
+// for the sort by counting, which reads a pair's slot from its position), and unless the
+// keys are packed the slot's sphere index.
 template <typename T>
 __global__ void duplicate_kernel(RendererConfig config, SceneArgs scene, const GpuSphere<T>* spheres,
                                  const float* bound, const std::int32_t* order, const std::int64_t* sphere_slots,
-                                 std::int64_t capacity, std::uint32_t* keys, std::int32_t* slots,
-                                 std::int32_t* slot_sphere) {
+                                 std::int64_t capacity, InstanceKeys key_layout, std::uint32_t* keys,
+                                 std::int32_t* slots, std::int32_t* slot_sphere) {
   const std::int64_t n = scene.n_spheres;
   const std::int64_t rank = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const bool valid = rank < n * scene.batch_size;
@@ -269,27 +270,29 @@ __global__ void duplicate_kernel(RendererConfig config, SceneArgs scene, const G
     const std::int64_t u = o_slot + __popc(stored_lanes & pair.held & ((1u << lane) - 1u));
     if (pair.stored && u < capacity) {  // past the capacity: the sort records the overflow
       const ItemIndex at = split_item(o_item, n);
-      keys[u] = std::uint32_t(at.camera) * std::uint32_t(tiling.n_tiles()) + std::uint32_t(pair.tile);
+      keys[u] = key_layout.key(std::uint32_t(at.camera) * std::uint32_t(tiling.n_tiles()) + std::uint32_t(pair.tile),
+                               std::int32_t(at.sphere));
       if (slots != nullptr) slots[u] = std::int32_t(u);
-      slot_sphere[u] = at.sphere;
+      if (!key_layout.packed) slot_sphere[u] = std::int32_t(at.sphere);
     }
     stored_before += mine;
   });
 }
 
-// [begin, end) of each tile's run of sorted keys: the keys are sorted, so a tile's
-// instances are one run; a tile without any keeps the [0, 0) of zero_binning_kernel.
+// [begin, end) of each tile's run of sorted keys: the keys are sorted by their tile bits,
+// so a tile's instances are one run; a tile without any keeps the [0, 0) of
+// zero_binning_kernel.
 // count: the instances (device_count null) or the capacity. With the count on the device,
 // the first thread records a count beyond the capacity in *overflow_record.
 __global__ void ranges_kernel(std::int64_t count, const std::int64_t* device_count, const std::uint32_t* keys,
-                              int2* tile_ranges, std::int64_t* overflow_record) {
+                              InstanceKeys key_layout, int2* tile_ranges, std::int64_t* overflow_record) {
   const std::int64_t p = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (p == 0) record_overflow(count, device_count, overflow_record);
   count = stored_count(count, device_count);
   if (p >= count) return;
-  const std::uint32_t tile = keys[p];
-  if (p == 0 || keys[p - 1] != tile) tile_ranges[tile].x = std::int32_t(p);
-  if (p == count - 1 || keys[p + 1] != tile) tile_ranges[tile].y = std::int32_t(p + 1);
+  const std::uint32_t tile = key_layout.tile(keys[p]);
+  if (p == 0 || key_layout.tile(keys[p - 1]) != tile) tile_ranges[tile].x = std::int32_t(p);
+  if (p == count - 1 || key_layout.tile(keys[p + 1]) != tile) tile_ranges[tile].y = std::int32_t(p + 1);
 }
 
 // Zeroes what a binning adds into or leaves unwritten: the tile ranges (ranges_kernel
@@ -318,14 +321,18 @@ __global__ void zero_binning_kernel(int2* ranges, std::int64_t n_ranges, std::ui
   }
 }
 
-// The maps the later stages read: the sphere and the slot of each sorted position
-// (count and device_count as for ranges_kernel).
-__global__ void maps_kernel(std::int64_t count, const std::int64_t* device_count, const std::int32_t* sorted_slots,
-                            const std::int32_t* slot_sphere, std::int32_t* entry_sphere, std::int32_t* entry_slot) {
+// The maps the later stages read: the sphere (from the packed sorted key, else by slot
+// from slot_sphere) and the slot of each sorted position (count and device_count as for
+// ranges_kernel). The maps overwrite the keys' two buffers, position for position: a
+// thread reads its key before it writes its position's maps.
+__global__ void maps_kernel(std::int64_t count, const std::int64_t* device_count, const std::uint32_t* sorted_keys,
+                            InstanceKeys key_layout, const std::int32_t* sorted_slots, const std::int32_t* slot_sphere,
+                            std::int32_t* entry_sphere, std::int32_t* entry_slot) {
   const std::int64_t p = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (p >= stored_count(count, device_count)) return;
   const std::int32_t u = sorted_slots[p];
-  entry_sphere[p] = slot_sphere[u];
+  const std::int32_t sphere = key_layout.packed ? key_layout.sphere(sorted_keys[p]) : slot_sphere[u];
+  entry_sphere[p] = sphere;
   entry_slot[p] = u;
 }
 
@@ -442,20 +449,21 @@ bool stream_capturing(cudaStream_t stream) {
 
 // The radix path of the instance sort: a stable sort of the (tile key, slot) pairs, then
 // the tile ranges and the sorted maps. count and device_count as for ranges_kernel.
-void sort_and_map_instances(std::int64_t count, const std::int64_t* device_count, std::int64_t total_tiles,
+void sort_and_map_instances(std::int64_t count, const std::int64_t* device_count, InstanceKeys key_layout,
                             cub::DoubleBuffer<std::uint32_t>& keys, cub::DoubleBuffer<std::int32_t>& slots,
                             const std::int32_t* slot_sphere, cudaStream_t stream, CudaScratch& scratch) {
   // Slots are in rank order, and the stable sort keeps it within each tile: only the
-  // bits of the largest tile key take passes. The double-buffer sort needs no workspace
-  // of the keys' size. Sized by a capacity, it sorts the whole capacity: the positions
-  // past the count hold all-ones keys, which sort after every stored one (a stored key
-  // equal in the sorted bits stays before them: the sort is stable).
-  sort_pairs(keys, slots, count, std::max(1, bit_width(std::uint64_t(total_tiles - 1))), stream, scratch);
+  // bits of the largest tile key take passes (a packed key's sphere bits ride along). The double-buffer sort needs no
+  // workspace of the keys' size. Sized by a capacity, it sorts the whole capacity: the positions past the count hold
+  // all-ones keys, which sort after every stored one (a stored key equal in the sorted bits stays before them: the sort
+  // is stable).
+  sort_pairs(keys, slots, count, key_layout.tile_bits, stream, scratch);
   ranges_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream>>>(
-      count, device_count, keys.Current(), scratch.tile_ranges.as<int2>(), scratch.overflow_record);
+      count, device_count, keys.Current(), key_layout, scratch.tile_ranges.as<int2>(), scratch.overflow_record);
   PULSAR_CUDA_LAUNCH_CHECK("ranges_kernel");
   // The keys are done with: the maps overwrite their buffers (InstanceArena).
-  maps_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream>>>(count, device_count, slots.Current(), slot_sphere,
+  maps_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream>>>(count, device_count, keys.Current(), key_layout,
+                                                                    slots.Current(), slot_sphere,
                                                                     scratch.entry_sphere(), scratch.entry_slot());
   PULSAR_CUDA_LAUNCH_CHECK("maps_kernel");
 }
@@ -540,7 +548,7 @@ void cuda_begin_binning(const RendererConfig& config, const SceneArgs& scene, co
   // keys filled with the zeroing.
   std::uint32_t* sort_keys = nullptr;
   if (capacity > 0 && items > 0) {
-    const InstanceArena layout{std::size_t(capacity)};
+    const InstanceArena layout{std::size_t(capacity), InstanceKeys::of(total_tiles, scene.n_spheres).packed};
     unsigned char* arena =
         scratch.instance_arena.reserve<unsigned char>(layout.binning_bytes(), "sphere-tile instances");
     // The sort by counting reads only the positions below the count on the device.
@@ -637,23 +645,25 @@ void cuda_finish_binning(const RendererConfig& config, const SceneArgs& scene, c
   const float* bound = scratch.pending_bound;
   auto* slots_of = scratch.sphere_slots.as<std::int64_t>();
 
-  const InstanceArena layout{std::size_t(count)};
+  const InstanceKeys key_layout = InstanceKeys::of(total_tiles, scene.n_spheres);
+  const InstanceArena layout{std::size_t(count), key_layout.packed};
   unsigned char* arena = scratch.instance_arena.reserve<unsigned char>(layout.binning_bytes(), "sphere-tile instances");
   auto keys = double_buffer<std::uint32_t>(arena, layout.keys_a(), layout.keys_b());
   auto slots = double_buffer<std::int32_t>(arena, layout.slots_a(), layout.slots_b());
-  auto* slot_sphere = reinterpret_cast<std::int32_t*>(arena + layout.slot_sphere());
+  auto* slot_sphere = key_layout.packed ? nullptr : reinterpret_cast<std::int32_t*>(arena + layout.slot_sphere());
   // The sort by counting keeps the keys at slots_a (it needs no slots): the sorted maps
   // overwrite [0, 8 * count) while other chunks' keys are still being read.
   const bool counted = sorts_instances_by_counting(total_tiles, count);
   std::uint32_t* pair_keys = counted ? reinterpret_cast<std::uint32_t*>(arena + layout.slots_a()) : keys.Current();
   duplicate_kernel<T><<<blocks_for(items, kThreads), kThreads, 0, stream>>>(
-      config, scene, spheres, bound, order, slots_of, count, pair_keys, counted ? nullptr : slots.Current(),
+      config, scene, spheres, bound, order, slots_of, count, key_layout, pair_keys, counted ? nullptr : slots.Current(),
       slot_sphere);
   PULSAR_CUDA_LAUNCH_CHECK("duplicate_kernel");
   if (counted)
-    cuda_sort_instances_by_counting(count, device_count, pair_keys, slot_sphere, int(total_tiles), stream, scratch);
+    cuda_sort_instances_by_counting(count, device_count, pair_keys, key_layout, slot_sphere, int(total_tiles), stream,
+                                    scratch);
   else
-    sort_and_map_instances(count, device_count, total_tiles, keys, slots, slot_sphere, stream, scratch);
+    sort_and_map_instances(count, device_count, key_layout, keys, slots, slot_sphere, stream, scratch);
   if (device_count != nullptr && !scratch.binning_captured) {
     // Outside a capture: the overflow record comes back without waiting, read by the
     // next call (cuda_check_overflow_copy).

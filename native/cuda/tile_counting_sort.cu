@@ -28,14 +28,16 @@ static_assert(kSortItems * kScatterThreads == kSortChunk, "a scatter block holds
 // Block c counts chunk c's stored instances (positions below the stored count) per tile
 // in shared memory, then writes its column of the matrix, zeros included.
 __global__ void chunk_tile_counts_kernel(std::int64_t count, const std::int64_t* device_count,
-                                         const std::uint32_t* keys, int tiles, std::int32_t* counts) {
+                                         const std::uint32_t* keys, InstanceKeys key_layout, int tiles,
+                                         std::int32_t* counts) {
   __shared__ std::int32_t histogram[kMaxCountedSortTiles];
   const int chunk = int(blockIdx.x), chunks = int(gridDim.x);
   for (int t = int(threadIdx.x); t < tiles; t += kHistogramThreads) histogram[t] = 0;
   __syncthreads();
   const std::int64_t first = std::int64_t(chunk) * kSortChunk;
   const std::int64_t end = min(first + kSortChunk, stored_count(count, device_count));
-  for (std::int64_t p = first + threadIdx.x; p < end; p += kHistogramThreads) atomicAdd(&histogram[keys[p]], 1);
+  for (std::int64_t p = first + threadIdx.x; p < end; p += kHistogramThreads)
+    atomicAdd(&histogram[key_layout.tile(keys[p])], 1);
   __syncthreads();
   for (int t = int(threadIdx.x); t < tiles; t += kHistogramThreads)
     counts[std::int64_t(t) * chunks + chunk] = histogram[t];
@@ -45,17 +47,17 @@ __global__ void chunk_tile_counts_kernel(std::int64_t count, const std::int64_t*
 // keys with their positions stably (CUB's BlockRadixSort over the bits of the key), so
 // each tile's positions form one run of the sorted chunk, in position order; a position
 // at sorted index s of a run starting at r goes to starts[tile][chunk] + (s - r). Then
-// writes each position's sorted sphere and slot (the slots were the positions
-// themselves: duplicate_kernel stores pair u at position u). Also writes the ranges of
+// writes each position's sorted sphere (from its packed key, else slot_sphere) and slot
+// (the slots were the positions themselves: duplicate_kernel stores pair u at position u). Also writes the ranges of
 // the tiles whose index is the chunk's modulo the chunk count, and, with the count on the
 // device (device_count non-null), records a count beyond the capacity as ranges_kernel
 // does. Positions past the stored count carry the key `tiles`, which sorts last
 // (key_bits = bit_width(tiles)) and is not placed.
 __global__ void __launch_bounds__(kScatterThreads)
     scatter_by_tile_kernel(std::int64_t count, const std::int64_t* device_count, const std::uint32_t* keys,
-                           const std::int32_t* slot_sphere, int tiles, int key_bits, const std::int32_t* starts,
-                           std::int32_t* entry_sphere, std::int32_t* entry_slot, int2* tile_ranges,
-                           std::int64_t* overflow_record) {
+                           InstanceKeys key_layout, const std::int32_t* slot_sphere, int tiles, int key_bits,
+                           const std::int32_t* starts, std::int32_t* entry_sphere, std::int32_t* entry_slot,
+                           int2* tile_ranges, std::int64_t* overflow_record) {
   using BlockSort = cub::BlockRadixSort<std::uint32_t, kScatterThreads, kSortItems, std::int32_t>;
   __shared__ typename BlockSort::TempStorage sort_storage;
   __shared__ std::int32_t next[kMaxCountedSortTiles];  // a tile's place for the chunk, less its run start
@@ -71,7 +73,7 @@ __global__ void __launch_bounds__(kScatterThreads)
   std::int32_t position[kSortItems];
   for (int j = 0; j < kSortItems; ++j) {
     position[j] = t0 * kSortItems + j;
-    key[j] = position[j] < n ? keys[first + position[j]] : unplaced;
+    key[j] = position[j] < n ? key_layout.tile(keys[first + position[j]]) : unplaced;
   }
   for (int t = t0; t < tiles; t += kScatterThreads) next[t] = starts[std::int64_t(t) * chunks + chunk];
   // A tile's run: from its first chunk's start to the next tile's (the last: every stored
@@ -93,20 +95,22 @@ __global__ void __launch_bounds__(kScatterThreads)
   for (int j = 0; j < kSortItems; ++j) {
     if (key[j] == unplaced) continue;
     const std::int32_t place = next[key[j]] + t0 * kSortItems + j;
-    entry_sphere[place] = slot_sphere[first + position[j]];
-    entry_slot[place] = std::int32_t(first + position[j]);
+    const std::int64_t u = first + position[j];
+    entry_sphere[place] = key_layout.packed ? key_layout.sphere(keys[u]) : slot_sphere[u];
+    entry_slot[place] = std::int32_t(u);
   }
 }
 
 }  // namespace
 
 void cuda_sort_instances_by_counting(std::int64_t count, const std::int64_t* device_count, const std::uint32_t* keys,
-                                     const std::int32_t* slot_sphere, int tiles, cudaStream_t stream,
-                                     CudaScratch& scratch) {
+                                     InstanceKeys key_layout, const std::int32_t* slot_sphere, int tiles,
+                                     cudaStream_t stream, CudaScratch& scratch) {
   const int chunks = counted_sort_chunks(count);
   const std::size_t cells = std::size_t(tiles) * std::size_t(chunks);
   auto* counts = scratch.chunk_tile_counts.reserve<std::int32_t>(cells, "chunk tile counts");
-  chunk_tile_counts_kernel<<<chunks, kHistogramThreads, 0, stream>>>(count, device_count, keys, tiles, counts);
+  chunk_tile_counts_kernel<<<chunks, kHistogramThreads, 0, stream>>>(count, device_count, keys, key_layout, tiles,
+                                                                     counts);
   PULSAR_CUDA_LAUNCH_CHECK("chunk_tile_counts_kernel");
   // In place: each (tile, chunk) cell becomes the number of stored instances before it.
   std::size_t scan_bytes = 0;
@@ -115,8 +119,8 @@ void cuda_sort_instances_by_counting(std::int64_t count, const std::int64_t* dev
   PULSAR_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp, scan_bytes, counts, counts, int(cells), stream));
   const int key_bits = bit_width(std::uint64_t(tiles));  // holds `tiles`, the unplaced key
   scatter_by_tile_kernel<<<chunks, kScatterThreads, 0, stream>>>(
-      count, device_count, keys, slot_sphere, tiles, key_bits, counts, scratch.entry_sphere(), scratch.entry_slot(),
-      scratch.tile_ranges.as<int2>(), scratch.overflow_record);
+      count, device_count, keys, key_layout, slot_sphere, tiles, key_bits, counts, scratch.entry_sphere(),
+      scratch.entry_slot(), scratch.tile_ranges.as<int2>(), scratch.overflow_record);
   PULSAR_CUDA_LAUNCH_CHECK("scatter_by_tile_kernel");
 }
 

@@ -481,3 +481,47 @@ def test_cuda_instance_sort_is_the_same_by_counting_and_by_radix_sort():
     # Pixels whose termination flips with rounding may differ, as in the wide-image test above.
     close = ((image2.cpu() - cpu).abs() <= 1e-5).all(-1).float().mean().item()
     assert close >= 0.999, f"{close:.5f} of the pixels within 1e-5 of the CPU's"
+
+
+@pytest.mark.parametrize(
+    "width, n, padded", [(512, 400, 2**22 + 1), (1280, 3000, 2**19 + 1)], ids=["counting", "radix"]
+)
+def test_cuda_instance_keys_packed_or_not_give_the_same_results(width, n, padded):
+    """An instance's sort key carries its sphere index above the tile bits when both fit in
+    32 bits (InstanceKeys, cuda_scratch.h); otherwise the binning stores each slot's sphere
+    beside the keys. The same visible spheres alone (packed) and followed by culled spheres
+    behind the camera up to `padded` spheres (too many for the bits above the tile key:
+    unpacked) give the same lists, so the same image and forward info bit for bit, and the
+    same gradients (up to the order of the sphere reduction's sums, which depends on the
+    instances per sphere), with either instance sort: 512x512 (1024 tiles, 10 bits; sorted
+    by counting) and 1280x1280 (6400 tiles, 13 bits; by the radix sort)."""
+    tensors = _scene(17, n, 3, 0, False, torch.float32)
+    pos, col, rad, opa, bg, cam = (t.cuda() for t in tensors)
+    extra = padded - n
+    padding = [
+        torch.tensor([0.0, 0.0, -5.0], device="cuda").expand(extra, 3),
+        torch.full((extra, 3), 0.5, device="cuda"),
+        torch.full((extra,), 0.1, device="cuda"),
+        torch.full((extra,), 0.5, device="cuda"),
+    ]
+    call_kw = dict(gamma=0.1, max_depth=30.0, return_forward_info=True, percent_allowed_difference=0.01)
+    results = []
+    for spheres in ([pos, col, rad, opa], [torch.cat([t, p]) for t, p in zip([pos, col, rad, opa], padding)]):
+        leaves = [t.clone().requires_grad_() for t in spheres + [bg, cam]]
+        renderer = Renderer(width, width, n_channels=3, n_track=4).cuda()
+        p, c, r, o, b, k = leaves
+        image, info = renderer(p, c, r, k, bg_col=b, opacity=o, **call_kw)
+        weights = torch.linspace(-1, 1, image.numel(), device="cuda").reshape(image.shape)
+        grads = torch.autograd.grad((image * weights).sum(), leaves)
+        results.append((image, info, grads, binned_instances(renderer, torch.device("cuda"))))
+    (image, info, grads, instances), (image_p, info_p, grads_p, instances_p) = results
+    assert instances == instances_p and instances > 1000, (instances, instances_p)
+    assert torch.equal(image, image_p), (image - image_p).abs().max()
+    # Bits, not values: an id is an int32's bits in its float slot, and -1 reads as NaN.
+    assert torch.equal(info.view(torch.int32), info_p.view(torch.int32))
+    for name, g, g_p in zip(["pos", "col", "rad", "opa", "bg", "cam"], grads, grads_p):
+        assert g.abs().max() > 0, f"{name}: the scene should give a gradient"
+        if name in ("pos", "col", "rad", "opa"):
+            assert not g_p[n:].any(), f"{name}: culled spheres take no gradient"
+            g_p = g_p[:n]
+        torch.testing.assert_close(g_p, g, rtol=1e-5, atol=1e-5 * g.abs().max().item(), msg=name)
