@@ -149,10 +149,10 @@ struct InstanceKeys {
 // position). After the sort two int32 maps survive at the start (the sphere and the slot
 // of each sorted position: 8 bytes per instance), and the backward's gradient rows take
 // the space behind them, one window of slots at a time (RowWindows), from a 256-byte
-// boundary so that a row of 32 bytes is one memory sector. A packed arena keeps 512 bytes
-// more, so that behind the maps' padding the rows get at least 8 bytes per instance and
-// 256 more: a window of a quarter of the slots' 32-byte rows fits (a row per window more
-// than the quarter of 8 n bytes would take a fifth window).
+// boundary so that a row of 32 bytes is one memory sector. A packed arena is 512 bytes
+// longer: behind the maps (rounded up to 256 bytes) the rows then get at least 8 n + 256
+// bytes, so that four windows of 32-byte rows hold every slot (with 8 n bytes exactly, a
+// window rounds down to fewer than n / 4 rows and a fifth would be needed).
 struct InstanceArena {
   std::size_t n;
   bool packed = false;  // InstanceKeys::packed: no slot_sphere
@@ -410,8 +410,9 @@ void cuda_check_overflow_copy(CudaScratch& scratch, cudaStream_t stream);
 std::int64_t clear_overflow_record(CudaScratch& scratch, std::int64_t needed, cudaStream_t stream);
 // The instance sort by counting (tile_counting_sort.cu): from the sort key of each list
 // position below the stored count (count, or at most *device_count when non-null) and,
-// unless the keys are packed, the sphere of each slot (else null), the sorted maps (entry_sphere, entry_slot), the tile
-// ranges of the tiles with instances, and with the count on the device its overflow record.
+// unless the keys are packed, the sphere of each slot (else null), the sorted maps
+// (entry_sphere, entry_slot), the tile ranges of the tiles with instances, and with the
+// count on the device its overflow record.
 void cuda_sort_instances_by_counting(std::int64_t count, const std::int64_t* device_count, const std::uint32_t* keys,
                                      InstanceKeys key_layout, const std::int32_t* slot_sphere, int tiles,
                                      cudaStream_t stream, CudaScratch& scratch);

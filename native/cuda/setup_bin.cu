@@ -453,10 +453,11 @@ void sort_and_map_instances(std::int64_t count, const std::int64_t* device_count
                             cub::DoubleBuffer<std::uint32_t>& keys, cub::DoubleBuffer<std::int32_t>& slots,
                             const std::int32_t* slot_sphere, cudaStream_t stream, CudaScratch& scratch) {
   // Slots are in rank order, and the stable sort keeps it within each tile: only the
-  // bits of the largest tile key take passes (a packed key's sphere bits ride along). The double-buffer sort needs no
-  // workspace of the keys' size. Sized by a capacity, it sorts the whole capacity: the positions past the count hold
-  // all-ones keys, which sort after every stored one (a stored key equal in the sorted bits stays before them: the sort
-  // is stable).
+  // bits of the largest tile key take passes (a packed key's sphere bits ride along).
+  // The double-buffer sort needs no workspace of the keys' size. Sized by a capacity, it
+  // sorts the whole capacity: the positions past the count hold all-ones keys, which sort
+  // after every stored one (a stored key equal in the sorted bits stays before them: the
+  // sort is stable).
   sort_pairs(keys, slots, count, key_layout.tile_bits, stream, scratch);
   ranges_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream>>>(
       count, device_count, keys.Current(), key_layout, scratch.tile_ranges.as<int2>(), scratch.overflow_record);

@@ -44,15 +44,15 @@ __global__ void chunk_tile_counts_kernel(std::int64_t count, const std::int64_t*
 }
 
 // One block per chunk, kSortItems positions per thread. The block sorts its chunk's tile
-// keys with their positions stably (CUB's BlockRadixSort over the bits of the key), so
-// each tile's positions form one run of the sorted chunk, in position order; a position
-// at sorted index s of a run starting at r goes to starts[tile][chunk] + (s - r). Then
-// writes each position's sorted sphere (from its packed key, else slot_sphere) and slot
-// (the slots were the positions themselves: duplicate_kernel stores pair u at position u). Also writes the ranges of
-// the tiles whose index is the chunk's modulo the chunk count, and, with the count on the
-// device (device_count non-null), records a count beyond the capacity as ranges_kernel
-// does. Positions past the stored count carry the key `tiles`, which sorts last
-// (key_bits = bit_width(tiles)) and is not placed.
+// keys with their positions stably (CUB's BlockRadixSort over the bits of the tile key),
+// so each tile's positions form one run of the sorted chunk, in position order; a
+// position at sorted index s of a run starting at r goes to starts[tile][chunk] + (s - r).
+// Then writes each position's sorted sphere (from its packed key, else slot_sphere) and
+// slot (the slots were the positions themselves: duplicate_kernel stores pair u at
+// position u). Also writes the ranges of the tiles whose index is the chunk's modulo the
+// chunk count, and, with the count on the device (device_count non-null), records a count
+// beyond the capacity as ranges_kernel does. Positions past the stored count carry the
+// key `tiles`, which sorts last (key_bits = bit_width(tiles)) and is not placed.
 __global__ void __launch_bounds__(kScatterThreads)
     scatter_by_tile_kernel(std::int64_t count, const std::int64_t* device_count, const std::uint32_t* keys,
                            InstanceKeys key_layout, const std::int32_t* slot_sphere, int tiles, int key_bits,
