@@ -18,6 +18,12 @@ launch); the report goes to OUT/ncu_<W>.txt and its key lines are printed.
   --sass       the SASS of the kernels matching --kernel-regex in the build's native
                module (cuobjdump), in OUT/sass.txt with an index of the kernels.
   --hotspots CSV  print the hot instructions of an exported CSV and exit.
+  --table REPORT  print the per-kernel table of a report (OUT/ncu_<W>.txt) and exit.
+
+Each profiled workload's report is also summarised as the per-kernel table of
+docs/kernels.md: one row per kernel, its launches merged (times summed, the other
+figures weighted by time), in the order the kernels first ran. The table needs the
+SpeedOfLight, Occupancy, LaunchStats and SchedulerStats sections (in the defaults).
 """
 
 from __future__ import annotations
@@ -29,8 +35,9 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import harness
 import torch
@@ -41,6 +48,108 @@ KEY_LINES = re.compile(
     r"render_|Duration|Issued Ipc|Issue Slots Busy|Active Warps|No Eligible|"
     r"Executed Instructions  |Registers|Achieved Occ|Avg. Active Threads|Avg. Not Predicated"
 )
+
+
+# The table's figures: (field, the metric's name in ncu's details page).
+TABLE_METRICS = (
+    ("us", "Duration"),
+    ("dram", "DRAM Throughput"),
+    ("l2", "L2 Cache Throughput"),
+    ("sm", "Compute (SM) Throughput"),
+    ("issued", "Issued Warp Per Scheduler"),
+    ("registers", "Registers Per Thread"),
+    ("achieved", "Achieved Occupancy"),
+    ("theoretical", "Theoretical Occupancy"),
+)
+# A launch's header in the details page: "  void ns::name<...>(args) (grid)x(block), Context ..."
+LAUNCH = re.compile(r"^  (?:void )?(\S.*?) \((\d+), (\d+), (\d+)\)x\((\d+), (\d+), (\d+)\), Context")
+TIME_UNITS = {"ns": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3, "s": 1e6, "second": 1e6}
+
+
+@dataclass
+class Launch:
+    """One kernel launch of a details page: its short name, grid and block sizes (threads
+    and blocks over all dimensions) and the TABLE_METRICS found (duration in us)."""
+
+    name: str
+    grid: int
+    block: int
+    figures: Dict[str, float] = field(default_factory=dict)
+
+
+def parse_launches(text: str) -> List[Launch]:
+    """The launches of an ncu details page (``ncu --page details``, its default text
+    output), in order. A kernel's short name drops its namespaces, template arguments and
+    parameters."""
+    launches: List[Launch] = []
+    for line in text.splitlines():
+        header = LAUNCH.match(line)
+        if header:
+            full = header.group(1).replace("<unnamed>::", "").replace("(anonymous namespace)::", "")
+            name = re.split(r"[<(]", full)[0].split("::")[-1]
+            sizes = [int(header.group(i)) for i in range(2, 8)]
+            launches.append(Launch(name, sizes[0] * sizes[1] * sizes[2], sizes[3] * sizes[4] * sizes[5]))
+            continue
+        if not launches:
+            continue
+        words = line.split()
+        for key, metric in TABLE_METRICS:
+            if key in launches[-1].figures or not line.strip().startswith(metric + " ") or len(words) < 2:
+                continue
+            try:
+                value = float(words[-1].replace(",", ""))
+            except ValueError:
+                continue
+            if key == "us":
+                value *= TIME_UNITS.get(words[-2], 1.0)
+            launches[-1].figures[key] = value
+    return launches
+
+
+def kernel_table(launches: Sequence[Launch]) -> str:
+    """The per-kernel markdown table of docs/kernels.md: one row per kernel name in the
+    order of first launch, "(xN)" for N launches, their times summed, the other figures
+    weighted by time (registers and theoretical occupancy: the largest), "-" where the
+    report lacks a figure; then a line with the launches and the total time."""
+    rows: Dict[str, List[Launch]] = {}
+    for launch in launches:
+        rows.setdefault(launch.name, []).append(launch)
+    lines = [
+        "| kernel | grid x block | us | DRAM % | L2 % | SM % | issued / cycle | registers | occupancy % |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+
+    def weighted(group: List[Launch], key: str, digits: int) -> str:
+        have = [g for g in group if key in g.figures and "us" in g.figures]
+        weight = sum(g.figures["us"] for g in have)
+        if not have or weight <= 0:
+            return "-"
+        return f"{sum(g.figures[key] * g.figures['us'] for g in have) / weight:.{digits}f}"
+
+    def largest(group: List[Launch], key: str) -> str:
+        values = [g.figures[key] for g in group if key in g.figures]
+        return f"{max(values):.0f}" if values else "-"
+
+    for name, group in rows.items():
+        count = f" (x{len(group)})" if len(group) > 1 else ""
+        grids = "/".join(str(g) for g in sorted({launch.grid for launch in group}))
+        blocks = "/".join(str(b) for b in sorted({launch.block for launch in group}))
+        time = sum(g.figures.get("us", 0.0) for g in group)
+        cells = [
+            f"`{name}`{count}",
+            f"{grids} x {blocks}",
+            f"{time:.1f}",
+            weighted(group, "dram", 1),
+            weighted(group, "l2", 1),
+            weighted(group, "sm", 1),
+            weighted(group, "issued", 2),
+            largest(group, "registers"),
+            f"{weighted(group, 'achieved', 0)} / {largest(group, 'theoretical')}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    total = sum(g.figures.get("us", 0.0) for g in launches)
+    lines.append(f"{len(launches)} launches, {total:,.0f} us")
+    return "\n".join(lines)
 
 
 def step_mode(workload: str, build: Optional[str]) -> None:
@@ -146,6 +255,7 @@ def profile_workload(workload: str, args: argparse.Namespace, out: Path) -> None
         text = (out / f"ncu_{workload}.txt").read_text(errors="replace")
         print(f"{workload}: {out / f'ncu_{workload}.txt'}")
         print("\n".join(line for line in text.splitlines() if KEY_LINES.search(line))[:20000])
+        print(kernel_table(parse_launches(text)))
         return
     report = out / f"ncu_{workload}"
     ncu += ["--section", "SourceCounters", "--import-source", "yes", "-o", str(report), "-f"]
@@ -196,6 +306,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--hot", type=float, default=0.3, help="hot-instruction threshold (default 0.3)")
     parser.add_argument("--sass", action="store_true", help="dump the SASS of the matching kernels")
     parser.add_argument("--hotspots", default=None, metavar="CSV", help="print the hot instructions of a CSV")
+    parser.add_argument("--table", default=None, metavar="REPORT", help="print the per-kernel table of a report")
     parser.add_argument("--ncu", default="ncu", help="the ncu executable (default ncu)")
     parser.add_argument("--step", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -204,6 +315,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
     if args.hotspots:
         hotspots(args.hotspots, args.hot)
+        return 0
+    if args.table:
+        launches = parse_launches(Path(args.table).read_text(errors="replace"))
+        if not launches:
+            parser.error(f"--table {args.table}: no kernel launches in it (expected ncu's details page)")
+        print(kernel_table(launches))
         return 0
     try:
         workloads: List[str] = [w.name for w in harness.parse_workloads(" ".join(args.workloads))]
