@@ -88,7 +88,7 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
       WorkerRows<T>::reserve(scratch.pixel_scratch, std::size_t(channels), scratch.threads, "background gradient rows");
   const std::int64_t longest = longest_tile_list(scratch, scene.batch_size * n_tiles);
   const auto tile_mem = WorkerRows<unsigned char>::reserve(
-      scratch.tile_entries, TileEntryArrays<T>::bytes(std::size_t(longest)), scratch.threads, "tile entries");
+      scratch.tile_entries, TileEntryArrays<T>::bytes(std::size_t(longest), channels), scratch.threads, "tile entries");
 
   parallel_for(scratch.workers(), scene.batch_size * n_tiles, [&](std::int64_t item, int worker) {
     const TileWork<T> w = TileWork<T>::of(item, config, scene, options, scratch);
@@ -103,8 +103,9 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
     DepthRangeSums<T> range_sums;  // the depth range's camera terms, resolved after the tile
     T* bg = worker_bg.row(worker);
     for (int ch = 0; ch < channels; ++ch) bg[ch] = T(0);
-    const TileEntryArrays<T> tile = TileEntryArrays<T>::in(tile_mem.row(worker), std::size_t(longest));
-    tile.gather(entries + first, last - first, rec, sv.radii);
+    const TileEntryArrays<T> tile = TileEntryArrays<T>::in(tile_mem.row(worker), std::size_t(longest), channels);
+    tile.gather(entries + first, last - first, rec, sv, channels);
+    tile.fill_slopes(last - first, bp);
     PairBatch<T, kHitBatch> pairs;  // a batch's pairs (below)
     HitTerms<T> pending[kHitBatch];  // and its hits'
     int pending_slot[kHitBatch];     // the hits' slots in `pairs`
@@ -208,7 +209,7 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
           gi[kInstPos + 0] += grad_c.x;
           gi[kInstPos + 1] += grad_c.y;
           gi[kInstPos + 2] += grad_c.z;
-          gi[kInstRadius] += radius_parts.resolve(sv.radii[t.i], r.terms.inv_radius);
+          gi[kInstRadius] += radius_parts.resolve(tile.radius[t.e - first], r.terms.inv_radius);
           cg.eye -= grad_c;
         };
         // The image's and coverage's dL/ds of the blend's contributors (hits and background)
@@ -237,8 +238,8 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
             HitTerms<T>& t = pending[j];
             t.e = batch_first + pending_slot[j];
             t.i = entries[t.e];
-            t.opacity = sv.opacity(t.i);
-            t.slope = blend_exponent_slope(bp, t.opacity);
+            t.opacity = tile.opacity[t.e - first];
+            t.slope = tile.slope[t.e - first];
             const T s = blend_exponent(bp, t.slope, pairs.depth[pending_slot[j]]);
             t.rel = std::exp(s - m);  // exp(s) relative to exp(m)
             t.unit = t.rel / norm_d;  // exp(s) / total weight
@@ -255,7 +256,7 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
                 const int k = pending_slot[j];
                 HitTerms<T>& t = pending[j];
                 const T weight = pairs.kappa[k] * t.opacity * t.unit;  // normalised blend weight a_i
-                const T* col = sv.features + std::int64_t(t.i) * channels;
+                const T* col = tile.features + (t.e - first) * channels;
                 T* gi = inst + t.e * stride;
                 t.g = g_coverage;
                 if (three) {  // the loop below with the pixel's values in locals
@@ -309,7 +310,7 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
             const PairHit<T> h = pairs.get(pending_slot[j]);
             HitTerms<T>& t = pending[j];
             const T weight = h.kappa * t.opacity * t.unit;  // normalised blend weight a_i
-            const T* col = sv.features + std::int64_t(t.i) * channels;
+            const T* col = tile.features + (t.e - first) * channels;
             T* gi = inst + t.e * stride;
             // g = dL/dw * total weight. Image: gL . (col - C); coverage: g_coverage.
             t.g = g_coverage;

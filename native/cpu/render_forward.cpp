@@ -40,7 +40,7 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene, co
   const bool three = channels == 3;
   const std::int64_t longest = longest_tile_list(scratch, scene.batch_size * n_tiles);
   const auto tile_mem = WorkerRows<unsigned char>::reserve(
-      scratch.tile_entries, TileEntryArrays<T>::bytes(std::size_t(longest)), scratch.threads, "tile entries");
+      scratch.tile_entries, TileEntryArrays<T>::bytes(std::size_t(longest), channels), scratch.threads, "tile entries");
 
   parallel_for(scratch.workers(), scene.batch_size * n_tiles, [&](std::int64_t item, int worker) {
     const TileWork<T> w = TileWork<T>::of(item, config, scene, options, scratch);
@@ -54,9 +54,10 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene, co
     T* accum = worker_mem.row(worker);
     T* track_depth = accum + channels;
     auto* track_id = reinterpret_cast<std::int32_t*>(track_depth + k_track);
-    const TileEntryArrays<T> tile = TileEntryArrays<T>::in(tile_mem.row(worker), std::size_t(longest));
-    tile.gather(entries + first, last - first, rec, sv.radii);
+    const TileEntryArrays<T> tile = TileEntryArrays<T>::in(tile_mem.row(worker), std::size_t(longest), channels);
+    tile.gather(entries + first, last - first, rec, sv, channels);
     tile.fill_keys(last - first, bp, key_offset);
+    tile.fill_slopes(last - first, bp);
     // A batch's pairs (below), and its entries to walk: position in the batch, whether it
     // hit, its pair.
     PairBatch<T, kPairBatch> pairs;
@@ -121,11 +122,11 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene, co
             if (!walk_hit[j]) continue;
             const std::int32_t i = entries[e];
             const T depth = walk_depth[j];
-            const T opacity = sv.opacity(i);
-            const T s = blend_exponent(bp, blend_exponent_slope(bp, opacity), depth);
+            const T opacity = tile.opacity[e - first];
+            const T s = blend_exponent(bp, tile.slope[e - first], depth);
             T rescale;
             const T w = blend.add(s, walk_kappa[j] * opacity, rescale);
-            const T* col = sv.features + std::int64_t(i) * channels;
+            const T* col = tile.features + (e - first) * channels;
             if (three) {
               acc0 = acc0 * rescale + w * col[0];
               acc1 = acc1 * rescale + w * col[1];

@@ -1,4 +1,6 @@
-// A tile's entries as one array per field of the pair test, gathered once per tile, and
+// A tile's entries as one array per field of the pair test and of the blend, gathered once
+// per tile (a pixel's hits then read them from the tile's arrays, not from the scene's
+// arrays indexed by sphere, which are far apart in a large scene), and
 // the pair tests of one pixel against a run of them (PairBatch). In float with the
 // perspective projection, where the build targets AVX and FMA, eight entries go through
 // each vector instruction; each lane computes exactly what evaluate_pair computes for its
@@ -11,6 +13,7 @@
 
 #include <cstdint>
 
+#include "../core/scene_view.h"
 #include "cpu_scratch.h"
 #include "pulsar/blend.h"
 #include "pulsar/pixel_ray.h"
@@ -28,35 +31,47 @@ struct TileEntryArrays {
   T *cx, *cy, *cz, *dist, *radius, *inv_radius, *inv_two_dist, *tiny_radius;
   T* closest_depth;  // zc
   T* key;            // the forward's termination key of zc (fill_keys)
+  T* opacity;        // the sphere's opacity (1 without opacities)
+  T* slope;          // its blend_exponent_slope (fill_slopes)
+  T* features;       // [count + kPad, channels]: the sphere's features
   // The pixel box (PixelBounds).
   std::int32_t *x0, *y0, *x1, *y1;
 
-  static constexpr int kReals = 10, kInts = 4;
+  static constexpr int kReals = 12, kInts = 4;
   // Room past the last entry: a batch reads whole groups of lanes.
   static constexpr std::size_t kPad = 8;
-  static std::size_t bytes(std::size_t count) {
-    return (count + kPad) * (kReals * sizeof(T) + kInts * sizeof(std::int32_t));
+  static std::size_t bytes(std::size_t count, int channels) {
+    return (count + kPad) * ((kReals + std::size_t(channels)) * sizeof(T) + kInts * sizeof(std::int32_t));
   }
 
-  // Lays the arrays for `count` entries out in `mem` (bytes(count)).
-  static TileEntryArrays in(void* mem, std::size_t count) {
+  // Lays the arrays for `count` entries of `channels` features out in `mem`
+  // (bytes(count, channels)).
+  static TileEntryArrays in(void* mem, std::size_t count, int channels) {
     const std::size_t n = count + kPad;
     TileEntryArrays a;
     T* reals = static_cast<T*>(mem);
     T** real_fields[kReals] = {&a.cx,         &a.cy,           &a.cz,          &a.dist,          &a.radius,
-                               &a.inv_radius, &a.inv_two_dist, &a.tiny_radius, &a.closest_depth, &a.key};
+                               &a.inv_radius, &a.inv_two_dist, &a.tiny_radius, &a.closest_depth, &a.key,
+                               &a.opacity,    &a.slope};
     for (int f = 0; f < kReals; ++f) *real_fields[f] = reals + f * n;
-    auto* ints = reinterpret_cast<std::int32_t*>(reals + kReals * n);
+    a.features = reals + kReals * n;
+    auto* ints = reinterpret_cast<std::int32_t*>(a.features + std::size_t(channels) * n);
     std::int32_t** int_fields[kInts] = {&a.x0, &a.y0, &a.x1, &a.y1};
     for (int f = 0; f < kInts; ++f) *int_fields[f] = ints + f * n;
     return a;
   }
 
-  // Gathers entries[0 .. count) of one camera's records and radii.
-  void gather(const std::int32_t* entries, std::int64_t count, const SphereRecord<T>* rec, const T* radii) const {
+  // Gathers entries[0 .. count) of one camera's records and of the scene's radii,
+  // opacities and features (sv: the camera's spheres).
+  void gather(const std::int32_t* entries, std::int64_t count, const SphereRecord<T>* rec, const SceneView<T>& sv,
+              int channels) const {
+    const T* radii = sv.radii;
     for (std::int64_t k = 0; k < count; ++k) {
       const std::int32_t i = entries[k];
       const SphereRecord<T>& r = rec[i];
+      opacity[k] = sv.opacity(i);
+      const T* f = sv.features + std::int64_t(i) * channels;
+      for (int ch = 0; ch < channels; ++ch) features[k * channels + ch] = f[ch];
       cx[k] = r.c.x;
       cy[k] = r.c.y;
       cz[k] = r.c.z;
@@ -76,7 +91,7 @@ struct TileEntryArrays {
       cx[count + k] = cy[count + k] = cz[count + k] = dist[count + k] = T(1);
       radius[count + k] = inv_radius[count + k] = inv_two_dist[count + k] = T(1);
       tiny_radius[count + k] = T(-1);
-      closest_depth[count + k] = key[count + k] = T(0);
+      closest_depth[count + k] = key[count + k] = opacity[count + k] = slope[count + k] = T(0);
       x0[count + k] = y0[count + k] = 0;
       x1[count + k] = y1[count + k] = -1;
     }
@@ -85,6 +100,11 @@ struct TileEntryArrays {
   // key[k] = TerminationTest<T>::key(p, offset, closest_depth[k]) for k < count.
   void fill_keys(std::int64_t count, const BlendParams<T>& p, T offset) const {
     for (std::int64_t k = 0; k < count; ++k) key[k] = TerminationTest<T>::key(p, offset, closest_depth[k]);
+  }
+
+  // slope[k] = blend_exponent_slope(p, opacity[k]) for k < count: once per entry, not per hit.
+  void fill_slopes(std::int64_t count, const BlendParams<T>& p) const {
+    for (std::int64_t k = 0; k < count; ++k) slope[k] = blend_exponent_slope(p, opacity[k]);
   }
 
   bool in_box(std::int64_t k, int x, int y) const { return (x >= x0[k]) & (x <= x1[k]) & (y >= y0[k]) & (y <= y1[k]); }
