@@ -44,6 +44,7 @@ struct CpuScratch {
   // [B, N], and their tile counts, then cursors, int64 [B, parts, n_tiles].
   HostBuffer merge_runs;
   HostBuffer part_tile_counts;
+  HostBuffer depth_keys;  // [B, N] sort keys of the visible spheres (setup_bin.cpp, DepthKey)
   HostBuffer instance_grads;  // T [n_instances, 5 + C]: (pos 3, radius, opacity, features C)
   HostBuffer tile_camera_grads;  // CameraGrad<T> [B * n_tiles]
   HostBuffer tile_background_grads;  // T [B * n_tiles, C]
@@ -55,7 +56,7 @@ struct CpuScratch {
 
   std::size_t bytes() const {
     return records.capacity() + order.capacity() + tile_offsets.capacity() + entries.capacity() +
-           merge_runs.capacity() + part_tile_counts.capacity() + instance_grads.capacity() +
+           merge_runs.capacity() + part_tile_counts.capacity() + depth_keys.capacity() + instance_grads.capacity() +
            tile_camera_grads.capacity() + tile_background_grads.capacity() + pixel_scratch.capacity() +
            tile_entries.capacity() + packed_cameras.capacity() + zero_features.capacity();
   }

@@ -1,6 +1,7 @@
 // Stage 1 on the CPU: per-sphere setup (culling, closest depth, screen bounds) and
 // binning into per-tile lists ordered by (closest depth, sphere index).
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
@@ -11,6 +12,51 @@
 namespace pulsar {
 
 namespace {
+
+// The depth order's sort key of a visible sphere: (zc, index) as one value whose built-in
+// order is that of (zc, index), so that the sort compares keys in one array instead of
+// reading two records per comparison. zc's bits map to an unsigned integer of the same
+// order (negative values reversed, below the positive ones; -0 is taken as +0, which a
+// comparison of values does not tell apart). Float: the mapped bits above the index in 64
+// bits; double: the mapped bits and the index.
+inline std::uint64_t ordered_bits(std::uint64_t bits, std::uint64_t sign) {
+  return (bits & sign) ? ~bits : (bits | sign);
+}
+inline std::uint64_t depth_key(float zc, std::int32_t index) {
+  const float z = zc + 0.0f;  // -0 -> +0
+  std::uint32_t bits;
+  std::memcpy(&bits, &z, sizeof(bits));
+  const std::uint32_t ordered = std::uint32_t(ordered_bits(bits, 0x80000000u));
+  return (std::uint64_t(ordered) << 32) | std::uint32_t(index);
+}
+inline std::int32_t depth_key_index(std::uint64_t key) { return std::int32_t(key & 0xffffffffu); }
+struct WideDepthKey {
+  std::uint64_t zc;
+  std::int32_t index;
+  bool operator<(const WideDepthKey& o) const { return zc < o.zc || (zc == o.zc && index < o.index); }
+};
+inline WideDepthKey depth_key(double zc, std::int32_t index) {
+  const double z = zc + 0.0;  // -0 -> +0
+  std::uint64_t bits;
+  std::memcpy(&bits, &z, sizeof(bits));
+  return WideDepthKey{ordered_bits(bits, 0x8000000000000000ull), index};
+}
+inline std::int32_t depth_key_index(const WideDepthKey& key) { return key.index; }
+template <typename T>
+using DepthKey = decltype(depth_key(T(0), 0));
+
+// The visible spheres among rec[begin, end) (indices into rec) in (zc, index) order,
+// written to out; returns their count. keys: room for end - begin keys.
+template <typename T>
+std::int64_t sort_visible(const SphereRecord<T>* rec, std::int64_t begin, std::int64_t end, DepthKey<T>* keys,
+                          std::int32_t* out) {
+  std::int64_t count = 0;
+  for (std::int64_t i = begin; i < end; ++i)
+    if (!rec[i].bounds.empty()) keys[count++] = depth_key(rec[i].closest_depth, std::int32_t(i));
+  std::sort(keys, keys + count);
+  for (std::int64_t k = 0; k < count; ++k) out[k] = depth_key_index(keys[k]);
+  return count;
+}
 
 // Tiles touched by a sphere's pixel bounds.
 struct TileRange {
@@ -71,15 +117,10 @@ void cpu_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, Cpu
   };
   auto split = [parts](std::int64_t count, int p) { return count * p / parts; };
   std::vector<std::int64_t> visible_count(batch);
+  auto* keys = scratch.depth_keys.reserve<DepthKey<T>>(std::size_t(batch) * n, "depth sort keys");
   if (parts == 1) {
     parallel_for(scratch.workers(), batch, [&](std::int64_t b, int) {
-      const SphereRecord<T>* rec = records + b * n;
-      std::int32_t* ord = order + b * n;
-      std::int64_t count = 0;
-      for (std::int64_t i = 0; i < n; ++i)
-        if (!rec[i].bounds.empty()) ord[count++] = std::int32_t(i);
-      std::sort(ord, ord + count, before(b));
-      visible_count[b] = count;
+      visible_count[b] = sort_visible(records + b * n, 0, n, keys + b * n, order + b * n);
     });
   } else {
     // Each part collects and sorts the visible spheres of its index range into the
@@ -90,13 +131,8 @@ void cpu_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, Cpu
     parallel_for(scratch.workers(), std::int64_t(batch) * parts, [&](std::int64_t item, int) {
       const std::int64_t b = item / parts;
       const int p = int(item % parts);
-      const SphereRecord<T>* rec = records + b * n;
-      std::int32_t* out = runs + b * n + split(n, p);
-      std::int64_t count = 0;
-      for (std::int64_t i = split(n, p); i < split(n, p + 1); ++i)
-        if (!rec[i].bounds.empty()) out[count++] = std::int32_t(i);
-      std::sort(out, out + count, before(b));
-      run_end[item] = count;
+      run_end[item] = sort_visible(records + b * n, split(n, p), split(n, p + 1), keys + b * n + split(n, p),
+                                   runs + b * n + split(n, p));
     });
     // Compact the runs of each camera to the front of its row: run p starts at the sum
     // of the earlier runs' lengths. Runs move towards the front, in order.
