@@ -104,8 +104,7 @@ void cpu_render_backward(const RendererConfig& config, const SceneArgs& scene, c
     T* bg = worker_bg.row(worker);
     for (int ch = 0; ch < channels; ++ch) bg[ch] = T(0);
     const TileEntryArrays<T> tile = TileEntryArrays<T>::in(tile_mem.row(worker), std::size_t(longest), channels);
-    tile.gather(entries + first, last - first, rec, sv, channels);
-    tile.fill_slopes(last - first, bp);
+    tile.gather(entries + first, last - first, rec, sv, channels, bp);
     PairBatch<T, kHitBatch> pairs;  // a batch's pairs (below)
     HitTerms<T> pending[kHitBatch];  // and its hits'
     int pending_slot[kHitBatch];     // the hits' slots in `pairs`

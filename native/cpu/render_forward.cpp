@@ -55,9 +55,8 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene, co
     T* track_depth = accum + channels;
     auto* track_id = reinterpret_cast<std::int32_t*>(track_depth + k_track);
     const TileEntryArrays<T> tile = TileEntryArrays<T>::in(tile_mem.row(worker), std::size_t(longest), channels);
-    tile.gather(entries + first, last - first, rec, sv, channels);
+    tile.gather(entries + first, last - first, rec, sv, channels, bp);
     tile.fill_keys(last - first, bp, key_offset);
-    tile.fill_slopes(last - first, bp);
     // A batch's pairs (below), and its entries to walk: position in the batch, whether it
     // hit, its pair.
     PairBatch<T, kPairBatch> pairs;
@@ -120,13 +119,12 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene, co
               break;
             }
             if (!walk_hit[j]) continue;
-            const std::int32_t i = entries[e];
+            const std::int64_t k = e - first;  // the entry in the tile's arrays
             const T depth = walk_depth[j];
-            const T opacity = tile.opacity[e - first];
-            const T s = blend_exponent(bp, tile.slope[e - first], depth);
+            const T s = blend_exponent(bp, tile.slope[k], depth);
             T rescale;
-            const T w = blend.add(s, walk_kappa[j] * opacity, rescale);
-            const T* col = tile.features + (e - first) * channels;
+            const T w = blend.add(s, walk_kappa[j] * tile.opacity[k], rescale);
+            const T* col = tile.features + k * channels;
             if (three) {
               acc0 = acc0 * rescale + w * col[0];
               acc1 = acc1 * rescale + w * col[1];
@@ -139,10 +137,10 @@ void cpu_render_forward(const RendererConfig& config, const SceneArgs& scene, co
               stats.add(w, normalized_depth(bp, depth));
             }
             ++hits;
-            end = e - first + 1;
+            end = k + 1;
             if (bp.early_stop) termination.after_hit(blend);
-            max_closest = tile.closest_depth[e - first];
-            if (info) tracked.insert(depth, i);
+            max_closest = tile.closest_depth[k];
+            if (info) tracked.insert(depth, entries[e]);
           }
           if (stopped) break;
         }

@@ -109,6 +109,8 @@ void cpu_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, Cpu
   // and each tile's list is filled piece by piece in that order: the lists are the same
   // for any number of parts.
   const int parts = int(std::max<std::int64_t>(1, std::min<std::int64_t>(scratch.threads / batch, n / kMinPart)));
+  // The merge's order of two of camera b's spheres: (zc, index), compared by value, the
+  // order of the parts' sorts (depth_key) without building keys per comparison.
   auto before = [records, n](std::int64_t b) {
     const SphereRecord<T>* rec = records + b * n;
     return [rec](std::int32_t a, std::int32_t c) {

@@ -32,7 +32,7 @@ struct TileEntryArrays {
   T* closest_depth;  // zc
   T* key;            // the forward's termination key of zc (fill_keys)
   T* opacity;        // the sphere's opacity (1 without opacities)
-  T* slope;          // its blend_exponent_slope (fill_slopes)
+  T* slope;          // its blend_exponent_slope
   T* features;       // [count + kPad, channels]: the sphere's features
   // The pixel box (PixelBounds).
   std::int32_t *x0, *y0, *x1, *y1;
@@ -62,14 +62,16 @@ struct TileEntryArrays {
   }
 
   // Gathers entries[0 .. count) of one camera's records and of the scene's radii,
-  // opacities and features (sv: the camera's spheres).
+  // opacities and features (sv: the camera's spheres), and each entry's exponent slope
+  // under the call's blend (bp).
   void gather(const std::int32_t* entries, std::int64_t count, const SphereRecord<T>* rec, const SceneView<T>& sv,
-              int channels) const {
+              int channels, const BlendParams<T>& bp) const {
     const T* radii = sv.radii;
     for (std::int64_t k = 0; k < count; ++k) {
       const std::int32_t i = entries[k];
       const SphereRecord<T>& r = rec[i];
       opacity[k] = sv.opacity(i);
+      slope[k] = blend_exponent_slope(bp, opacity[k]);
       const T* f = sv.features + std::int64_t(i) * channels;
       for (int ch = 0; ch < channels; ++ch) features[k * channels + ch] = f[ch];
       cx[k] = r.c.x;
@@ -100,11 +102,6 @@ struct TileEntryArrays {
   // key[k] = TerminationTest<T>::key(p, offset, closest_depth[k]) for k < count.
   void fill_keys(std::int64_t count, const BlendParams<T>& p, T offset) const {
     for (std::int64_t k = 0; k < count; ++k) key[k] = TerminationTest<T>::key(p, offset, closest_depth[k]);
-  }
-
-  // slope[k] = blend_exponent_slope(p, opacity[k]) for k < count: once per entry, not per hit.
-  void fill_slopes(std::int64_t count, const BlendParams<T>& p) const {
-    for (std::int64_t k = 0; k < count; ++k) slope[k] = blend_exponent_slope(p, opacity[k]);
   }
 
   bool in_box(std::int64_t k, int x, int y) const { return (x >= x0[k]) & (x <= x1[k]) & (y >= y0[k]) & (y <= y1[k]); }

@@ -155,13 +155,20 @@ struct InstanceKeys {
 // window rounds down to fewer than n / 4 rows and a fifth would be needed).
 struct InstanceArena {
   std::size_t n;
-  bool packed = false;  // InstanceKeys::packed: no slot_sphere
+  InstanceKeys keys;  // packed: no slot_sphere
+
+  // The layout of a binning of n list positions for a call's cameras, tiles and spheres:
+  // the one the binning writes and its backward reads.
+  static InstanceArena of(std::size_t n, const RendererConfig& config, const SceneArgs& scene) {
+    const std::int64_t total_tiles = Tiling::of(config.width, config.height).n_tiles() * scene.batch_size;
+    return InstanceArena{n, InstanceKeys::of(total_tiles, scene.n_spheres)};
+  }
   std::size_t keys_a() const { return 0; }
   std::size_t keys_b() const { return 4 * n; }
   std::size_t slots_a() const { return 8 * n; }
   std::size_t slots_b() const { return 12 * n; }
   std::size_t slot_sphere() const { return 16 * n; }  // unpacked keys only
-  std::size_t binning_bytes() const { return packed ? 16 * n + 512 : 20 * n; }
+  std::size_t binning_bytes() const { return keys.packed ? 16 * n + 512 : 20 * n; }
   std::size_t entry_sphere() const { return 0; }
   std::size_t entry_slot() const { return 4 * n; }
   std::size_t maps_bytes() const { return 8 * n; }
@@ -254,9 +261,11 @@ struct CudaScratch {
   const std::int32_t* pending_order = nullptr;
   const float* pending_bound = nullptr;
 
-  // The maps binning leaves (InstanceArena, tile_counts).
-  std::int32_t* entry_sphere() const { return arena_map(InstanceArena{std::size_t(list_room)}.entry_sphere()); }
-  std::int32_t* entry_slot() const { return arena_map(InstanceArena{std::size_t(list_room)}.entry_slot()); }
+  // The maps binning leaves (InstanceArena, whose maps lie where they do whatever the
+  // keys; tile_counts).
+  std::int32_t* entry_sphere() const { return arena_map(maps_layout().entry_sphere()); }
+  std::int32_t* entry_slot() const { return arena_map(maps_layout().entry_slot()); }
+  InstanceArena maps_layout() const { return InstanceArena{std::size_t(list_room), InstanceKeys{}}; }
   int2* item_slots() const { return tile_counts.as<int2>(); }
 
   std::int32_t* arena_map(std::size_t offset) const {

@@ -875,7 +875,7 @@ void cuda_render_backward(const RendererConfig& config, const SceneArgs& scene, 
   const std::int64_t n = scratch.list_room;  // the instances, or the capacity (then some rows go unused)
   // The window's rows behind the maps the forward left at the arena's start
   // (InstanceArena); growing the arena keeps the maps.
-  const InstanceArena layout{std::size_t(n), InstanceKeys::of(total_tiles, scene.n_spheres).packed};
+  const InstanceArena layout = InstanceArena::of(std::size_t(n), config, scene);
   const RowWindows windows = RowWindows::of(layout, row_bytes, scratch.backward_row_budget);
   const std::size_t row_space = std::size_t(std::max<std::int64_t>(windows.size, 1) * row_bytes);
   unsigned char* arena = scratch.instance_arena.reserve_keeping<unsigned char>(

@@ -549,7 +549,7 @@ void cuda_begin_binning(const RendererConfig& config, const SceneArgs& scene, co
   // keys filled with the zeroing.
   std::uint32_t* sort_keys = nullptr;
   if (capacity > 0 && items > 0) {
-    const InstanceArena layout{std::size_t(capacity), InstanceKeys::of(total_tiles, scene.n_spheres).packed};
+    const InstanceArena layout = InstanceArena::of(std::size_t(capacity), config, scene);
     unsigned char* arena =
         scratch.instance_arena.reserve<unsigned char>(layout.binning_bytes(), "sphere-tile instances");
     // The sort by counting reads only the positions below the count on the device.
@@ -646,8 +646,8 @@ void cuda_finish_binning(const RendererConfig& config, const SceneArgs& scene, c
   const float* bound = scratch.pending_bound;
   auto* slots_of = scratch.sphere_slots.as<std::int64_t>();
 
-  const InstanceKeys key_layout = InstanceKeys::of(total_tiles, scene.n_spheres);
-  const InstanceArena layout{std::size_t(count), key_layout.packed};
+  const InstanceArena layout = InstanceArena::of(std::size_t(count), config, scene);
+  const InstanceKeys key_layout = layout.keys;
   unsigned char* arena = scratch.instance_arena.reserve<unsigned char>(layout.binning_bytes(), "sphere-tile instances");
   auto keys = double_buffer<std::uint32_t>(arena, layout.keys_a(), layout.keys_b());
   auto slots = double_buffer<std::int32_t>(arena, layout.slots_a(), layout.slots_b());
