@@ -98,6 +98,7 @@ EXPECTED_TWINS = [
 COVERED_INSIDE = {
     "finish_hit_grads": "finish_hit_backward, intersect_perspective_backward",
     "packed_camera_from_params_backward_run": "packed_camera_from_params_backward",
+    "unit_vector_backward": "normalize_backward",
 }
 
 
