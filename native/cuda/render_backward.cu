@@ -240,7 +240,7 @@ struct StagedPixel {
   int q;  // tile pixel
   const CameraFrame<T>& cam;
   int x, y;                  // image pixel
-  const T* inv_ray_length;   // per tile pixel, where pairs fold their own ray gradients
+  const T* inv_ray_lengths;  // per tile pixel (kPairRayFold kernels only)
   // Each accessor reads its whole record (one wide load, which the compiler shares
   // between the accessors of one pair; a narrow load at a 16-byte stride has bank
   // conflicts).
@@ -255,7 +255,7 @@ struct StagedPixel {
     return r;
   }
   __device__ T log_total() const { return RayAndTotal<T>(stage.ray_total[q]).log_total; }
-  __device__ T ray_inv_length() const { return inv_ray_length[q]; }
+  __device__ T inv_ray_length() const { return inv_ray_lengths[q]; }
   __device__ T grad_dot_image() const { return PixelGrads<T, C_STATIC>(stage.grads[q]).dot; }
   __device__ T grad_image(int ch) const { return PixelGrads<T, C_STATIC>(stage.grads[q]).image[ch]; }
   __device__ const T* moments() const { return stage.mom[q]; }
@@ -366,7 +366,7 @@ __global__ void __launch_bounds__(kThreads, GROUP == 32 ? 4 : 3)
   // here. Not in the ray-sum kernels, which need neither and whose four blocks per
   // multiprocessor fill the shared memory (1 KB more per block leaves room for three).
   constexpr bool kPairRayFold = !ORTHO && !RAY_SUMS;
-  __shared__ T inv_ray_length[kPairRayFold ? kThreads : 1];
+  __shared__ T inv_ray_lengths[kPairRayFold ? kThreads : 1];
   constexpr int kBatch = staged_batch<T, C_STATIC>();
   __shared__ StagedEntry<T, C_STATIC> staged[kBatch];
   // With lane groups, a warp's entries take as many rounds as the largest of them: the
@@ -445,7 +445,7 @@ __global__ void __launch_bounds__(kThreads, GROUP == 32 ? 4 : 3)
     if (!kStatic) pg.image[0] = T(0);
     const Vec3<T> dir = ORTHO ? make_vec3(T(0), T(0), T(0)) : pixel_ray(cam, own_x, own_y).dir;
     stage.ray_total[threadIdx.x] = RayAndTotal<T>{dir.x, dir.y, dir.z, m + log(d)};
-    if (kPairRayFold) inv_ray_length[threadIdx.x] = T(1) / norm(cam.sensor_offset(T(own_x), T(own_y)));
+    if (kPairRayFold) inv_ray_lengths[threadIdx.x] = T(1) / norm(cam.sensor_offset(T(own_x), T(own_y)));
     if (with_moments) {
       const T* mom = static_cast<const T*>(args.depth_moments) + kDepthStats * own_pix;
       const T* g_mom = static_cast<const T*>(args.grad_depth_moments) + kDepthStats * own_pix;
@@ -585,11 +585,11 @@ __global__ void __launch_bounds__(kThreads, GROUP == 32 ? 4 : 3)
       cg.y_unit += gb * (acc.c_world - sensor_rel);
       cg.z_axis += gcz * acc.c_world;
       cg.add_sensor_offset(-(ga * cam.x_unit + gb * cam.y_unit), T(x), T(y));
-    } else if constexpr (kPairRayFold) {  // LoadedPixel (ray sums only) has no ray_inv_length
+    } else if constexpr (kPairRayFold) {  // StagedPixel only: LoadedPixel serves ray-sum kernels
       Vec3<T> grad_ray{0, 0, 0};
       intersect_perspective_backward(h, se.dist, se.terms, grad_kappa, grad_depth, acc.sums.centre, acc.sums.radius,
                                      grad_ray);
-      cg.add_sensor_offset(unit_vector_backward(ray.dir, px.ray_inv_length(), grad_ray), T(x), T(y));
+      cg.add_sensor_offset(unit_vector_backward(ray.dir, px.inv_ray_length(), grad_ray), T(x), T(y));
     } else if (decltype(shared_ray_sums)::value) {
       // The lanes hold distinct pixels (one group per warp): add to the pixel's sums.
       Vec3<T> ray_sums = make_vec3(ray_at[0], ray_at[kThreads], ray_at[2 * kThreads]);
@@ -742,7 +742,7 @@ __global__ void __launch_bounds__(kThreads, GROUP == 32 ? 4 : 3)
           T weight = 0;
           bool hit = false;
           if (active)
-            weight = add_pair(se, acc, StagedPixel<T, C_STATIC, ORTHO>{stage, q, cam, x, y, inv_ray_length}, x, y,
+            weight = add_pair(se, acc, StagedPixel<T, C_STATIC, ORTHO>{stage, q, cam, x, y, inv_ray_lengths}, x, y,
                               g_img, unused_ray_acc, ray_sums_at_q, std::true_type{}, hit);
           if (!kStatic && flags.features) {  // GROUP == 32 (static_assert above)
             for (int ch = 0; ch < channels; ++ch) {
