@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+
 import torch
 
 import pulsar_py
 
 HAS_CUDA = torch.cuda.is_available() and "cuda" in pulsar_py.build_info()["backends"]
 DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])
+
+
+def cxx_compiler() -> str | None:
+    """The system C++ compiler (CXX, c++, g++ or clang++), for the tests that build a
+    small harness over include/pulsar; None when there is none."""
+    for candidate in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+        if candidate and shutil.which(candidate):
+            return shutil.which(candidate)
+    return None
 
 
 def native_of(renderer):

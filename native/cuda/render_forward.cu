@@ -8,6 +8,7 @@
 #include "cuda_scratch.h"
 #include "pixel_blend.cuh"
 #include "warp_reduce.cuh"
+#include "pulsar/cone_rows.h"
 #include "pulsar/pixel_ray.h"
 
 namespace pulsar {
@@ -91,15 +92,58 @@ static_assert(sizeof(BatchEntry<float, 1>) == 80 && sizeof(BatchEntry<float, 3>)
                   sizeof(BatchEntry<float, 4>) == 80,
               "a float batch record is five 16-byte words");
 
+// Entries whose box covers fewer pixels of the tile keep the box's coverage: the cone's
+// rows would save a few visits there, against about a hundred instructions to set up.
+constexpr int kConeRowMinPixels = 12;
+
+// The lanes of each warp block (words[w], as lanes_covered) whose pixel lies in both the
+// tile-local box [lx0, lx1] x [ly0, ly1] and its row's columns of sphere g's cone
+// (ConeRows, include/pulsar/cone_rows.h). False where the cone gives nothing tighter than
+// the box: not an ellipse, too wide, or holding all four corners of the box (an ellipse is
+// convex, so then it holds the whole box). The film vectors are read from the packed
+// camera here, not kept in registers through the kernel (the visits do not use them).
+template <typename T>
+__device__ bool cone_coverage(const T* packed_camera, const GpuSphere<T>& g, int tile_x0, int tile_y0, int lx0, int lx1,
+                              int ly0, int ly1, unsigned (&words)[kThreads / 32]) {
+  const T rho = g.radius > g.terms.tiny_radius ? g.radius : g.terms.tiny_radius;
+  const ConeRows<T> cone =
+      ConeRows<T>::of(load_vec3(packed_camera + kP00), load_vec3(packed_camera + kPdx), load_vec3(packed_camera + kPdy),
+                      make_vec3(g.cx, g.cy, g.cz), g.dist, rho, int(g.x0), int(g.y0), int(g.x1), int(g.y1));
+  if (!cone.active) return false;
+  const int x0 = tile_x0 + lx0, x1 = tile_x0 + lx1, y0 = tile_y0 + ly0, y1 = tile_y0 + ly1;
+  if (cone.inside(x0, y0) && cone.inside(x1, y0) && cone.inside(x0, y1) && cone.inside(x1, y1)) return false;
+#pragma unroll
+  for (int w = 0; w < kThreads / 32; ++w) words[w] = 0u;
+#pragma unroll
+  for (int y = 0; y < kTileSize; ++y) {
+    if (y < ly0 || y > ly1) continue;
+    int lo, hi;
+    cone.columns(tile_y0 + y, lo, hi);
+    lo = max(lo - tile_x0, lx0);
+    hi = min(hi - tile_x0, lx1);
+    if (lo > hi) continue;
+    // Row y of the tile is row y % 4 of warp blocks 2 (y / 4) (columns 0-7) and 2 (y / 4) + 1.
+    const unsigned row = (0xffffu >> (kTileSize - 1 - hi)) & (0xffffu << lo);
+    words[2 * (y / 4)] |= (row & 0xffu) << (8 * (y % 4));
+    words[2 * (y / 4) + 1] |= (row >> 8) << (8 * (y % 4));
+  }
+  return true;
+}
+
 // Stages list positions [start, start + kThreads) of the tile (those before list_end) in
 // batch, and each entry's coverage of the 8 warp blocks (8x4 pixels each; coverage[w][e]:
 // the lanes of block w whose pixel entry e's box covers), the block's `threads` threads
 // taking kThreads / threads entries each. Ends with the block synchronised.
-template <typename T, int C_STATIC>
+// CONE_ROWS (perspective only; packed_camera, the call's packed camera, is read only
+// then): an entry whose box covers at least kConeRowMinPixels of the tile takes its
+// coverage row by row from the sphere's cone (cone_coverage) instead. The two-pixel
+// kernel stages so (large spheres: a box's corners hold many pixels, and lockstep skips
+// a warp whose pixels all miss); the one-pixel kernel's small spheres save too few visits
+// for the cone's setup, and keep the box.
+template <typename T, int C_STATIC, bool CONE_ROWS>
 __device__ void stage_batch(int start, int list_end, int threads, const GpuSphere<T>* spheres,
-                            const std::int32_t* entry_sphere, const T* features, const BlendParams<T>& bp,
-                            T stop_key_offset, int tile_x0, int tile_y0, BatchEntry<T, C_STATIC>* batch,
-                            unsigned (*coverage)[kThreads]) {
+                            const std::int32_t* entry_sphere, const VisitContext<T>& ctx, const T* packed_camera,
+                            int tile_x0, int tile_y0, BatchEntry<T, C_STATIC>* batch, unsigned (*coverage)[kThreads]) {
   for (int k = int(threadIdx.x); k < kThreads; k += threads) {
     const int p = start + k;
     int lx0 = 0, lx1 = -1, ly0 = 0, ly1 = -1;  // the entry's box in the tile (empty past the list)
@@ -109,11 +153,18 @@ __device__ void stage_batch(int start, int list_end, int threads, const GpuSpher
       BatchFields<T, C_STATIC>& e = batch[k].fields;
       e.sphere = g;
       e.id = id;
-      e.exponent_slope = blend_exponent_slope(bp, g.opacity);
-      e.stop_key = TerminationTest<T>::key(bp, stop_key_offset, g.closest_depth);
+      e.exponent_slope = blend_exponent_slope(ctx.bp, g.opacity);
+      e.stop_key = TerminationTest<T>::key(ctx.bp, ctx.stop_key_offset, g.closest_depth);
       lx0 = max(int(g.x0) - tile_x0, 0), lx1 = min(int(g.x1) - tile_x0, kTileSize - 1);
       ly0 = max(int(g.y0) - tile_y0, 0), ly1 = min(int(g.y1) - tile_y0, kTileSize - 1);
-      for (int c = 0; c < C_STATIC; ++c) e.features[c] = features[std::int64_t(id) * C_STATIC + c];
+      for (int c = 0; c < C_STATIC; ++c) e.features[c] = ctx.features[std::int64_t(id) * C_STATIC + c];
+      unsigned words[kThreads / 32];
+      if (CONE_ROWS && (lx1 - lx0 + 1) * (ly1 - ly0 + 1) >= kConeRowMinPixels &&
+          cone_coverage(packed_camera, g, tile_x0, tile_y0, lx0, lx1, ly0, ly1, words)) {
+#pragma unroll
+        for (int w = 0; w < kThreads / 32; ++w) coverage[w][k] = words[w];
+        continue;
+      }
     }
 #pragma unroll
     for (int w = 0; w < kThreads / 32; ++w) coverage[w][k] = lanes_covered(lx0, lx1, ly0, ly1, w);
@@ -164,8 +215,8 @@ __global__ void __launch_bounds__(kThreads)
   const unsigned batch_address = unsigned(__cvta_generic_to_shared(batch));
   for (int start = range.x; start < range.y; start += kThreads) {
     if (__syncthreads_and(done)) break;
-    stage_batch<T, C_STATIC>(start, range.y, kThreads, camera_spheres, entry_sphere, ctx.features, ctx.bp,
-                             ctx.stop_key_offset, tile_x0, tile_y0, batch, coverage);
+    stage_batch<T, C_STATIC, false>(start, range.y, kThreads, camera_spheres, entry_sphere, ctx, nullptr, tile_x0,
+                                    tile_y0, batch, coverage);
     const int batch_size = min(kThreads, range.y - start);
     const int chunks = (batch_size + 31) / 32;
     if (!done && px.stops_before(batch[0].fields.sphere.closest_depth, batch[0].fields.stop_key, ctx)) done = true;
@@ -272,12 +323,16 @@ __global__ void __launch_bounds__(kThreads / 2, 8)
     done[i] = !inside[i];
   }
   const GpuSphere<T>* camera_spheres = spheres + std::int64_t(b) * scene.n_spheres;
+  // Coverage from the spheres' cones (stage_batch) in float: in double the cone's
+  // arithmetic costs twice as much and spills around the visits' state.
+  constexpr bool kConeRows = !ORTHO && sizeof(T) == 4;
+  const T* packed_camera = static_cast<const T*>(scene.cameras) + std::int64_t(b) * CAMERA_PARAMS;
   const int2 range = tile_ranges[item];
   const unsigned batch_address = unsigned(__cvta_generic_to_shared(batch));
   for (int start = range.x; start < range.y; start += kThreads) {
     if (__syncthreads_and(done[0] && done[1])) break;
-    stage_batch<T, C_STATIC>(start, range.y, kBlock, camera_spheres, entry_sphere, ctx.features, ctx.bp,
-                             ctx.stop_key_offset, tile_x0, tile_y0, batch, coverage);
+    stage_batch<T, C_STATIC, kConeRows>(start, range.y, kBlock, camera_spheres, entry_sphere, ctx, packed_camera,
+                                        tile_x0, tile_y0, batch, coverage);
     const int chunks = (min(kThreads, range.y - start) + 31) / 32;
     for (int i = 0; i < 2; ++i)
       if (!done[i] && px[i].stops_before(batch[0].fields.sphere.closest_depth, batch[0].fields.stop_key, ctx))

@@ -21,14 +21,13 @@ central difference of <g, f>. Here:
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers import cxx_compiler
 
 ROOT = Path(__file__).resolve().parents[2]
 INCLUDE = ROOT / "include"
@@ -133,17 +132,10 @@ class Point:
     fd: list[float]
 
 
-def _compiler() -> str | None:
-    for candidate in (os.environ.get("CXX"), "c++", "g++", "clang++"):
-        if candidate and shutil.which(candidate):
-            return shutil.which(candidate)
-    return None
-
-
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory) -> dict[str, Path]:
     """The harness built twice: "plain", and "perturbing" (PULSAR_TWINS_PERTURB)."""
-    cxx = _compiler()
+    cxx = cxx_compiler()
     if cxx is None:
         pytest.skip("no C++ compiler (CXX, c++, g++ or clang++) on PATH to build the twin harness")
     out = tmp_path_factory.mktemp("twins")

@@ -1,0 +1,72 @@
+"""The cone's row columns (include/pulsar/cone_rows.h), which the CUDA forward takes an
+entry's pixel coverage from, hold every pixel the pair test hits.
+
+A small C++ harness (tests/native/cone_rows/check.cpp, built here with the system C++
+compiler) renders random perspective cameras and spheres (projected radii 0.2 to 200
+pixels, the tiny-sphere rule included) pixel by pixel over each sphere's screen box, in
+float32 and float64, and counts the hits that fall outside their row's columns:
+
+* none may (the columns are a superset of the hits, whatever the rounding);
+* the columns leave out a share of the box (otherwise the forward would gain nothing);
+* narrowed by one pixel on each side, they lose hits: the check can fail.
+
+PULSAR_TEST_CONE_SPHERES sizes the run (spheres per seed, default 4000: about a second).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from helpers import cxx_compiler
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCE = Path(__file__).resolve().parent / "cone_rows" / "check.cpp"
+SPHERES = int(os.environ.get("PULSAR_TEST_CONE_SPHERES", "4000"))
+SEEDS = (1, 2, 3)
+
+
+@pytest.fixture(scope="module")
+def check_exe(tmp_path_factory) -> Path:
+    cxx = cxx_compiler()
+    if cxx is None:
+        pytest.skip("no C++ compiler (CXX, c++, g++ or clang++) on PATH to build the cone check")
+    exe = tmp_path_factory.mktemp("cone_rows") / "check"
+    built = subprocess.run(
+        [cxx, "-std=c++17", "-O2", f"-I{ROOT / 'include'}", str(SOURCE), "-o", str(exe)], capture_output=True, text=True
+    )
+    assert built.returncode == 0, f"compiling the cone check failed:\n{built.stderr}"
+    return exe
+
+
+def run_check(exe: Path, seed: int, shrink: float = 0.0) -> dict[str, dict[str, int]]:
+    done = subprocess.run(
+        [str(exe), "--seed", str(seed), "--spheres", str(SPHERES), "--shrink", str(shrink)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, f"check exited {done.returncode}:\n{done.stderr}"
+    fields = ("spheres", "active", "box_pixels", "kept_pixels", "hits", "misses_outside")
+    rows = {}
+    for line in done.stdout.splitlines():
+        dtype, *values = line.split()
+        rows[dtype] = dict(zip(fields, map(int, values)))
+    assert set(rows) == {"float32", "float64"}, done.stdout
+    return rows
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_every_hit_lies_in_its_rows_columns(check_exe, seed):
+    for dtype, row in run_check(check_exe, seed).items():
+        assert row["active"] > 0.9 * row["spheres"] > 0, (dtype, row)
+        assert row["hits"] > 0, (dtype, row)
+        assert row["misses_outside"] == 0, (dtype, row)
+        # A disc fills pi/4 of its square; the columns' slack keeps a little more.
+        assert row["kept_pixels"] < 0.9 * row["box_pixels"], (dtype, row)
+
+
+def test_narrower_columns_lose_hits(check_exe):
+    for dtype, row in run_check(check_exe, SEEDS[0], shrink=1.0).items():
+        assert row["misses_outside"] > 0, (dtype, row)
