@@ -1,7 +1,8 @@
 // The columns of each pixel row that a perspective sphere may hit: a superset of the
 // pixels its pair test hits, like the screen box (sphere_setup.h) but row by row. The
-// CUDA forward takes an entry's coverage of a tile's pixels from it where the box is
-// larger than a few pixels (render_forward.cu, stage_batch): about a fifth of a round
+// CUDA two-pixel forward (large spheres, float) takes an entry's coverage of a tile's
+// pixels from it where the box covers more than a few (render_forward.cu, stage_batch):
+// about a fifth of a round
 // sphere's box lies outside its image (1 - pi/4 of a disc's bounding square), and each of
 // those pixels would cost a visit that misses. No derivative: it only decides which pixels
 // test a pair, and a pixel it leaves out would have missed (docs/model.md section 6:
@@ -90,8 +91,9 @@ struct ConeRows {
   }
 
   // Whether pixel (x, y) lies strictly within the (unwidened) ellipse: g < 0. Rounding
-  // may err either way at its rim; callers use it only to keep whole rows (a pixel it
-  // calls inside is tested by the pair test, as without the cone).
+  // may err either way at its rim; callers use it only to skip the rows' work where a
+  // rectangle's corners are all inside, keeping the whole rectangle (the ellipse is
+  // convex): an error there keeps pixels or computes rows, never drops a hit.
   PULSAR_HD bool inside(int x, int y) const {
     const T u = T(x - ox), v = T(y - oy);
     return (a * u + T(2) * (b * v + d)) * u + (c * v + T(2) * e) * v + f < T(0);
