@@ -408,7 +408,16 @@ def use_build(build: Optional[str]) -> None:
     """Import pulsar_py from ``build`` (None: the installed one) and check where it came
     from: a build folder must win over any other pulsar_py on the path."""
     if build is not None:
-        sys.path.insert(0, str(Path(build).resolve()))
+        root = Path(build).resolve()
+        sys.path.insert(0, str(root))
+        # An editable install's import hook (a finder on sys.meta_path, consulted before
+        # sys.path) would still hand out the source tree's pulsar_py: drop every finder
+        # that places it outside the build folder.
+        for finder in list(sys.meta_path):
+            spec = finder.find_spec("pulsar_py", None) if hasattr(finder, "find_spec") else None
+            origin = getattr(spec, "origin", None)
+            if origin is not None and root not in Path(origin).resolve().parents:
+                sys.meta_path.remove(finder)
     import pulsar_py
 
     if build is not None:

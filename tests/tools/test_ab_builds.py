@@ -204,9 +204,14 @@ def test_ab_runs_two_package_copies(tmp_path):
     """One round over two copies of this package (one native module: --same-native) on
     the one-sphere workload: each child imports its own copy, and the JSON holds both."""
     source = Path(pulsar_py.__file__).resolve().parent
+    # An editable install keeps the native module in its build folder, not in the package.
+    native = Path(pulsar_py._native.__file__).resolve()
     builds = []
     for name in ("a", "b"):
-        shutil.copytree(source, tmp_path / name / "pulsar_py", ignore=shutil.ignore_patterns("__pycache__"))
+        copy = tmp_path / name / "pulsar_py"
+        shutil.copytree(source, copy, ignore=shutil.ignore_patterns("__pycache__"))
+        if not (copy / native.name).exists():
+            shutil.copy2(native, copy / native.name)
         builds.append(str(tmp_path / name))
     out = tmp_path / "ab.json"
     core = min(os.sched_getaffinity(0))  # every child pinned to one core the test may use
