@@ -1,5 +1,5 @@
-"""The cone's row columns (include/pulsar/cone_rows.h), which the CUDA forward takes an
-entry's pixel coverage from, hold every pixel the pair test hits.
+"""The cone's row columns (include/pulsar/cone_rows.h), which the CUDA two-pixel forward
+takes an entry's pixel coverage from, hold every pixel the pair test hits.
 
 A small C++ harness (tests/native/cone_rows/check.cpp, built here with the system C++
 compiler) renders random perspective cameras and spheres (projected radii 0.2 to 200

@@ -30,11 +30,6 @@ struct Counts {
   long spheres = 0, active = 0, box_pixels = 0, kept_pixels = 0, hits = 0, misses_outside = 0;
 };
 
-template <typename T>
-Vec3<T> vec(double x, double y, double z) {
-  return Vec3<T>{T(x), T(y), T(z)};
-}
-
 // A random perspective camera: a random orientation, a focal length of 0.5 to 4 sensor
 // widths, the principal point up to a fifth of the image off centre.
 template <typename T>
