@@ -48,11 +48,10 @@ struct ConeRows {
   T w0 = 0, w1 = 0, w2 = 0;  // w2(v) = w0 + w1 v + w2 v^2, slack included
   T a = 0, b = 0, c = 0, d = 0, e = 0, f = 0;  // g's coefficients (A, B, C, D, E, F) over |p_o|^2
 
-  // The cone of a sphere with centre - eye `centre` (world), t = |centre|, rho as above,
-  // and screen box [x0, x1] x [y0, y1] (non-empty), under the perspective camera whose
-  // film vectors are p00_rel, pdx and pdy (CameraFrame's).
-  static PULSAR_HD ConeRows of(Vec3<T> p00_rel, Vec3<T> pdx, Vec3<T> pdy, Vec3<T> centre, T t, T rho, int x0, int y0,
-                               int x1, int y1) {
+  // The cone of a sphere with centre - eye `centre` (world), t = |centre|, rho as above
+  // and screen box `box` (non-empty), under the perspective camera whose film vectors are
+  // p00_rel, pdx and pdy (CameraFrame's).
+  static PULSAR_HD ConeRows of(Vec3<T> p00_rel, Vec3<T> pdx, Vec3<T> pdy, Vec3<T> centre, T t, T rho, PixelBounds box) {
     ConeRows r;
     const T h = rho / (T(2) * t);
     if (!(t > T(0)) || !(h < T(0.25))) return r;  // a wide cone (over about 30 degrees)
@@ -61,8 +60,8 @@ struct ConeRows {
     // grown by 1e-5 for this line's own rounding.
     const T s = (T(2) * h * std::sqrt(T(1) - h * h) + T(2.1e-6) * h + T(kPairAngleSlack)) * T(1 + 1e-5);
     const T s2 = s * s;
-    r.ox = (x0 + x1) / 2;
-    r.oy = (y0 + y1) / 2;
+    r.ox = (box.x0 + box.x1) / 2;
+    r.oy = (box.y0 + box.y1) / 2;
     const Vec3<T> po_raw = p00_rel + T(r.ox) * pdx + T(r.oy) * pdy;
     const T scale = T(1) / norm(po_raw);
     const Vec3<T> po = scale * po_raw, du = scale * pdx, dv = scale * pdy;
@@ -81,7 +80,7 @@ struct ConeRows {
     r.uc0 = -r.d * inv_a;
     // w2(v) = ((B v + D)^2 - A (C v^2 + 2 E v + F)) / A^2, plus the slack.
     const T inv_a2 = inv_a * inv_a;
-    const T half_w = T(x1 - x0) * T(0.5) + T(1), half_h = T(y1 - y0) * T(0.5) + T(1);
+    const T half_w = T(box.x1 - box.x0) * T(0.5) + T(1), half_h = T(box.y1 - box.y0) * T(0.5) + T(1);
     r.w2 = -det * inv_a2;
     r.w1 = T(2) * (r.b * r.d - r.a * r.e) * inv_a2;
     r.w0 = (r.d * r.d - r.a * r.f) * inv_a2 + T(kConeRowAreaSlack) * (half_w * half_w + half_h * half_h);

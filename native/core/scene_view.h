@@ -37,9 +37,15 @@ struct SceneView {
   PULSAR_HD T opacity(std::int64_t i) const { return opacities ? opacities[i] : T(1); }
 };
 
+// Camera b's packed parameters (CAMERA_PARAMS values).
+template <typename T>
+PULSAR_HD const T* packed_camera_of(const SceneArgs& s, int b) {
+  return static_cast<const T*>(s.cameras) + std::int64_t(b) * CAMERA_PARAMS;
+}
+
 template <typename T>
 PULSAR_HD CameraFrame<T> camera_of(const SceneArgs& s, int b, bool orthographic) {
-  return load_camera(static_cast<const T*>(s.cameras) + std::int64_t(b) * CAMERA_PARAMS, orthographic, s.right_handed);
+  return load_camera(packed_camera_of<T>(s, b), orthographic, s.right_handed);
 }
 
 // gamma and p of a call: its values when it has them (RenderOptions::values).

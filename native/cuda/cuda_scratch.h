@@ -140,6 +140,11 @@ struct InstanceKeys {
     return key & std::uint32_t((std::uint64_t(1) << tile_bits) - 1u);
   }
   __host__ __device__ std::int32_t sphere(std::uint32_t key) const { return std::int32_t(key >> tile_bits); }
+  // The sphere of the instance at slot u whose key is `key`: from the key when packed,
+  // else from the binning's array of each slot's sphere.
+  __host__ __device__ std::int32_t sphere_of(std::uint32_t key, const std::int32_t* slot_sphere, std::int64_t u) const {
+    return packed ? sphere(key) : slot_sphere[u];
+  }
 };
 
 // Byte layout of instance_arena for n instances. Binning: the sort keys (uint32,

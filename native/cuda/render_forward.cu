@@ -97,30 +97,31 @@ static_assert(sizeof(BatchEntry<float, 1>) == 80 && sizeof(BatchEntry<float, 3>)
 constexpr int kConeRowMinPixels = 12;
 
 // The lanes of each warp block (words[w], as lanes_covered) whose pixel lies in both the
-// tile-local box [lx0, lx1] x [ly0, ly1] and its row's columns of sphere g's cone
-// (ConeRows, include/pulsar/cone_rows.h). False where the cone gives nothing tighter than
-// the box: not an ellipse, too wide, or holding all four corners of the box (an ellipse is
-// convex, so then it holds the whole box). The film vectors are read from the packed
-// camera here, not kept in registers through the kernel (the visits do not use them).
+// tile-local box `local` (pixels of the tile at (tile_x0, tile_y0)) and its row's columns
+// of sphere g's cone (ConeRows, include/pulsar/cone_rows.h). False where the cone gives
+// nothing tighter than the box: not an ellipse, too wide, or holding all four corners of
+// the box (an ellipse is convex, so then it holds the whole box). The film vectors are
+// read from the packed camera here, not kept in registers through the kernel (the visits
+// do not use them).
 template <typename T>
-__device__ bool cone_coverage(const T* packed_camera, const GpuSphere<T>& g, int tile_x0, int tile_y0, int lx0, int lx1,
-                              int ly0, int ly1, unsigned (&words)[kThreads / 32]) {
+__device__ bool cone_coverage(const T* packed_camera, const GpuSphere<T>& g, int tile_x0, int tile_y0,
+                              PixelBounds local, unsigned (&words)[kThreads / 32]) {
   const T rho = g.radius > g.terms.tiny_radius ? g.radius : g.terms.tiny_radius;
   const ConeRows<T> cone =
       ConeRows<T>::of(load_vec3(packed_camera + kP00), load_vec3(packed_camera + kPdx), load_vec3(packed_camera + kPdy),
-                      make_vec3(g.cx, g.cy, g.cz), g.dist, rho, int(g.x0), int(g.y0), int(g.x1), int(g.y1));
+                      make_vec3(g.cx, g.cy, g.cz), g.dist, rho, PixelBounds{g.x0, g.y0, g.x1, g.y1});
   if (!cone.active) return false;
-  const int x0 = tile_x0 + lx0, x1 = tile_x0 + lx1, y0 = tile_y0 + ly0, y1 = tile_y0 + ly1;
+  const int x0 = tile_x0 + local.x0, x1 = tile_x0 + local.x1, y0 = tile_y0 + local.y0, y1 = tile_y0 + local.y1;
   if (cone.inside(x0, y0) && cone.inside(x1, y0) && cone.inside(x0, y1) && cone.inside(x1, y1)) return false;
 #pragma unroll
   for (int w = 0; w < kThreads / 32; ++w) words[w] = 0u;
 #pragma unroll
   for (int y = 0; y < kTileSize; ++y) {
-    if (y < ly0 || y > ly1) continue;
+    if (y < local.y0 || y > local.y1) continue;
     int lo, hi;
     cone.columns(tile_y0 + y, lo, hi);
-    lo = max(lo - tile_x0, lx0);
-    hi = min(hi - tile_x0, lx1);
+    lo = max(lo - tile_x0, local.x0);
+    hi = min(hi - tile_x0, local.x1);
     if (lo > hi) continue;
     // Row y of the tile is row y % 4 of warp blocks 2 (y / 4) (columns 0-7) and 2 (y / 4) + 1.
     const unsigned row = (0xffffu >> (kTileSize - 1 - hi)) & (0xffffu << lo);
@@ -160,7 +161,7 @@ __device__ void stage_batch(int start, int list_end, int threads, const GpuSpher
       for (int c = 0; c < C_STATIC; ++c) e.features[c] = ctx.features[std::int64_t(id) * C_STATIC + c];
       unsigned words[kThreads / 32];
       if (CONE_ROWS && (lx1 - lx0 + 1) * (ly1 - ly0 + 1) >= kConeRowMinPixels &&
-          cone_coverage(packed_camera, g, tile_x0, tile_y0, lx0, lx1, ly0, ly1, words)) {
+          cone_coverage(packed_camera, g, tile_x0, tile_y0, PixelBounds{lx0, ly0, lx1, ly1}, words)) {
 #pragma unroll
         for (int w = 0; w < kThreads / 32; ++w) coverage[w][k] = words[w];
         continue;
@@ -326,7 +327,7 @@ __global__ void __launch_bounds__(kThreads / 2, 8)
   // Coverage from the spheres' cones (stage_batch) in float: in double the cone's
   // arithmetic costs twice as much and spills around the visits' state.
   constexpr bool kConeRows = !ORTHO && sizeof(T) == 4;
-  const T* packed_camera = static_cast<const T*>(scene.cameras) + std::int64_t(b) * CAMERA_PARAMS;
+  const T* packed_camera = packed_camera_of<T>(scene, b);
   const int2 range = tile_ranges[item];
   const unsigned batch_address = unsigned(__cvta_generic_to_shared(batch));
   for (int start = range.x; start < range.y; start += kThreads) {

@@ -331,8 +331,7 @@ __global__ void maps_kernel(std::int64_t count, const std::int64_t* device_count
   const std::int64_t p = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (p >= stored_count(count, device_count)) return;
   const std::int32_t u = sorted_slots[p];
-  const std::int32_t sphere = key_layout.packed ? key_layout.sphere(sorted_keys[p]) : slot_sphere[u];
-  entry_sphere[p] = sphere;
+  entry_sphere[p] = key_layout.sphere_of(sorted_keys[p], slot_sphere, u);
   entry_slot[p] = u;
 }
 

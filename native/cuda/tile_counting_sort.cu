@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(kScatterThreads)
     if (key[j] == unplaced) continue;
     const std::int32_t place = next[key[j]] + t0 * kSortItems + j;
     const std::int64_t u = first + position[j];
-    entry_sphere[place] = key_layout.packed ? key_layout.sphere(keys[u]) : slot_sphere[u];
+    entry_sphere[place] = key_layout.sphere_of(keys[u], slot_sphere, u);
     entry_slot[place] = std::int32_t(u);
   }
 }
