@@ -9,9 +9,9 @@
 //
 // Geometry. A pixel hits only when its ray lies within the cone of half-angle theta about
 // the centre's direction a, theta = 2 asin(rho / 2t) grown by kPairAngleSlack, rho the
-// radius or the tiny-sphere rule's chord, whichever is larger (sphere_setup.h). With the
-// sensor offset p(u, v) = p_o + u pdx + v pdy of the pixel (ox + u, oy + v), the cone is
-// |p x a|^2 <= sin^2(theta) |p|^2, the conic
+// radius or the tiny-sphere rule's chord, whichever is larger (PairTerms::hit_chord).
+// With the sensor offset p(u, v) = p_o + u pdx + v pdy of the pixel (ox + u, oy + v), the
+// cone is |p x a|^2 <= sin^2(theta) |p|^2, the conic
 //   g(u, v) = A u^2 + 2 B u v + C v^2 + 2 D u + 2 E v + F <= 0,
 // an ellipse when the cone lies in front of the eye (A > 0, A C - B^2 > 0). On row v it
 // spans u_c(v) -+ sqrt(w2(v)), u_c linear and w2 quadratic in v.

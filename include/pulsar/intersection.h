@@ -41,6 +41,10 @@ struct PairTerms {
   T inv_two_dist;  // perspective: 1 / (2 |c|); orthographic: 0 (unused)
   T tiny_radius;   // where the tiny-sphere rule applies: perspective, the chord below which
                    // it hits (0.75 ps t / f); orthographic, 0. Negative: it does not apply
+
+  // The chord within which a pixel's ray hits a sphere of radius r: r, or the tiny rule's
+  // where that is larger (the cone of hitting rays, cone_rows.h).
+  PULSAR_HD T hit_chord(const T& r) const { return r > tiny_radius ? r : tiny_radius; }
 };
 
 template <typename T>

@@ -109,12 +109,12 @@ void cpu_setup_and_bin(const RendererConfig& config, const SceneArgs& scene, Cpu
   // and each tile's list is filled piece by piece in that order: the lists are the same
   // for any number of parts.
   const int parts = int(std::max<std::int64_t>(1, std::min<std::int64_t>(scratch.threads / batch, n / kMinPart)));
-  // The merge's order of two of camera b's spheres: (zc, index), compared by value, the
-  // order of the parts' sorts (depth_key) without building keys per comparison.
+  // The merge's order of two of camera b's spheres: their depth keys', the order of the
+  // parts' sorts.
   auto before = [records, n](std::int64_t b) {
     const SphereRecord<T>* rec = records + b * n;
     return [rec](std::int32_t a, std::int32_t c) {
-      return rec[a].closest_depth < rec[c].closest_depth || (rec[a].closest_depth == rec[c].closest_depth && a < c);
+      return depth_key(rec[a].closest_depth, a) < depth_key(rec[c].closest_depth, c);
     };
   };
   auto split = [parts](std::int64_t count, int p) { return count * p / parts; };

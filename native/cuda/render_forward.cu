@@ -106,7 +106,7 @@ constexpr int kConeRowMinPixels = 12;
 template <typename T>
 __device__ bool cone_coverage(const T* packed_camera, const GpuSphere<T>& g, int tile_x0, int tile_y0,
                               PixelBounds local, unsigned (&words)[kThreads / 32]) {
-  const T rho = g.radius > g.terms.tiny_radius ? g.radius : g.terms.tiny_radius;
+  const T rho = g.terms.hit_chord(g.radius);
   const ConeRows<T> cone =
       ConeRows<T>::of(load_vec3(packed_camera + kP00), load_vec3(packed_camera + kPdx), load_vec3(packed_camera + kPdy),
                       make_vec3(g.cx, g.cy, g.cz), g.dist, rho, PixelBounds{g.x0, g.y0, g.x1, g.y1});

@@ -84,8 +84,7 @@ void check(std::uint64_t seed, long n_spheres, double shrink, Counts& out) {
     const Vec3<T> c = centre - cam.eye;
     const T t = norm(c);
     const PairTerms<T> k = pair_terms(cam, t, T(radius), s.is_tiny);
-    const T rho = T(radius) > k.tiny_radius ? T(radius) : k.tiny_radius;  // as cone_coverage
-    const ConeRows<T> cone = ConeRows<T>::of(cam.p00_rel, cam.pdx, cam.pdy, c, t, rho, s.bounds);
+    const ConeRows<T> cone = ConeRows<T>::of(cam.p00_rel, cam.pdx, cam.pdy, c, t, k.hit_chord(T(radius)), s.bounds);
     if (!cone.active) continue;
     ++out.active;
     for (int y = s.bounds.y0; y <= s.bounds.y1; ++y) {
