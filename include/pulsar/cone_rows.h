@@ -1,7 +1,9 @@
 // The columns of each pixel row that a perspective sphere may hit: a superset of the
 // pixels its pair test hits, like the screen box (sphere_setup.h) but row by row. The
 // CUDA two-pixel forward (large spheres, float) takes an entry's coverage of a tile's
-// pixels from it where the box covers more than a few (render_forward.cu, stage_batch):
+// pixels from it where the box covers more than a few (render_forward.cu, stage_batch),
+// and the backward's whole-warp kernels the rectangle of the tile its pairs walk
+// (render_backward.cu, stage_entry):
 // about a fifth of a round sphere's box lies outside its image (1 - pi/4 of a disc's
 // bounding square), and each of those pixels would cost a visit that misses. No
 // derivative: it only decides which pixels test a pair, and a pixel it leaves out would
@@ -95,6 +97,28 @@ struct ConeRows {
   PULSAR_HD bool inside(int x, int y) const {
     const T u = T(x - ox), v = T(y - oy);
     return (a * u + T(2) * (b * v + d)) * u + (c * v + T(2) * e) * v + f < T(0);
+  }
+
+  // The smallest rectangle within `box` (pixels) that holds the columns of each of its
+  // rows: the pixels of the box the sphere may hit (empty: none). The whole box where its
+  // four corners lie inside the ellipse (it is convex: then the box holds no miss to cut).
+  // Only for an active cone.
+  PULSAR_HD PixelBounds bounds_within(PixelBounds box) const {
+    if (inside(box.x0, box.y0) && inside(box.x1, box.y0) && inside(box.x0, box.y1) && inside(box.x1, box.y1))
+      return box;
+    PixelBounds out{box.x1 + 1, box.y1 + 1, box.x0 - 1, box.y0 - 1};  // empty until a row has columns
+    for (int y = box.y0; y <= box.y1; ++y) {
+      int lo, hi;
+      columns(y, lo, hi);
+      lo = lo > box.x0 ? lo : box.x0;
+      hi = hi < box.x1 ? hi : box.x1;
+      if (lo > hi) continue;
+      out.x0 = lo < out.x0 ? lo : out.x0;
+      out.x1 = hi > out.x1 ? hi : out.x1;
+      out.y0 = y < out.y0 ? y : out.y0;
+      out.y1 = y;
+    }
+    return out;
   }
 
   // The columns [lo, hi] of pixel row y that may hit (lo > hi: none), before any clamp to

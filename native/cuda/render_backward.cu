@@ -23,6 +23,7 @@
 #include <type_traits>
 
 #include "cuda_scratch.h"
+#include "sphere_cone.cuh"
 #include "warp_reduce.cuh"
 #include "pulsar/blend.h"
 #include "pulsar/pixel_ray.h"
@@ -65,24 +66,26 @@ __device__ int first_slot_at_least(const std::int32_t* slots, int count, std::in
   return lo;
 }
 
+// Zeroes one gradient row of `stride` values. Rows whose bytes are a multiple of 16
+// (float with 3 channels: 32 bytes) are written in 16-byte stores: the rows are
+// scattered, one sector each, and narrow stores cost a transaction per value.
+template <typename T>
+__device__ void zero_row(T* row, int stride) {
+  if ((stride * sizeof(T)) % 16 == 0) {  // the rows start 256-byte aligned (InstanceArena)
+    int4* words = reinterpret_cast<int4*>(row);
+    for (int k = 0; k < int(stride * sizeof(T) / 16); ++k) words[k] = make_int4(0, 0, 0, 0);
+  } else {
+    for (int f = 0; f < stride; ++f) row[f] = T(0);
+  }
+}
+
 // Zeroes the rows of the tile's list positions [from, to) (their slots in the window
 // starting at slot lo): entries no pixel of the tile reached, whose rows the reduction
 // still sums. Only these rows need it (every reached entry's row is written whole), so no
-// memset of all the window's rows precedes the launch. Rows whose bytes are a multiple of
-// 16 (float with 3 channels: 32 bytes) are written in 16-byte stores: the rows are
-// scattered, one sector each, and narrow stores cost a transaction per value.
+// memset of all the window's rows precedes the launch.
 template <typename T>
 __device__ void zero_unreached_rows(const std::int32_t* slots, int from, int to, T* rows, std::int64_t lo, int stride) {
-  const bool wide = (stride * sizeof(T)) % 16 == 0;  // the rows start 256-byte aligned (InstanceArena)
-  for (int p = from + int(threadIdx.x); p < to; p += int(blockDim.x)) {
-    T* row = rows + (slots[p] - lo) * stride;
-    if (wide) {
-      int4* words = reinterpret_cast<int4*>(row);
-      for (int k = 0; k < int(stride * sizeof(T) / 16); ++k) words[k] = make_int4(0, 0, 0, 0);
-    } else {
-      for (int f = 0; f < stride; ++f) row[f] = T(0);
-    }
-  }
+  for (int p = from + int(threadIdx.x); p < to; p += int(blockDim.x)) zero_row(rows + (slots[p] - lo) * stride, stride);
 }
 
 // Reduce-scatter of N values per lane over each aligned group of WIDTH lanes (N and
@@ -200,15 +203,26 @@ struct StagedEntry {
   PairTerms<T> terms;
   T features[C_STATIC > 0 ? C_STATIC : 1];  // static channel count only
   std::int32_t sphere, slot;                // sphere index; the instance's slot (its row)
-  std::uint8_t lx0, ly0, box_w, box_h;      // the sphere's box within the tile (never empty)
+  // The rectangle of the tile whose pixels the entry's pairs walk (tile-local): the
+  // sphere's box within the tile, or within that the cone's (stage_entry); box_h 0: none.
+  std::uint8_t lx0, ly0, box_w, box_h;
   std::uint16_t div_magic;  // ceil(512 / box_w): k / box_w = (k * div_magic) >> 9 for 0 <= k <= 32
 };
 
+// Boxes within the tile of fewer pixels keep the box (the cone's setup takes about a
+// hundred instructions, a round of a whole warp thousands).
+constexpr int kConeBoxMinPixels = 12;
+
 // The staged entry of sphere `id` (its record g), at slot `slot` of the tile whose first
 // pixel is (tile_x0, tile_y0); features: the sphere's C_STATIC values (none when 0).
-template <typename T, int C_STATIC>
+// CONE_BOX (perspective only; packed_camera, the call's packed camera, is read only then):
+// where the box covers at least kConeBoxMinPixels of the tile, the pairs walk the smaller
+// rectangle that holds its rows' columns of the sphere's cone (ConeRows::bounds_within),
+// none where they have none: a large sphere's box holds about a fifth of misses, most of
+// them in the tiles its rim crosses, and its corner tiles none of its pixels.
+template <typename T, int C_STATIC, bool CONE_BOX>
 __device__ StagedEntry<T, C_STATIC> stage_entry(const GpuSphere<T>& g, std::int32_t id, std::int32_t slot,
-                                                const T* features, int tile_x0, int tile_y0) {
+                                                const T* features, int tile_x0, int tile_y0, const T* packed_camera) {
   StagedEntry<T, C_STATIC> se;
   se.cx = g.cx;
   se.cy = g.cy;
@@ -220,12 +234,17 @@ __device__ StagedEntry<T, C_STATIC> stage_entry(const GpuSphere<T>& g, std::int3
   for (int ch = 0; ch < C_STATIC; ++ch) se.features[ch] = features[ch];
   se.sphere = id;
   se.slot = slot;
-  const int lx0 = max(int(g.x0) - tile_x0, 0), lx1 = min(int(g.x1) - tile_x0, kTileSize - 1);
-  const int ly0 = max(int(g.y0) - tile_y0, 0), ly1 = min(int(g.y1) - tile_y0, kTileSize - 1);
-  se.lx0 = std::uint8_t(lx0);
-  se.ly0 = std::uint8_t(ly0);
-  se.box_w = std::uint8_t(lx1 - lx0 + 1);
-  se.box_h = std::uint8_t(ly1 - ly0 + 1);
+  PixelBounds box{max(int(g.x0), tile_x0), max(int(g.y0), tile_y0), min(int(g.x1), tile_x0 + kTileSize - 1),
+                  min(int(g.y1), tile_y0 + kTileSize - 1)};  // image pixels, never empty
+  if (CONE_BOX && (box.x1 - box.x0 + 1) * (box.y1 - box.y0 + 1) >= kConeBoxMinPixels) {
+    const ConeRows<T> cone = cone_rows_of(packed_camera, g);
+    if (cone.active) box = cone.bounds_within(box);
+  }
+  const bool none = box.empty();
+  se.lx0 = std::uint8_t(none ? 0 : box.x0 - tile_x0);
+  se.ly0 = std::uint8_t(none ? 0 : box.y0 - tile_y0);
+  se.box_w = std::uint8_t(none ? 1 : box.x1 - box.x0 + 1);
+  se.box_h = std::uint8_t(none ? 0 : box.y1 - box.y0 + 1);
   se.div_magic = std::uint16_t((512 + se.box_w - 1) / se.box_w);
   return se;
 }
@@ -371,9 +390,11 @@ __global__ void __launch_bounds__(kThreads, GROUP == 32 ? 4 : 3)
   __shared__ StagedEntry<T, C_STATIC> staged[kBatch];
   // With lane groups, a warp's entries take as many rounds as the largest of them: the
   // groups take the batch's entries in the order of their rounds (up to kRoundKeys).
-  // Whole-tile pairs: the batch's whole-tile entries first (key 0), the others after.
+  // Whole-tile pairs: the batch's whole-tile entries first (key 0), the others after (1),
+  // then those whose cone leaves the tile no pixel (2: no warp takes them, their loader
+  // zeroes their rows).
   constexpr bool kPairs = takes_whole_tile_pairs(GRADS, GROUP, RAY_SUMS);
-  constexpr int kRoundKeys = kPairs ? 2 : 8;
+  constexpr int kRoundKeys = kPairs ? 3 : 8;
   constexpr bool kOrdered = GROUP < 32 || kPairs;
   __shared__ std::uint8_t batch_order[kOrdered ? kBatch : 1];
   __shared__ int round_counts[kOrdered ? kBatch / 32 : 1][kRoundKeys];
@@ -392,6 +413,11 @@ __global__ void __launch_bounds__(kThreads, GROUP == 32 ? 4 : 3)
   const int b = at.camera, tile_x0 = at.x0, tile_y0 = at.y0;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const CameraFrame<T> cam = camera_of<T>(scene, b, ORTHO);
+  // The whole-warp kernels in float walk an entry's pairs over its cone's rectangle
+  // (stage_entry): the lane groups' boxes are small, and in double the cone's arithmetic
+  // costs twice as much.
+  constexpr bool kConeBoxes = !ORTHO && sizeof(T) == 4 && GROUP == 32;
+  const T* packed_camera = packed_camera_of<T>(scene, b);
   const SceneView<T> sv = SceneView<T>::of(scene, b, channels);
   const BlendParams<T> bp = blend_params_of(cam, config, options);
   const std::int64_t image_base = std::int64_t(b) * config.width * config.height;
@@ -670,21 +696,29 @@ __global__ void __launch_bounds__(kThreads, GROUP == 32 ? 4 : 3)
       const std::int64_t p = range.x + base + int(threadIdx.x) * splits + split;
       const std::int32_t id = entry_sphere[p];
       const GpuSphere<T> g = load_sphere(spheres + std::int64_t(b) * scene.n_spheres + id);
-      const StagedEntry<T, C_STATIC> se =
-          stage_entry<T, C_STATIC>(g, id, entry_slot[p], sv.features + std::int64_t(id) * C_STATIC, tile_x0, tile_y0);
+      const StagedEntry<T, C_STATIC> se = stage_entry<T, C_STATIC, kConeBoxes>(
+          g, id, entry_slot[p], sv.features + std::int64_t(id) * C_STATIC, tile_x0, tile_y0, packed_camera);
       staged[threadIdx.x] = se;
-      round_key = kPairs ? (se.box_w == kTileSize && se.box_h == kTileSize ? 0 : 1)
-                         : min((se.box_w * se.box_h + GROUP - 1) / GROUP, kRoundKeys) - 1;
+      if (kPairs) {
+        const bool whole_tile = se.box_w == kTileSize && se.box_h == kTileSize;
+        round_key = se.box_h == 0 ? 2 : whole_tile ? 0 : 1;
+        if (se.box_h == 0) zero_row(rows + (se.slot - window.lo) * stride, stride);
+      } else {
+        round_key = min((se.box_w * se.box_h + GROUP - 1) / GROUP, kRoundKeys) - 1;
+      }
     }
     __syncthreads();
     if (kOrdered) order_by_key<kBatch>(round_key, batch_count, batch_order, round_counts);
     // Whole-tile pairs: the first 2 * pairs entries of batch_order (the whole-tile ones first).
-    int pairs = 0;
+    int pairs = 0, untaken = 0;
     if (kPairs) {
-      for (int w = 0; w < kBatch / 32; ++w) pairs += round_counts[w][0];
+      for (int w = 0; w < kBatch / 32; ++w) {
+        pairs += round_counts[w][0];
+        untaken += round_counts[w][2];
+      }
       pairs /= 2;
     }
-    const int takes = batch_count - pairs;  // a pair is one take
+    const int takes = batch_count - untaken - pairs;  // a pair is one take
     for (int local = warp * kGroups; local < takes; local += kWarps * kGroups) {
       if (kPairs && local < pairs) {
         run_whole_tile_pair(base, batch_order[2 * local], batch_order[2 * local + 1]);

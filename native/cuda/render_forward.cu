@@ -7,8 +7,8 @@
 
 #include "cuda_scratch.h"
 #include "pixel_blend.cuh"
+#include "sphere_cone.cuh"
 #include "warp_reduce.cuh"
-#include "pulsar/cone_rows.h"
 #include "pulsar/pixel_ray.h"
 
 namespace pulsar {
@@ -100,16 +100,11 @@ constexpr int kConeRowMinPixels = 12;
 // tile-local box `local` (pixels of the tile at (tile_x0, tile_y0)) and its row's columns
 // of sphere g's cone (ConeRows, include/pulsar/cone_rows.h). False where the cone gives
 // nothing tighter than the box: not an ellipse, too wide, or holding all four corners of
-// the box (an ellipse is convex, so then it holds the whole box). The film vectors are
-// read from the packed camera here, not kept in registers through the kernel (the visits
-// do not use them).
+// the box (an ellipse is convex, so then it holds the whole box).
 template <typename T>
 __device__ bool cone_coverage(const T* packed_camera, const GpuSphere<T>& g, int tile_x0, int tile_y0,
                               PixelBounds local, unsigned (&words)[kThreads / 32]) {
-  const T rho = g.terms.hit_chord(g.radius);
-  const ConeRows<T> cone =
-      ConeRows<T>::of(load_vec3(packed_camera + kP00), load_vec3(packed_camera + kPdx), load_vec3(packed_camera + kPdy),
-                      make_vec3(g.cx, g.cy, g.cz), g.dist, rho, PixelBounds{g.x0, g.y0, g.x1, g.y1});
+  const ConeRows<T> cone = cone_rows_of(packed_camera, g);
   if (!cone.active) return false;
   const int x0 = tile_x0 + local.x0, x1 = tile_x0 + local.x1, y0 = tile_y0 + local.y0, y1 = tile_y0 + local.y1;
   if (cone.inside(x0, y0) && cone.inside(x1, y0) && cone.inside(x0, y1) && cone.inside(x1, y1)) return false;

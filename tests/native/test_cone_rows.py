@@ -1,13 +1,16 @@
 """The cone's row columns (include/pulsar/cone_rows.h), which the CUDA two-pixel forward
-takes an entry's pixel coverage from, hold every pixel the pair test hits.
+takes an entry's pixel coverage from, and the rectangle of a tile's part of a box that
+holds them (ConeRows::bounds_within, the pixels the CUDA backward walks), hold every
+pixel the pair test hits.
 
 A small C++ harness (tests/native/cone_rows/check.cpp, built here with the system C++
 compiler) renders random perspective cameras and spheres (projected radii 0.2 to 200
 pixels, the tiny-sphere rule included) pixel by pixel over each sphere's screen box, in
-float32 and float64, and counts the hits that fall outside their row's columns:
+float32 and float64, and counts the hits that fall outside their row's columns and
+outside their 16x16 tile's rectangle:
 
-* none may (the columns are a superset of the hits, whatever the rounding);
-* the columns leave out a share of the box (otherwise the forward would gain nothing);
+* none may (columns and rectangles are supersets of the hits, whatever the rounding);
+* they leave out a share of the box (otherwise the kernels would gain nothing);
 * narrowed by one pixel on each side, they lose hits: the check can fail.
 
 PULSAR_TEST_CONE_SPHERES sizes the run (spheres per seed, default 4000: about a second).
@@ -48,7 +51,16 @@ def run_check(exe: Path, seed: int, shrink: float = 0.0) -> dict[str, dict[str, 
         text=True,
     )
     assert done.returncode == 0, f"check exited {done.returncode}:\n{done.stderr}"
-    fields = ("spheres", "active", "box_pixels", "kept_pixels", "hits", "misses_outside")
+    fields = (
+        "spheres",
+        "active",
+        "box_pixels",
+        "kept_pixels",
+        "hits",
+        "misses_outside",
+        "rect_pixels",
+        "misses_outside_rect",
+    )
     rows = {}
     for line in done.stdout.splitlines():
         dtype, *values = line.split()
@@ -63,10 +75,14 @@ def test_every_hit_lies_in_its_rows_columns(check_exe, seed):
         assert row["active"] > 0.9 * row["spheres"] > 0, (dtype, row)
         assert row["hits"] > 0, (dtype, row)
         assert row["misses_outside"] == 0, (dtype, row)
-        # A disc fills pi/4 of its square; the columns' slack keeps a little more.
+        assert row["misses_outside_rect"] == 0, (dtype, row)
+        # A disc fills pi/4 of its square; the columns' slack keeps a little more. A
+        # tile's rectangle keeps the misses between its rows' columns.
         assert row["kept_pixels"] < 0.9 * row["box_pixels"], (dtype, row)
+        assert row["kept_pixels"] <= row["rect_pixels"] < 0.97 * row["box_pixels"], (dtype, row)
 
 
 def test_narrower_columns_lose_hits(check_exe):
     for dtype, row in run_check(check_exe, SEEDS[0], shrink=1.0).items():
         assert row["misses_outside"] > 0, (dtype, row)
+        assert row["misses_outside_rect"] > 0, (dtype, row)

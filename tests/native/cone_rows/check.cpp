@@ -1,15 +1,19 @@
 // Checks ConeRows (include/pulsar/cone_rows.h) against the pair test it stands in front
 // of: for random perspective cameras and spheres, every pixel of the sphere's box that
-// evaluate_pair hits must lie in its row's columns, in float and in double.
+// evaluate_pair hits must lie in its row's columns and in the rectangle bounds_within
+// gives for its 16x16 tile's part of the box, in float and in double.
 // tests/native/test_cone_rows.py builds and runs it.
 //
 //   check [--seed N] [--spheres N] [--shrink PX]
 //
-// --shrink narrows every row's interval by PX pixels on each side, so that a test can
-// show the check catches intervals that are too narrow. Output, one line per dtype:
-//   dtype spheres active box_pixels kept_pixels hits misses_outside
+// --shrink narrows every row's interval and every rectangle by PX pixels on each side, so
+// that a test can show the check catches intervals that are too narrow. Output, one line
+// per dtype:
+//   dtype spheres active box_pixels kept_pixels hits misses_outside rect_pixels misses_outside_rect
 // (active: spheres whose cone was used; kept_pixels: box pixels within the rows'
-// columns, over the active spheres; misses_outside: hits outside them, which must be 0.)
+// columns, over the active spheres; misses_outside: hits outside them, which must be 0;
+// rect_pixels and misses_outside_rect: the same for the tiles' rectangles.)
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -28,6 +32,7 @@ using namespace pulsar;
 
 struct Counts {
   long spheres = 0, active = 0, box_pixels = 0, kept_pixels = 0, hits = 0, misses_outside = 0;
+  long rect_pixels = 0, misses_outside_rect = 0;  // the same for bounds_within's rectangles
 };
 
 // A random perspective camera: a random orientation, a focal length of 0.5 to 4 sensor
@@ -87,22 +92,42 @@ void check(std::uint64_t seed, long n_spheres, double shrink, Counts& out) {
     const ConeRows<T> cone = ConeRows<T>::of(cam.p00_rel, cam.pdx, cam.pdy, c, t, k.hit_chord(T(radius)), s.bounds);
     if (!cone.active) continue;
     ++out.active;
-    for (int y = s.bounds.y0; y <= s.bounds.y1; ++y) {
-      int lo, hi;
-      cone.columns(y, lo, hi);
-      lo += int(std::ceil(shrink));
-      hi -= int(std::ceil(shrink));
-      for (int x = s.bounds.x0; x <= s.bounds.x1; ++x) {
-        const bool kept = x >= lo && x <= hi;
-        ++out.box_pixels;
-        out.kept_pixels += kept;
-        const PairHit<T> h = evaluate_pair(cam, c, t, T(radius), k, pixel_ray(cam, x, y));
-        if (!h.hit) continue;
-        ++out.hits;
-        if (!kept) {
-          if (out.misses_outside < 5)
-            std::fprintf(stderr, "sphere %ld: hit (%d, %d) outside row %d's columns [%d, %d]\n", i, x, y, y, lo, hi);
-          ++out.misses_outside;
+    // Tile by tile (16x16, as the CUDA kernels take them), each pixel of the box tested
+    // once against its row's columns and against the rectangle of its tile's part of the
+    // box (bounds_within).
+    const int sh = int(std::ceil(shrink));
+    for (int ty = s.bounds.y0 / 16; ty <= s.bounds.y1 / 16; ++ty) {
+      for (int tx = s.bounds.x0 / 16; tx <= s.bounds.x1 / 16; ++tx) {
+        const PixelBounds part{std::max(s.bounds.x0, 16 * tx), std::max(s.bounds.y0, 16 * ty),
+                               std::min(s.bounds.x1, 16 * tx + 15), std::min(s.bounds.y1, 16 * ty + 15)};
+        PixelBounds rect = cone.bounds_within(part);
+        rect = PixelBounds{rect.x0 + sh, rect.y0 + sh, rect.x1 - sh, rect.y1 - sh};
+        for (int y = part.y0; y <= part.y1; ++y) {
+          int lo, hi;
+          cone.columns(y, lo, hi);
+          lo += sh;
+          hi -= sh;
+          for (int x = part.x0; x <= part.x1; ++x) {
+            const bool kept = x >= lo && x <= hi, in_rect = rect.contains(x, y);
+            ++out.box_pixels;
+            out.kept_pixels += kept;
+            out.rect_pixels += in_rect;
+            const PairHit<T> h = evaluate_pair(cam, c, t, T(radius), k, pixel_ray(cam, x, y));
+            if (!h.hit) continue;
+            ++out.hits;
+            if (!kept) {
+              if (out.misses_outside < 5)
+                std::fprintf(stderr, "sphere %ld: hit (%d, %d) outside row %d's columns [%d, %d]\n", i, x, y, y, lo,
+                             hi);
+              ++out.misses_outside;
+            }
+            if (!in_rect) {
+              if (out.misses_outside_rect < 5)
+                std::fprintf(stderr, "sphere %ld: hit (%d, %d) outside its tile's rectangle [%d, %d] x [%d, %d]\n", i,
+                             x, y, rect.x0, rect.x1, rect.y0, rect.y1);
+              ++out.misses_outside_rect;
+            }
+          }
         }
       }
     }
@@ -110,8 +135,8 @@ void check(std::uint64_t seed, long n_spheres, double shrink, Counts& out) {
 }
 
 void print(const char* dtype, const Counts& c) {
-  std::printf("%s %ld %ld %ld %ld %ld %ld\n", dtype, c.spheres, c.active, c.box_pixels, c.kept_pixels, c.hits,
-              c.misses_outside);
+  std::printf("%s %ld %ld %ld %ld %ld %ld %ld %ld\n", dtype, c.spheres, c.active, c.box_pixels, c.kept_pixels, c.hits,
+              c.misses_outside, c.rect_pixels, c.misses_outside_rect);
 }
 
 }  // namespace
