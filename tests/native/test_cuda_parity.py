@@ -364,6 +364,55 @@ def test_cuda_gradients_of_spheres_over_many_tiles(batch, dtype):
     _assert_gpu_matches_cpu(gpu, cpu, dtype)
 
 
+def test_cuda_backward_zeroes_the_rows_of_tiles_a_sphere_misses():
+    """Spheres of 30 to 75 pixels' radius: their boxes hold tiles that their images miss
+    (the corners), which the float backward's cone rectangles leave without a pixel and
+    hand to no warp; their loader zeroes their gradient rows. The renderer renders a larger
+    scene first, so that the rows' memory holds other values (and is not reallocated): the
+    gradients still match the CPU."""
+    g = torch.Generator().manual_seed(31)
+    n, width, height = 40, 160, 128
+    pos = torch.rand(n, 3, generator=g, dtype=torch.float64) * torch.tensor(
+        [8.0, 6.0, 10.0], dtype=torch.float64
+    ) + torch.tensor([-4.0, -3.0, 15.0], dtype=torch.float64)
+    col = torch.rand(n, 3, generator=g, dtype=torch.float64)
+    rad = 1.5 + 1.5 * torch.rand(n, generator=g, dtype=torch.float64)
+    opa = 0.1 + 0.9 * torch.rand(n, generator=g, dtype=torch.float64)
+    bg = torch.rand(3, generator=g, dtype=torch.float64)
+    cam = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 5.0, 2.0], dtype=torch.float64)
+    # Tiles of a sphere's box whose every pixel lies 2 pixels or more outside its disc (the
+    # pinhole projection of its centre and radius): the scene must have many.
+    pixel = 2.0 / width
+    centre_x = pos[:, 0] * 5.0 / pos[:, 2] / pixel + width / 2
+    centre_y = pos[:, 1] * 5.0 / pos[:, 2] / pixel + height / 2
+    radius_px = rad * 5.0 / pos[:, 2] / pixel
+    assert radius_px.min() > 25
+    missed = 0
+    for cx, cy, r in zip(centre_x.tolist(), centre_y.tolist(), radius_px.tolist()):
+        for ty in range(max(int(cy - r), 0) // 16, min(int(cy + r), height - 1) // 16 + 1):
+            for tx in range(max(int(cx - r), 0) // 16, min(int(cx + r), width - 1) // 16 + 1):
+                near_x = min(max(cx, 16 * tx), 16 * tx + 15)
+                near_y = min(max(cy, 16 * ty), 16 * ty + 15)
+                missed += (near_x - cx) ** 2 + (near_y - cy) ** 2 > (r + 2) ** 2
+    assert missed >= 20, f"{missed} tiles missed: too few to test"
+    renderer_kw = dict(width=width, height=height, n_channels=3, n_track=4)
+    call_kw = dict(gamma=0.2, max_depth=40.0, percent_allowed_difference=0.0)
+    tensors = [t.to(torch.float32) for t in (pos, col, rad, opa, bg, cam)]
+    renderer = Renderer(**renderer_kw).cuda()
+    # The first scene: the same spheres at 1.3 times the radius, more instances.
+    leaves = [t.cuda().clone().requires_grad_() for t in tensors]
+    leaves[2] = (1.3 * tensors[2]).cuda().requires_grad_()
+    p, c, r, o, b, k = leaves
+    renderer(p, c, r, k, bg_col=b, opacity=o, **call_kw).sum().backward()
+    leaves = [t.cuda().clone().requires_grad_() for t in tensors]
+    p, c, r, o, b, k = leaves
+    image = renderer(p, c, r, k, bg_col=b, opacity=o, **call_kw)
+    weights = torch.linspace(-1, 1, image.numel(), dtype=image.dtype, device=image.device).reshape(image.shape)
+    gpu = [t.cpu() for t in torch.autograd.grad((image * weights).sum(), leaves)]
+    cpu = _render_and_grad("cpu", tensors, renderer_kw, call_kw)[3]
+    _assert_grads_match(["pos", "col", "rad", "opa", "bg", "cam"], gpu, cpu, torch.float32)
+
+
 WINDOW_CASES = [
     # seed, n, channels, batch, ortho
     (8, 300, 3, 2, False),  # static channels, several cameras
