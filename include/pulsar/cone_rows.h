@@ -2,12 +2,12 @@
 // pixels its pair test hits, like the screen box (sphere_setup.h) but row by row. The
 // CUDA two-pixel forward (large spheres, float) takes an entry's coverage of a tile's
 // pixels from it where the box covers more than a few (render_forward.cu, stage_batch),
-// and the backward's whole-warp kernels the rectangle of the tile its pairs walk
-// (render_backward.cu, stage_entry):
-// about a fifth of a round sphere's box lies outside its image (1 - pi/4 of a disc's
-// bounding square), and each of those pixels would cost a visit that misses. No
-// derivative: it only decides which pixels test a pair, and a pixel it leaves out would
-// have missed (docs/model.md section 6: skipping entries that do not hit changes nothing).
+// and the backward's whole-warp kernels the rectangle of the tile that an entry's pairs
+// walk (bounds_within; render_backward.cu, stage_entry): about a fifth of a round
+// sphere's box lies outside its image (1 - pi/4 of a disc's bounding square), and each of
+// those pixels would cost a visit that misses. No derivative: it only decides which
+// pixels test a pair, and a pixel it leaves out would have missed (docs/model.md section
+// 6: skipping entries that do not hit changes nothing).
 //
 // Geometry. A pixel hits only when its ray lies within the cone of half-angle theta about
 // the centre's direction a, theta = 2 asin(rho / 2t) grown by kPairAngleSlack, rho the
