@@ -209,14 +209,10 @@ struct StagedEntry {
   std::uint16_t div_magic;  // ceil(512 / box_w): k / box_w = (k * div_magic) >> 9 for 0 <= k <= 32
 };
 
-// Boxes within the tile of fewer pixels keep the box (the cone's setup takes about a
-// hundred instructions, a round of a whole warp thousands).
-constexpr int kConeBoxMinPixels = 12;
-
 // The staged entry of sphere `id` (its record g), at slot `slot` of the tile whose first
 // pixel is (tile_x0, tile_y0); features: the sphere's C_STATIC values (none when 0).
 // CONE_BOX (perspective only; packed_camera, the call's packed camera, is read only then):
-// where the box covers at least kConeBoxMinPixels of the tile, the pairs walk the smaller
+// where the box covers at least kConeMinBoxPixels of the tile, the pairs walk the smaller
 // rectangle that holds its rows' columns of the sphere's cone (ConeRows::bounds_within),
 // none where they have none: a large sphere's box holds about a fifth of misses, most of
 // them in the tiles its rim crosses, and its corner tiles none of its pixels.
@@ -236,7 +232,7 @@ __device__ StagedEntry<T, C_STATIC> stage_entry(const GpuSphere<T>& g, std::int3
   se.slot = slot;
   PixelBounds box{max(int(g.x0), tile_x0), max(int(g.y0), tile_y0), min(int(g.x1), tile_x0 + kTileSize - 1),
                   min(int(g.y1), tile_y0 + kTileSize - 1)};  // image pixels, never empty
-  if (CONE_BOX && (box.x1 - box.x0 + 1) * (box.y1 - box.y0 + 1) >= kConeBoxMinPixels) {
+  if (CONE_BOX && (box.x1 - box.x0 + 1) * (box.y1 - box.y0 + 1) >= kConeMinBoxPixels) {
     const ConeRows<T> cone = cone_rows_of(packed_camera, g);
     if (cone.active) box = cone.bounds_within(box);
   }
@@ -392,7 +388,8 @@ __global__ void __launch_bounds__(kThreads, GROUP == 32 ? 4 : 3)
   // groups take the batch's entries in the order of their rounds (up to kRoundKeys).
   // Whole-tile pairs: the batch's whole-tile entries first (key 0), the others after (1),
   // then those whose cone leaves the tile no pixel (2: no warp takes them, their loader
-  // zeroes their rows).
+  // zeroes their rows). In the other cone kernels (whole warps, unordered) such an entry
+  // is taken for zero rounds, and its reduce-scatter writes the zero row.
   constexpr bool kPairs = takes_whole_tile_pairs(GRADS, GROUP, RAY_SUMS);
   constexpr int kRoundKeys = kPairs ? 3 : 8;
   constexpr bool kOrdered = GROUP < 32 || kPairs;

@@ -92,10 +92,6 @@ static_assert(sizeof(BatchEntry<float, 1>) == 80 && sizeof(BatchEntry<float, 3>)
                   sizeof(BatchEntry<float, 4>) == 80,
               "a float batch record is five 16-byte words");
 
-// Entries whose box covers fewer pixels of the tile keep the box's coverage: the cone's
-// rows would save a few visits there, against about a hundred instructions to set up.
-constexpr int kConeRowMinPixels = 12;
-
 // The lanes of each warp block (words[w], as lanes_covered) whose pixel lies in both the
 // tile-local box `local` (pixels of the tile at (tile_x0, tile_y0)) and its row's columns
 // of sphere g's cone (ConeRows, include/pulsar/cone_rows.h). False where the cone gives
@@ -131,7 +127,7 @@ __device__ bool cone_coverage(const T* packed_camera, const GpuSphere<T>& g, int
 // the lanes of block w whose pixel entry e's box covers), the block's `threads` threads
 // taking kThreads / threads entries each. Ends with the block synchronised.
 // CONE_ROWS (perspective only; packed_camera, the call's packed camera, is read only
-// then): an entry whose box covers at least kConeRowMinPixels of the tile takes its
+// then): an entry whose box covers at least kConeMinBoxPixels of the tile takes its
 // coverage row by row from the sphere's cone (cone_coverage) instead. The two-pixel
 // kernel stages so (large spheres: a box's corners hold many pixels, and lockstep skips
 // a warp whose pixels all miss); the one-pixel kernel's small spheres save too few visits
@@ -155,7 +151,7 @@ __device__ void stage_batch(int start, int list_end, int threads, const GpuSpher
       ly0 = max(int(g.y0) - tile_y0, 0), ly1 = min(int(g.y1) - tile_y0, kTileSize - 1);
       for (int c = 0; c < C_STATIC; ++c) e.features[c] = ctx.features[std::int64_t(id) * C_STATIC + c];
       unsigned words[kThreads / 32];
-      if (CONE_ROWS && (lx1 - lx0 + 1) * (ly1 - ly0 + 1) >= kConeRowMinPixels &&
+      if (CONE_ROWS && (lx1 - lx0 + 1) * (ly1 - ly0 + 1) >= kConeMinBoxPixels &&
           cone_coverage(packed_camera, g, tile_x0, tile_y0, PixelBounds{lx0, ly0, lx1, ly1}, words)) {
 #pragma unroll
         for (int w = 0; w < kThreads / 32; ++w) coverage[w][k] = words[w];

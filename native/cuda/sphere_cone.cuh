@@ -9,6 +9,11 @@
 
 namespace pulsar {
 
+// An entry whose box covers fewer pixels of its tile keeps the box in both render kernels:
+// the cone's setup takes about a hundred instructions, more than the few visits (forward)
+// or the part of a round (backward) that its rows could spare there.
+constexpr int kConeMinBoxPixels = 12;
+
 // The cone of sphere g under the perspective camera whose packed parameters start at
 // packed_camera. The film vectors are read here, not kept in registers through a render
 // kernel (its pairs do not use them).
