@@ -22,9 +22,11 @@ pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not HAS_CUDA, reason="needs a
 GRAD_RTOL = {torch.float32: 1e-4, torch.float64: 1e-9}
 
 
-def _scene(seed, n, channels, batch, ortho, dtype):
+def _scene(seed, n, channels, batch, ortho, dtype, shared=False):
+    """Spheres [batch, n] (one set per camera), or [n] (shared: one set for the batch's
+    cameras; batch 0: one camera [10])."""
     g = torch.Generator().manual_seed(seed)
-    shape = (batch, n) if batch else (n,)
+    shape = (batch, n) if batch and not shared else (n,)
     pos = torch.rand(shape + (3,), generator=g, dtype=torch.float64)
     pos = pos * torch.tensor([6.0, 4.5, 6.0], dtype=torch.float64) + torch.tensor(
         [-3.0, -2.25, 12.0], dtype=torch.float64
@@ -334,13 +336,14 @@ def test_cuda_backward_is_deterministic():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
-@pytest.mark.parametrize("batch", [0, 2])
-def test_cuda_gradients_of_spheres_over_many_tiles(batch, dtype):
+@pytest.mark.parametrize(("batch", "shared"), [(0, False), (2, False), (2, True)], ids=["one", "per-camera", "shared"])
+def test_cuda_gradients_of_spheres_over_many_tiles(batch, shared, dtype):
     """Spheres over 3 or more tiles each on average: the sphere gradients are reduced in two
-    passes (per depth rank, then per sphere; reduce_gradients.cu), and match the CPU."""
+    passes (per depth rank, then per sphere over its cameras; reduce_gradients.cu), with one
+    set of spheres per camera or one set for both cameras, and match the CPU."""
     g = torch.Generator().manual_seed(21)
     n = 150
-    shape = (batch, n) if batch else (n,)
+    shape = (batch, n) if batch and not shared else (n,)
     pos = torch.rand(shape + (3,), generator=g, dtype=torch.float64) * torch.tensor(
         [8.0, 6.0, 10.0], dtype=torch.float64
     ) + torch.tensor([-4.0, -3.0, 15.0], dtype=torch.float64)
@@ -414,9 +417,11 @@ def test_cuda_backward_zeroes_the_rows_of_tiles_a_sphere_misses():
 
 
 WINDOW_CASES = [
-    # seed, n, channels, batch, ortho
-    (8, 300, 3, 2, False),  # static channels, several cameras
-    (9, 200, 5, 0, True),  # generic channel path (features summed in the output)
+    # seed, n, channels, batch, ortho, shared
+    (8, 300, 3, 2, False, False),  # static channels, several cameras
+    (9, 200, 5, 0, True, False),  # generic channel path (features summed in the output)
+    (10, 300, 3, 3, False, True),  # one set of spheres for three cameras: summed per sphere
+    (11, 200, 5, 2, False, True),  # the same with the generic channel path
 ]
 
 
@@ -426,8 +431,8 @@ def test_cuda_backward_windows_give_the_same_gradients(case, dtype):
     """A row budget of 7 rows cuts the backward into dozens of windows of slots, each a run
     from the middle of many tiles' lists: the gradients match the CPU as in one window,
     and the one-window gradients up to float rounding."""
-    seed, n, channels, batch, ortho = case
-    tensors = _scene(seed, n, channels, batch, ortho, dtype)
+    seed, n, channels, batch, ortho, shared = case
+    tensors = _scene(seed, n, channels, batch, ortho, dtype, shared)
     renderer_kw = dict(width=37, height=29, n_channels=channels, orthogonal_projection=ortho, n_track=4)
     call_kw = dict(gamma=0.2, max_depth=30.0, min_depth=1.0 if ortho else 0.0)
     rows = 7
