@@ -232,7 +232,7 @@ __device__ StagedEntry<T, C_STATIC> stage_entry(const GpuSphere<T>& g, std::int3
   se.slot = slot;
   PixelBounds box{max(int(g.x0), tile_x0), max(int(g.y0), tile_y0), min(int(g.x1), tile_x0 + kTileSize - 1),
                   min(int(g.y1), tile_y0 + kTileSize - 1)};  // image pixels, never empty
-  if (CONE_BOX && (box.x1 - box.x0 + 1) * (box.y1 - box.y0 + 1) >= kConeMinBoxPixels) {
+  if (CONE_BOX && takes_cone(box)) {
     const ConeRows<T> cone = cone_rows_of(packed_camera, g);
     if (cone.active) box = cone.bounds_within(box);
   }

@@ -151,8 +151,8 @@ __device__ void stage_batch(int start, int list_end, int threads, const GpuSpher
       ly0 = max(int(g.y0) - tile_y0, 0), ly1 = min(int(g.y1) - tile_y0, kTileSize - 1);
       for (int c = 0; c < C_STATIC; ++c) e.features[c] = ctx.features[std::int64_t(id) * C_STATIC + c];
       unsigned words[kThreads / 32];
-      if (CONE_ROWS && (lx1 - lx0 + 1) * (ly1 - ly0 + 1) >= kConeMinBoxPixels &&
-          cone_coverage(packed_camera, g, tile_x0, tile_y0, PixelBounds{lx0, ly0, lx1, ly1}, words)) {
+      const PixelBounds local{lx0, ly0, lx1, ly1};
+      if (CONE_ROWS && takes_cone(local) && cone_coverage(packed_camera, g, tile_x0, tile_y0, local, words)) {
 #pragma unroll
         for (int w = 0; w < kThreads / 32; ++w) coverage[w][k] = words[w];
         continue;

@@ -14,6 +14,11 @@ namespace pulsar {
 // or the part of a round (backward) that its rows could spare there.
 constexpr int kConeMinBoxPixels = 12;
 
+// Whether an entry whose box covers `part` of its tile (pixels, non-empty) takes the cone.
+__device__ inline bool takes_cone(const PixelBounds& part) {
+  return (part.x1 - part.x0 + 1) * (part.y1 - part.y0 + 1) >= kConeMinBoxPixels;
+}
+
 // The cone of sphere g under the perspective camera whose packed parameters start at
 // packed_camera. The film vectors are read here, not kept in registers through a render
 // kernel (its pairs do not use them).
