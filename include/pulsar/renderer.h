@@ -203,10 +203,12 @@ class Renderer {
   // CUDA: the (tile, sphere) instances a binning without host synchronisation has room
   // for (docs/design.md, "Capture"). `capacity` > 0 fixes it, and every call is sized by
   // it (none synchronises); 0 (the default) learns it from the counts that calls outside a
-  // stream capture read back, and only captured calls are sized by it. A binning whose
-  // count exceeds its capacity writes NaN over its outputs and gradients and records the
-  // count: the next call that reads its count back throws, as does take_instance_overflow.
-  // The CPU backend keeps no capacity (0).
+  // stream capture read back, and only captured calls are sized by it (a call outside a
+  // capture builds its lists in the room its predecessors' counts call for, reads its own
+  // count back before it renders and, when the count outgrew the room, bins again).
+  // A binning whose count exceeds its capacity writes NaN over its outputs and gradients
+  // and records the count: the next call that reads its count back throws, as does
+  // take_instance_overflow. The CPU backend keeps no capacity (0).
   void set_instance_capacity(std::int64_t capacity);
   std::int64_t instance_capacity() const;
   // The largest instance count a binning could not store since the last read (0: none),
@@ -221,6 +223,9 @@ class Renderer {
   // converted now when `convert`, else as the last conversion left them.
   SceneArgs with_packed_cameras(const SceneArgs& scene, const RenderOptions& options, bool convert = true);
   void bin(const SceneArgs& scene, const RenderOptions& options);
+  // The second call of a binning (Backend::finish_binning), and when its lists lacked room
+  // for its instances (Backend::settle_binning), the binning again in the room they need.
+  void complete_binning(const SceneArgs& scene, const RenderOptions& options);
 
   RendererConfig config_;
   std::unique_ptr<Backend> backend_;

@@ -5,8 +5,10 @@
 //      bounds; binning of the visible spheres into per-tile lists ordered by (closest
 //      depth, index). In two calls so that the caller's host work (allocating the
 //      outputs) overlaps the device's: begin_binning enqueues all it can without waiting
-//      (CUDA: up to the read-back of the instance count), finish_binning waits for that
-//      and completes the lists. The CPU bins whole in begin_binning.
+//      (CUDA: up to the read-back of the instance count), finish_binning completes the
+//      lists, sized by that count (for which it waits) or by room learnt from earlier
+//      counts (then settle_binning, before the stages that read the lists, says whether
+//      the count outgrew it). The CPU bins whole in begin_binning.
 //   2. render_forward: per-pixel traversal of its tile's list and blending.
 //   3. render_backward: per-pixel re-traversal of the processed hits; gradient partials
 //      per (tile, sphere) instance and per tile for the camera.
@@ -37,6 +39,13 @@ class Backend {
   virtual void begin_binning(const SceneArgs& scene, const RenderOptions& options) = 0;
   // Completes the binning begin_binning started, for the same scene and options.
   virtual void finish_binning(const SceneArgs& scene, const RenderOptions& options) = 0;
+  // After finish_binning, before the stages that read the lists: true when they lacked
+  // room for the binning's instances, so that the caller bins again (then in the room the
+  // count needs). May wait for the device.
+  virtual bool settle_binning(const RenderOptions& options) {
+    (void)options;
+    return false;
+  }
   virtual void render_forward(const SceneArgs& scene, const RenderOptions& options, const ForwardOutputs& outputs) = 0;
   // After render_forward of a partial render (with zero background features): image
   // C -> C D, blend_state D -> partial_normalizer (blend.h).

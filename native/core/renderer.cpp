@@ -151,7 +151,18 @@ SceneArgs Renderer::with_packed_cameras(const SceneArgs& scene, const RenderOpti
 void Renderer::bin(const SceneArgs& scene, const RenderOptions& options) {
   binned_for_ = nullptr;  // a failure part-way leaves no binning to reuse
   backend_->begin_binning(scene, options);
+  complete_binning(scene, options);
+}
+
+void Renderer::complete_binning(const SceneArgs& scene, const RenderOptions& options) {
   backend_->finish_binning(scene, options);
+  if (!backend_->settle_binning(options)) return;
+  // The lists lacked room for this scene's instances: bin again, sized by the count read
+  // back. Binning is deterministic, so the second fits.
+  backend_->begin_binning(scene, options);
+  backend_->finish_binning(scene, options);
+  if (backend_->settle_binning(options))
+    throw std::logic_error("pulsar: a binning outgrew the room its own instance count gave it");
 }
 
 void Renderer::forward(const SceneArgs& scene, const RenderOptions& options, const ForwardOutputs& outputs) {
@@ -172,7 +183,7 @@ void Renderer::forward(const SceneArgs& scene_in, const RenderOptions& options,
   backend_->begin_binning(scene, options);
   const ForwardOutputs outputs = make_outputs();
   check_forward_outputs(outputs);
-  backend_->finish_binning(scene, options);
+  complete_binning(scene, options);
   backend_->render_forward(scene, options, outputs);
   if (options.partial) backend_->partial_state(scene, options, outputs);
   binned_for_ = outputs.traversal_end;

@@ -56,6 +56,11 @@ class CudaBackend final : public Backend {
                    [&](auto tag) { cuda_finish_binning<decltype(tag)>(config_, scene, stream(options), scratch_); });
   }
 
+  bool settle_binning(const RenderOptions& options) override {
+    DeviceGuard guard(config_.device_index);
+    return cuda_settle_binning(scratch_, stream(options));
+  }
+
   void render_forward(const SceneArgs& scene, const RenderOptions& options, const ForwardOutputs& outputs) override {
     DeviceGuard guard(config_.device_index);
     dispatch_dtype(scene.dtype, [&](auto tag) {

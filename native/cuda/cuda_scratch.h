@@ -251,13 +251,19 @@ struct CudaScratch {
   // by a synchronised binning, the capacity of an unsynchronised one.
   std::int64_t list_room = 0;
   // Instance capacity (docs/design.md, "Capture"): fixed_capacity > 0 sizes every binning
-  // (none synchronises); otherwise a binning reads its count back, except under stream
-  // capture, where it is sized by learnt_capacity, grown from the counts read back.
+  // (none synchronises); under stream capture, learnt_capacity, grown from the counts read
+  // back; otherwise eager_room, the room the counts read back so far call for (0 before
+  // the first: that binning reads its count back before it builds its lists).
   std::int64_t fixed_capacity = 0;
   std::int64_t learnt_capacity = 0;
+  std::int64_t eager_room = 0;
   // The last binning's counts on the device when it was sized by its capacity (its
-  // launches are gated on them: LaunchGate); null after a synchronised binning.
+  // launches are gated on them: LaunchGate); null after a synchronised binning, and after
+  // cuda_settle_binning has read them back.
   const std::int64_t* device_counts = nullptr;
+  // A binning sized by eager_room whose counts are on their way to host_count and not yet
+  // read (cuda_settle_binning reads them once the lists' launches are enqueued).
+  bool counts_settle = false;
   bool allocations_kept = false;  // set at the first capture: keep_allocations on every buffer
   bool binning_captured = false;  // the last binning's stream was being captured
   // Between cuda_begin_binning and cuda_finish_binning: the item of each rank (in one of
@@ -385,8 +391,9 @@ constexpr int kGpuInstPos = 0, kGpuInstRadius = 3, kGpuInstOpacity = 4, kGpuInst
 
 // Stage 1 in two calls (backend.h): the first enqueues setup, the depth sort, the tile
 // depth bound, the tile counts and their scan and the instance count's read-back; the
-// second waits for the count (the one host synchronisation of a binning) and builds the
-// lists.
+// second builds the lists, sized by the count (for which it waits: the one host
+// synchronisation of a binning) or by a capacity (eager_room: the wait comes after the
+// lists' launches, cuda_settle_binning).
 template <typename T>
 void cuda_begin_binning(const RendererConfig& config, const SceneArgs& scene, const RenderOptions& options,
                         cudaStream_t stream, CudaScratch& scratch);
@@ -418,6 +425,12 @@ void cuda_nan_on_failure(const CudaScratch& scratch, const RenderOptions& option
 // Outside a capture: reads the overflow record an earlier unsynchronised binning copied
 // back, if the copy is done (no waiting), and throws for a recorded overflow.
 void cuda_check_overflow_copy(CudaScratch& scratch, cudaStream_t stream);
+// After cuda_finish_binning of a binning sized by eager_room: waits for its counts
+// (copied behind the tile counts' scan) and returns whether they outgrew the room, so
+// that the caller bins again (the room has grown to the count); otherwise the counts are
+// the host's from here on, as after a synchronised binning, and the stages that read the
+// lists pick their kernels by them. False, without waiting, for any other binning.
+bool cuda_settle_binning(CudaScratch& scratch, cudaStream_t stream);
 // After an overflow record of `needed` instances was read back: zeroes the record on
 // `stream` and grows a learnt capacity to hold the count; returns the capacity the
 // overflowing call had (for the error).

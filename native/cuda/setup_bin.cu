@@ -232,10 +232,17 @@ __global__ void count_kernel(RendererConfig config, SceneArgs scene, const GpuSp
 
 // Each item's slot range, by item (the gradient reduction's index). A kernel of its own:
 // its scatter of 8-byte stores would hold up duplicate_kernel's warps, and here it runs
-// while the host waits for the instance count (cuda_begin_binning).
+// while the host waits for the instance count (cuda_begin_binning). With a capacity
+// (sort_keys non-null) it also fills the instance sort's keys past the count (the scan's
+// total, sphere_slots[items]) with all ones, so that they sort last: only the padding,
+// which is empty for a capacity the count fills.
 __global__ void item_slots_kernel(std::int64_t items, const std::int32_t* order, const std::int64_t* sphere_slots,
-                                  int2* item_slots) {
+                                  int2* item_slots, std::uint32_t* sort_keys, std::int64_t capacity) {
   const std::int64_t rank = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (sort_keys != nullptr) {
+    const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
+    for (std::int64_t p = sphere_slots[items] + rank; p < capacity; p += stride) sort_keys[p] = 0xffffffffu;
+  }
   if (rank >= items) return;
   item_slots[order[rank]] = make_int2(int(sphere_slots[rank]), int(sphere_slots[rank + 1]));
 }
@@ -299,19 +306,15 @@ __global__ void ranges_kernel(std::int64_t count, const std::int64_t* device_cou
 // writes only tiles with entries), the per-camera words and the cover histogram
 // (CoverHistogram), n of each, and the two counters: the scan's leading 0 and the
 // small-box count (null: no items), behind which it copies the overflow record, so that
-// one read-back takes all three. With a capacity (sort_keys non-null) it fills the
-// instance sort's keys with all ones: the positions past the count sort last. One launch
-// instead of several memsets: each API call takes host time while the device waits for
-// the first kernel that matters.
+// one read-back takes all three. One launch instead of several memsets: each API call
+// takes host time while the device waits for the first kernel that matters.
 __global__ void zero_binning_kernel(int2* ranges, std::int64_t n_ranges, std::uint32_t* words, int n_words,
                                     CoverHistogram histogram, std::int64_t* slot_zero,
-                                    unsigned long long* small_box_instances, const std::int64_t* overflow_record,
-                                    std::uint32_t* sort_keys, std::int64_t capacity) {
+                                    unsigned long long* small_box_instances, const std::int64_t* overflow_record) {
   const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n_ranges) ranges[i] = make_int2(0, 0);
   if (i < n_words) words[i] = 0u;
   if (i < std::int64_t(histogram.count)) histogram.words[i] = 0ull;
-  if (sort_keys != nullptr && i < capacity) sort_keys[i] = 0xffffffffu;
   if (i == 0) {
     *slot_zero = 0;
     if (small_box_instances) {
@@ -469,11 +472,12 @@ void sort_and_map_instances(std::int64_t count, const std::int64_t* device_count
 }
 
 // The instance capacity that sizes this binning, 0 for a binning that reads its count
-// back: a fixed capacity always; in a capture the learnt one (a capture cannot wait for
-// the count).
+// back before it builds its lists: a fixed capacity always; in a capture the learnt one
+// (a capture cannot wait for the count); otherwise the eager room, 0 until a count has
+// been read.
 std::int64_t binning_capacity(bool captured, const CudaScratch& scratch) {
   if (scratch.fixed_capacity > 0) return scratch.fixed_capacity;
-  if (!captured) return 0;
+  if (!captured) return scratch.eager_room;
   if (scratch.learnt_capacity == 0)
     throw std::runtime_error(
         "pulsar: instance_capacity: a captured call needs an instance capacity, and this renderer has neither "
@@ -491,6 +495,28 @@ void raise_overflow(std::int64_t needed, std::int64_t capacity) {
       std::to_string(needed) + " (or leave it unset so that calls outside a capture size their own lists)");
 }
 
+// A count read back, checked against the lists' limit.
+std::int64_t checked_count(std::int64_t count) {
+  if (count >= (std::int64_t(1) << 31))
+    throw std::runtime_error("pulsar: " + std::to_string(count) +
+                             " sphere-tile instances exceed the CUDA backend's limit of 2^31 - 1; "
+                             "render fewer or smaller spheres per call");
+  return count;
+}
+
+// What a count read back teaches later binnings: a capture's capacity is the largest count
+// and a quarter more (at least 1024); the eager room is the first count, and after a count
+// that outgrows it or falls below half of it, that count and an eighth more (so that a
+// scene that keeps its size bins in exactly the room it needs, and one that grows or
+// shrinks re-bins rarely and sorts little padding).
+void learn_count(CudaScratch& scratch, std::int64_t count) {
+  if (count > scratch.learnt_capacity) scratch.learnt_capacity = std::max<std::int64_t>(count + count / 4, 1024);
+  if (scratch.eager_room == 0)
+    scratch.eager_room = count;
+  else if (count > scratch.eager_room || count < scratch.eager_room / 2)
+    scratch.eager_room = count + count / 8;
+}
+
 }  // namespace
 
 std::int64_t clear_overflow_record(CudaScratch& scratch, std::int64_t needed, cudaStream_t stream) {
@@ -499,6 +525,26 @@ std::int64_t clear_overflow_record(CudaScratch& scratch, std::int64_t needed, cu
   const std::int64_t capacity = scratch.learnt_capacity;
   scratch.learnt_capacity = std::max(capacity, needed + needed / 4);
   return capacity;
+}
+
+bool cuda_settle_binning(CudaScratch& scratch, cudaStream_t stream) {
+  if (!scratch.counts_settle) return false;
+  scratch.counts_settle = false;
+  PULSAR_CUDA_CHECK(cudaEventSynchronize(scratch.count_ready));
+  const std::int64_t count = checked_count(scratch.host_count[0]);
+  const std::int64_t earlier_overflow = scratch.host_count[2];
+  const bool outgrown = count > scratch.list_room;
+  learn_count(scratch, count);
+  if (outgrown) {
+    // This call's record (ranges_kernel's), not an overflow to report: the call bins again.
+    PULSAR_CUDA_CHECK(cudaMemsetAsync(scratch.overflow_record, 0, sizeof(std::int64_t), stream));
+  } else {
+    scratch.device_counts = nullptr;
+    scratch.n_instances = count;
+    scratch.small_box_instances = scratch.host_count[1];
+  }
+  if (earlier_overflow > 0) raise_overflow(earlier_overflow, clear_overflow_record(scratch, earlier_overflow, stream));
+  return outgrown;
 }
 
 void cuda_check_overflow_copy(CudaScratch& scratch, cudaStream_t stream) {
@@ -516,6 +562,7 @@ void cuda_begin_binning(const RendererConfig& config, const SceneArgs& scene, co
                         cudaStream_t stream, CudaScratch& scratch) {
   scratch.pending_order = nullptr;
   scratch.device_counts = nullptr;
+  scratch.counts_settle = false;
   const std::int64_t items = scene.n_spheres * scene.batch_size;
   const Tiling tiling = Tiling::of(config.width, config.height);
   const std::int64_t total_tiles = tiling.n_tiles() * scene.batch_size;
@@ -545,7 +592,7 @@ void cuda_begin_binning(const RendererConfig& config, const SceneArgs& scene, co
   auto* ranges = scratch.tile_ranges.reserve<int2>(std::size_t(total_tiles), "tile ranges");
   auto* small_box_instances = items > 0 ? reinterpret_cast<unsigned long long*>(slots_of + items + 1) : nullptr;
   // With a capacity the instance arena is sized now (no count to wait for) and its sort
-  // keys filled with the zeroing.
+  // keys past the count filled by item_slots_kernel.
   std::uint32_t* sort_keys = nullptr;
   if (capacity > 0 && items > 0) {
     const InstanceArena layout = InstanceArena::of(std::size_t(capacity), config, scene);
@@ -556,11 +603,9 @@ void cuda_begin_binning(const RendererConfig& config, const SceneArgs& scene, co
       sort_keys = reinterpret_cast<std::uint32_t*>(arena + layout.keys_a());
   }
   const CoverHistogram histogram = cuda_reserve_cover_histogram(config, scene, options, scratch);
-  const std::int64_t zeroed =
-      std::max({total_tiles, std::int64_t(word_count), std::int64_t(histogram.count), sort_keys ? capacity : 0});
+  const std::int64_t zeroed = std::max({total_tiles, std::int64_t(word_count), std::int64_t(histogram.count)});
   zero_binning_kernel<<<blocks_for(zeroed, kThreads), kThreads, 0, stream>>>(
-      ranges, total_tiles, words, int(word_count), histogram, slots_of, small_box_instances, scratch.overflow_record,
-      sort_keys, capacity);
+      ranges, total_tiles, words, int(word_count), histogram, slots_of, small_box_instances, scratch.overflow_record);
   PULSAR_CUDA_LAUNCH_CHECK("zero_binning_kernel");
   scratch.n_instances = 0;
   scratch.small_box_instances = 0;
@@ -589,20 +634,23 @@ void cuda_begin_binning(const RendererConfig& config, const SceneArgs& scene, co
   PULSAR_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, counts, slots_of + 1, items, stream));
   void* temp = scratch.cub_temp.reserve<unsigned char>(scan_bytes, "CUB workspace");
   PULSAR_CUDA_CHECK(cub::DeviceScan::InclusiveSum(temp, scan_bytes, counts, slots_of + 1, items, stream));
-  if (capacity > 0) {
-    scratch.device_counts = slots_of + items;
-  } else {
-    // The instance count sizes the sort: read back with the small-box count and the
-    // overflow record behind it, and waited for in cuda_finish_binning (on the event, not
-    // the stream).
+  if (capacity > 0) scratch.device_counts = slots_of + items;
+  const bool settles = capacity > 0 && !captured && scratch.fixed_capacity == 0;
+  if (capacity == 0 || settles) {
+    // The counts are read back with the overflow record behind them: waited for (on the
+    // event, not the stream) in cuda_finish_binning, where the count sizes the sort, or,
+    // for a binning sized by the eager room, in cuda_settle_binning once the lists'
+    // launches are enqueued.
     PULSAR_CUDA_CHECK(cudaMemcpyAsync(scratch.host_count, slots_of + items, 3 * sizeof(std::int64_t),
                                       cudaMemcpyDeviceToHost, stream));
     PULSAR_CUDA_CHECK(cudaEventRecord(scratch.count_ready, stream));
+    scratch.counts_settle = settles;
   }
   // Each item's slots need only the scan: the device computes them while the host waits
   // for the count and launches what follows, so the one host synchronisation leaves the
   // device busy. The scan has read the tile counts, whose buffer item_slots overwrites.
-  item_slots_kernel<<<blocks_for(items, kThreads), kThreads, 0, stream>>>(items, order, slots_of, scratch.item_slots());
+  item_slots_kernel<<<blocks_for(items, kThreads), kThreads, 0, stream>>>(items, order, slots_of, scratch.item_slots(),
+                                                                          sort_keys, capacity);
   PULSAR_CUDA_LAUNCH_CHECK("item_slots_kernel");
   scratch.pending_order = order;
   scratch.pending_bound = bound;
@@ -621,16 +669,11 @@ void cuda_finish_binning(const RendererConfig& config, const SceneArgs& scene, c
     // The one host synchronisation of a binning: the count's copy, not item_slots_kernel
     // behind it.
     PULSAR_CUDA_CHECK(cudaEventSynchronize(scratch.count_ready));
-    count = scratch.host_count[0];
-    if (count >= (std::int64_t(1) << 31))
-      throw std::runtime_error("pulsar: " + std::to_string(count) +
-                               " sphere-tile instances exceed the CUDA backend's limit of 2^31 - 1; "
-                               "render fewer or smaller spheres per call");
+    count = checked_count(scratch.host_count[0]);
     scratch.n_instances = count;
     scratch.small_box_instances = scratch.host_count[1];
     scratch.list_room = count;
-    // A capture sizes its lists by the largest count seen so far and a quarter more.
-    if (count > scratch.learnt_capacity) scratch.learnt_capacity = std::max<std::int64_t>(count + count / 4, 1024);
+    learn_count(scratch, count);
     if (scratch.host_count[2] > 0)
       raise_overflow(scratch.host_count[2], clear_overflow_record(scratch, scratch.host_count[2], stream));
     // With no instances item_slots_kernel gave every item the slots [0, 0).
@@ -664,9 +707,9 @@ void cuda_finish_binning(const RendererConfig& config, const SceneArgs& scene, c
                                     scratch);
   else
     sort_and_map_instances(count, device_count, key_layout, keys, slots, slot_sphere, stream, scratch);
-  if (device_count != nullptr && !scratch.binning_captured) {
-    // Outside a capture: the overflow record comes back without waiting, read by the
-    // next call (cuda_check_overflow_copy).
+  if (device_count != nullptr && !scratch.binning_captured && !scratch.counts_settle) {
+    // With a fixed capacity outside a capture: the overflow record comes back without
+    // waiting, read by the next call (cuda_check_overflow_copy).
     PULSAR_CUDA_CHECK(cudaMemcpyAsync(scratch.host_overflow, scratch.overflow_record, sizeof(std::int64_t),
                                       cudaMemcpyDeviceToHost, stream));
     PULSAR_CUDA_CHECK(cudaEventRecord(scratch.overflow_ready, stream));

@@ -1,0 +1,102 @@
+"""CUDA binning room: a call outside a capture sizes its lists by the room its renderer's
+earlier counts call for and reads its own count back once the lists are built, before it
+renders; a scene whose instances outgrow the room is binned again. Whatever the room, every call
+gives bit for bit what a fresh renderer (whose first call reads its count back before it
+builds its lists) gives on the same scene: images, every gradient, the instance count."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import HAS_CUDA, native_of
+from scenes import scene_in_front
+
+from pulsar_py import Renderer
+
+pytestmark = pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA (a GPU and the CUDA backend)")
+
+DTYPES = [pytest.param(torch.float32, id="f32"), pytest.param(torch.float64, id="f64")]
+WIDTH, HEIGHT = 160, 128
+
+
+def _scene(seed: int, n: int, dtype: torch.dtype) -> list:
+    return [t.cuda() for t in scene_in_front(seed, n, dtype, False)]
+
+
+def _scaled(tensors: list, scale: float) -> list:
+    """The scene with its radii scaled (more or fewer (tile, sphere) instances)."""
+    pos, col, rad, opa, cam = tensors
+    return [pos, col, rad * scale, opa, cam]
+
+
+def _step(renderer: Renderer, tensors: list):
+    """Image, every gradient and the instance count of one forward+backward."""
+    leaves = [t.detach().clone().requires_grad_() for t in tensors]
+    pos, col, rad, opa, cam = leaves
+    image = renderer(pos, col, rad, cam, 0.1, 40.0, opacity=opa)
+    count = native_of(renderer).binned_instances
+    grads = torch.autograd.grad((image * image).sum(), leaves)
+    return image.detach(), grads, count
+
+
+def _renderer() -> Renderer:
+    return Renderer(WIDTH, HEIGHT).cuda()
+
+
+def _fresh(tensors: list):
+    return _step(_renderer(), tensors)
+
+
+def _assert_same(got, want, what: str) -> None:
+    image, grads, count = got
+    want_image, want_grads, want_count = want
+    assert count == want_count, what
+    assert torch.equal(image, want_image), what
+    for name, a, b in zip(("positions", "colours", "radii", "opacities", "camera"), grads, want_grads):
+        assert torch.equal(a, b), f"{what}: {name}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_scenes_that_grow_and_shrink_give_a_fresh_renderers_results(dtype):
+    base = _scene(3, 300, dtype)
+    renderer = _renderer()
+    counts = []
+    # 1: learns the room; 6: outgrows it (binned again); 1 and 0.8: within it (padding
+    # sorted after the lists); 0.3: below half of it (the room shrinks); 6: outgrows again.
+    for scale in (1.0, 6.0, 1.0, 0.8, 0.3, 6.0, 6.0):
+        scene = _scaled(base, scale)
+        want = _fresh(scene)
+        got = _step(renderer, scene)
+        _assert_same(got, want, f"radii x {scale}")
+        counts.append(got[2])
+    assert counts[1] > 2 * counts[0] and counts[4] < counts[2] // 2  # the premise: room outgrown and shrunk
+
+
+def test_a_backward_that_bins_again_gets_its_forwards_gradients():
+    """A backward whose forward's binning was replaced by another call's bins again, in the
+    room that call left: larger (padding) and smaller (outgrown, binned a second time)."""
+    base = _scene(4, 300, torch.float32)
+    small, large = _scaled(base, 1.0), _scaled(base, 6.0)
+    for first, between in ((small, large), (large, small)):
+        want_image, want_grads, _ = _fresh(first)
+        renderer = _renderer()
+        _step(renderer, first)  # the room of the first scene
+        leaves = [t.detach().clone().requires_grad_() for t in first]
+        pos, col, rad, opa, cam = leaves
+        image = renderer(pos, col, rad, cam, 0.1, 40.0, opacity=opa)
+        with torch.no_grad():
+            renderer(*between[:3], between[4], 0.1, 40.0, opacity=between[3])  # replaces the binning and the room
+        grads = torch.autograd.grad((image * image).sum(), leaves)
+        assert torch.equal(image.detach(), want_image)
+        for a, b in zip(grads, want_grads):
+            assert torch.equal(a, b)
+
+
+def test_a_grown_batch_of_cameras_gives_a_fresh_renderers_results():
+    pos, col, rad, opa, cam = _scene(5, 200, torch.float32)
+    side = cam.clone()
+    side[0] += 0.3
+    renderer = _renderer()
+    _step(renderer, [pos, col, rad, opa, cam])  # one camera: the room of one view
+    both = [pos, col, rad * 3.0, opa, torch.stack([cam, side])]
+    _assert_same(_step(renderer, both), _fresh(both), "two views, radii x 3")
