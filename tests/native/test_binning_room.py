@@ -1,8 +1,9 @@
 """CUDA binning room: a call outside a capture sizes its lists by the room its renderer's
 earlier counts call for and reads its own count back once the lists are built, before it
-renders; a scene whose instances outgrow the room is binned again. Whatever the room, every call
-gives bit for bit what a fresh renderer (whose first call reads its count back before it
-builds its lists) gives on the same scene: images, every gradient, the instance count."""
+renders; a scene whose instances outgrow the room is binned again. Whatever the room,
+every call gives bit for bit what a fresh renderer (whose first call reads its count back
+before it builds its lists) gives on the same scene: images, every gradient, the instance
+count."""
 
 from __future__ import annotations
 
