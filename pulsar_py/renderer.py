@@ -193,8 +193,8 @@ class Renderer(torch.nn.Module):
         """CUDA: how many (tile, sphere) instances a call's binning has room for when it
         does not read its count back (docs/design.md, "Capture"). None (the default): a
         call outside a CUDA-graph capture reads its count back (one host synchronisation)
-        and lists exactly its instances (built in the room earlier calls' counts call
-        for, and again should the count outgrow it); a captured call is sized by the
+        and lists exactly its instances (built in room earlier calls' counts call for,
+        and again should the count outgrow it); a captured call is sized by the
         largest count seen so far and a quarter more, so a capture needs one call of the
         same scene before it (the usual warm-up). An int (1..2^31-1) sizes every call by it, and no call waits
         for the device. A call whose instances exceed its capacity returns NaN (image and

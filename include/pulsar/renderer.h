@@ -204,8 +204,8 @@ class Renderer {
   // for (docs/design.md, "Capture"). `capacity` > 0 fixes it, and every call is sized by
   // it (none synchronises); 0 (the default) learns it from the counts that calls outside a
   // stream capture read back, and only captured calls are sized by it (a call outside a
-  // capture builds its lists in the room its predecessors' counts call for, reads its own
-  // count back before it renders and, when the count outgrew the room, bins again).
+  // capture builds its lists in room its predecessors' counts call for, if any, reads its
+  // own count back before it renders and, when the count outgrew the room, bins again).
   // A binning whose count exceeds its capacity writes NaN over its outputs and gradients
   // and records the count: the next call that reads its count back throws, as does
   // take_instance_overflow. The CPU backend keeps no capacity (0).

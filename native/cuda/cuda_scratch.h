@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "../core/binning_room.h"
 #include "../core/scene_view.h"
 #include "../core/tiling.h"
 #include "device_buffer.h"
@@ -252,11 +253,13 @@ struct CudaScratch {
   std::int64_t list_room = 0;
   // Instance capacity (docs/design.md, "Capture"): fixed_capacity > 0 sizes every binning
   // (none synchronises); under stream capture, learnt_capacity, grown from the counts read
-  // back; otherwise eager_room, the room the counts read back so far call for (0 before
-  // the first: that binning reads its count back before it builds its lists).
+  // back; otherwise the room eager_room gives from those counts (0: the binning reads its
+  // count back before it builds its lists), and 0 for a binning that repeats one whose
+  // count outgrew its room (rebin_pending).
   std::int64_t fixed_capacity = 0;
   std::int64_t learnt_capacity = 0;
-  std::int64_t eager_room = 0;
+  BinningRoom eager_room;
+  bool rebin_pending = false;
   // The last binning's counts on the device when it was sized by its capacity (its
   // launches are gated on them: LaunchGate); null after a synchronised binning, and after
   // cuda_settle_binning has read them back.
@@ -427,9 +430,10 @@ void cuda_nan_on_failure(const CudaScratch& scratch, const RenderOptions& option
 void cuda_check_overflow_copy(CudaScratch& scratch, cudaStream_t stream);
 // After cuda_finish_binning of a binning sized by eager_room: waits for its counts
 // (copied behind the tile counts' scan) and returns whether they outgrew the room, so
-// that the caller bins again (the room has grown to the count); otherwise the counts are
-// the host's from here on, as after a synchronised binning, and the stages that read the
-// lists pick their kernels by them. False, without waiting, for any other binning.
+// that the caller bins again (that binning reads its count back before it builds its
+// lists); otherwise the counts are the host's from here on, as after a synchronised
+// binning, and the stages that read the lists pick their kernels by them. False, without
+// waiting, for any other binning.
 bool cuda_settle_binning(CudaScratch& scratch, cudaStream_t stream);
 // After an overflow record of `needed` instances was read back: zeroes the record on
 // `stream` and grows a learnt capacity to hold the count; returns the capacity the

@@ -473,11 +473,11 @@ void sort_and_map_instances(std::int64_t count, const std::int64_t* device_count
 
 // The instance capacity that sizes this binning, 0 for a binning that reads its count
 // back before it builds its lists: a fixed capacity always; in a capture the learnt one
-// (a capture cannot wait for the count); otherwise the eager room, 0 until a count has
-// been read.
+// (a capture cannot wait for the count); otherwise the eager room (BinningRoom), none for
+// the repeat of a binning that outgrew it.
 std::int64_t binning_capacity(bool captured, const CudaScratch& scratch) {
   if (scratch.fixed_capacity > 0) return scratch.fixed_capacity;
-  if (!captured) return scratch.eager_room;
+  if (!captured) return scratch.rebin_pending ? 0 : scratch.eager_room.next();
   if (scratch.learnt_capacity == 0)
     throw std::runtime_error(
         "pulsar: instance_capacity: a captured call needs an instance capacity, and this renderer has neither "
@@ -504,17 +504,12 @@ std::int64_t checked_count(std::int64_t count) {
   return count;
 }
 
-// What a count read back teaches later binnings: a capture's capacity is the largest count
-// and a quarter more (at least 1024); the eager room is the first count, and after a count
-// that outgrows it or falls below half of it, that count and an eighth more (so that a
-// scene that keeps its size bins in exactly the room it needs, and one that grows or
-// shrinks re-bins rarely and sorts little padding).
+// What a call's count read back teaches later binnings: a capture's capacity is the
+// largest count and a quarter more (at least 1024); the eager room follows BinningRoom.
 void learn_count(CudaScratch& scratch, std::int64_t count) {
   if (count > scratch.learnt_capacity) scratch.learnt_capacity = std::max<std::int64_t>(count + count / 4, 1024);
-  if (scratch.eager_room == 0)
-    scratch.eager_room = count;
-  else if (count > scratch.eager_room || count < scratch.eager_room / 2)
-    scratch.eager_room = count + count / 8;
+  scratch.eager_room.learn(count);
+  scratch.rebin_pending = false;
 }
 
 }  // namespace
@@ -534,11 +529,13 @@ bool cuda_settle_binning(CudaScratch& scratch, cudaStream_t stream) {
   const std::int64_t count = checked_count(scratch.host_count[0]);
   const std::int64_t earlier_overflow = scratch.host_count[2];
   const bool outgrown = count > scratch.list_room;
-  learn_count(scratch, count);
   if (outgrown) {
-    // This call's record (ranges_kernel's), not an overflow to report: the call bins again.
+    // This call's record (ranges_kernel's), not an overflow to report: the call bins
+    // again, reading its count back first, and learns the count then.
     PULSAR_CUDA_CHECK(cudaMemsetAsync(scratch.overflow_record, 0, sizeof(std::int64_t), stream));
+    scratch.rebin_pending = true;
   } else {
+    learn_count(scratch, count);
     scratch.device_counts = nullptr;
     scratch.n_instances = count;
     scratch.small_box_instances = scratch.host_count[1];

@@ -1,9 +1,10 @@
 """CUDA binning room: a call outside a capture sizes its lists by the room its renderer's
-earlier counts call for and reads its own count back once the lists are built, before it
-renders; a scene whose instances outgrow the room is binned again. Whatever the room,
-every call gives bit for bit what a fresh renderer (whose first call reads its count back
-before it builds its lists) gives on the same scene: images, every gradient, the instance
-count."""
+earlier counts call for (native/core/binning_room.h) and reads its own count back once
+the lists are built, before it renders; a scene whose instances outgrow the room is
+binned again. Whatever the path (count read first, room, binned again), every call gives
+bit for bit what a fresh renderer (whose first call reads its count back before it
+builds its lists) gives on the same scene: images, every gradient, the instance count.
+tests/native/test_binning_room_rule.py checks which path the rule picks."""
 
 from __future__ import annotations
 
@@ -62,9 +63,11 @@ def test_scenes_that_grow_and_shrink_give_a_fresh_renderers_results(dtype):
     base = _scene(3, 300, dtype)
     renderer = _renderer()
     counts = []
-    # 1: learns the room; 6: outgrows it (binned again); 1 and 0.8: within it (padding
-    # sorted after the lists); 0.3: below half of it (the room shrinks); 6: outgrows again.
-    for scale in (1.0, 6.0, 1.0, 0.8, 0.3, 6.0, 6.0):
+    # Radii x 1: reads its count first; 6: outgrows the room of that count (binned again);
+    # 1 and 0.8: the counts before each lie more than a factor 2 apart (read first); 0.3:
+    # in the room of 1 and 0.8 (padding sorted after the lists); 6, 6: read first; 6:
+    # in exactly its count.
+    for scale in (1.0, 6.0, 1.0, 0.8, 0.3, 6.0, 6.0, 6.0):
         scene = _scaled(base, scale)
         want = _fresh(scene)
         got = _step(renderer, scene)
@@ -74,19 +77,21 @@ def test_scenes_that_grow_and_shrink_give_a_fresh_renderers_results(dtype):
 
 
 def test_a_backward_that_bins_again_gets_its_forwards_gradients():
-    """A backward whose forward's binning was replaced by another call's bins again, in the
-    room that call left: larger (padding) and smaller (outgrown, binned a second time)."""
+    """A backward whose forward's binning was replaced by two calls of another scene bins
+    again, in the room those calls left: larger (padding) and smaller (outgrown, binned a
+    second time)."""
     base = _scene(4, 300, torch.float32)
-    small, large = _scaled(base, 1.0), _scaled(base, 6.0)
+    small, large = _scaled(base, 1.0), _scaled(base, 1.3)
     for first, between in ((small, large), (large, small)):
         want_image, want_grads, _ = _fresh(first)
         renderer = _renderer()
-        _step(renderer, first)  # the room of the first scene
+        _step(renderer, first)
         leaves = [t.detach().clone().requires_grad_() for t in first]
         pos, col, rad, opa, cam = leaves
         image = renderer(pos, col, rad, cam, 0.1, 40.0, opacity=opa)
         with torch.no_grad():
-            renderer(*between[:3], between[4], 0.1, 40.0, opacity=between[3])  # replaces the binning and the room
+            for _ in range(2):  # replace the binning; the room becomes the other scene's count
+                renderer(*between[:3], between[4], 0.1, 40.0, opacity=between[3])
         grads = torch.autograd.grad((image * image).sum(), leaves)
         assert torch.equal(image.detach(), want_image)
         for a, b in zip(grads, want_grads):
