@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+from pathlib import Path
 
 import torch
 
@@ -20,6 +22,23 @@ def cxx_compiler() -> str | None:
         if candidate and shutil.which(candidate):
             return shutil.which(candidate)
     return None
+
+
+def build_cxx_check(tmp_path_factory, source: Path, include: Path, what: str) -> Path:
+    """The executable of a small C++ harness ``source`` built with the system compiler
+    (-std=c++17 -O2, headers from ``include``) in a fresh temporary folder; skips the test
+    when there is no compiler, fails it when the build fails. ``what`` names it in both."""
+    import pytest
+
+    cxx = cxx_compiler()
+    if cxx is None:
+        pytest.skip(f"no C++ compiler (CXX, c++, g++ or clang++) on PATH to build the {what}")
+    exe = tmp_path_factory.mktemp(source.parent.name) / source.stem
+    built = subprocess.run(
+        [cxx, "-std=c++17", "-O2", f"-I{include}", str(source), "-o", str(exe)], capture_output=True, text=True
+    )
+    assert built.returncode == 0, f"compiling the {what} failed:\n{built.stderr}"
+    return exe
 
 
 def native_of(renderer):

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import cxx_compiler
+from helpers import build_cxx_check
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = Path(__file__).resolve().parent / "binning_room" / "check.cpp"
@@ -21,15 +21,7 @@ SOURCE = Path(__file__).resolve().parent / "binning_room" / "check.cpp"
 
 @pytest.fixture(scope="module")
 def check_exe(tmp_path_factory) -> Path:
-    cxx = cxx_compiler()
-    if cxx is None:
-        pytest.skip("no C++ compiler (CXX, c++, g++ or clang++) on PATH to build the binning room check")
-    exe = tmp_path_factory.mktemp("binning_room") / "check"
-    built = subprocess.run(
-        [cxx, "-std=c++17", "-O2", f"-I{ROOT / 'native'}", str(SOURCE), "-o", str(exe)], capture_output=True, text=True
-    )
-    assert built.returncode == 0, f"compiling the binning room check failed:\n{built.stderr}"
-    return exe
+    return build_cxx_check(tmp_path_factory, SOURCE, ROOT / "native", "binning room check")
 
 
 def run(exe: Path, counts: list[int]) -> list[tuple[int, str, int]]:

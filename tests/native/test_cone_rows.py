@@ -23,7 +23,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import cxx_compiler
+from helpers import build_cxx_check
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = Path(__file__).resolve().parent / "cone_rows" / "check.cpp"
@@ -33,15 +33,7 @@ SEEDS = (1, 2, 3)
 
 @pytest.fixture(scope="module")
 def check_exe(tmp_path_factory) -> Path:
-    cxx = cxx_compiler()
-    if cxx is None:
-        pytest.skip("no C++ compiler (CXX, c++, g++ or clang++) on PATH to build the cone check")
-    exe = tmp_path_factory.mktemp("cone_rows") / "check"
-    built = subprocess.run(
-        [cxx, "-std=c++17", "-O2", f"-I{ROOT / 'include'}", str(SOURCE), "-o", str(exe)], capture_output=True, text=True
-    )
-    assert built.returncode == 0, f"compiling the cone check failed:\n{built.stderr}"
-    return exe
+    return build_cxx_check(tmp_path_factory, SOURCE, ROOT / "include", "cone check")
 
 
 def run_check(exe: Path, seed: int, shrink: float = 0.0) -> dict[str, dict[str, int]]:
