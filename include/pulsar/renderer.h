@@ -224,7 +224,7 @@ class Renderer {
   SceneArgs with_packed_cameras(const SceneArgs& scene, const RenderOptions& options, bool convert = true);
   void bin(const SceneArgs& scene, const RenderOptions& options);
   // The second call of a binning (Backend::finish_binning), and when its lists lacked room
-  // for its instances (Backend::settle_binning), the binning again in the room they need.
+  // for its instances (Backend::settle_binning), the binning again, sized by its count.
   void complete_binning(const SceneArgs& scene, const RenderOptions& options);
 
   RendererConfig config_;

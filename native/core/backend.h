@@ -40,8 +40,8 @@ class Backend {
   // Completes the binning begin_binning started, for the same scene and options.
   virtual void finish_binning(const SceneArgs& scene, const RenderOptions& options) = 0;
   // After finish_binning, before the stages that read the lists: true when they lacked
-  // room for the binning's instances, so that the caller bins again (then in the room the
-  // count needs). May wait for the device.
+  // room for the binning's instances, so that the caller bins again (that binning is
+  // sized by the count). May wait for the device.
   virtual bool settle_binning(const RenderOptions& options) {
     (void)options;
     return false;
