@@ -495,8 +495,11 @@ void raise_overflow(std::int64_t needed, std::int64_t capacity) {
       std::to_string(needed) + " (or leave it unset so that calls outside a capture size their own lists)");
 }
 
-// A count read back, checked against the lists' limit.
-std::int64_t checked_count(std::int64_t count) {
+// Waits for the counts a binning copies back behind its tile counts' scan (host_count,
+// count_ready) and returns its instance count, checked against the lists' limit.
+std::int64_t wait_for_count(CudaScratch& scratch) {
+  PULSAR_CUDA_CHECK(cudaEventSynchronize(scratch.count_ready));
+  const std::int64_t count = scratch.host_count[0];
   if (count >= (std::int64_t(1) << 31))
     throw std::runtime_error("pulsar: " + std::to_string(count) +
                              " sphere-tile instances exceed the CUDA backend's limit of 2^31 - 1; "
@@ -504,12 +507,23 @@ std::int64_t checked_count(std::int64_t count) {
   return count;
 }
 
-// What a call's count read back teaches later binnings: a capture's capacity is the
-// largest count and a quarter more (at least 1024); the eager room follows BinningRoom.
-void learn_count(CudaScratch& scratch, std::int64_t count) {
+// The counts read back, `count` instances, for a binning whose lists hold them all: the
+// host's from here on (the stages pick their kernels by them), and what later binnings
+// learn from: a capture's capacity is the largest count and a quarter more (at least
+// 1024); the eager room follows BinningRoom.
+void take_counts(CudaScratch& scratch, std::int64_t count) {
+  scratch.n_instances = count;
+  scratch.small_box_instances = scratch.host_count[1];
   if (count > scratch.learnt_capacity) scratch.learnt_capacity = std::max<std::int64_t>(count + count / 4, 1024);
   scratch.eager_room.learn(count);
   scratch.rebin_pending = false;
+}
+
+// Throws for the overflow record that came back with the counts (host_count[2]): an
+// earlier binning sized by a capacity needed more instances.
+void raise_earlier_overflow(CudaScratch& scratch, cudaStream_t stream) {
+  const std::int64_t needed = scratch.host_count[2];
+  if (needed > 0) raise_overflow(needed, clear_overflow_record(scratch, needed, stream));
 }
 
 }  // namespace
@@ -525,9 +539,7 @@ std::int64_t clear_overflow_record(CudaScratch& scratch, std::int64_t needed, cu
 bool cuda_settle_binning(CudaScratch& scratch, cudaStream_t stream) {
   if (!scratch.counts_settle) return false;
   scratch.counts_settle = false;
-  PULSAR_CUDA_CHECK(cudaEventSynchronize(scratch.count_ready));
-  const std::int64_t count = checked_count(scratch.host_count[0]);
-  const std::int64_t earlier_overflow = scratch.host_count[2];
+  const std::int64_t count = wait_for_count(scratch);
   const bool outgrown = count > scratch.list_room;
   if (outgrown) {
     // This call's record (ranges_kernel's), not an overflow to report: the call bins
@@ -535,12 +547,10 @@ bool cuda_settle_binning(CudaScratch& scratch, cudaStream_t stream) {
     PULSAR_CUDA_CHECK(cudaMemsetAsync(scratch.overflow_record, 0, sizeof(std::int64_t), stream));
     scratch.rebin_pending = true;
   } else {
-    learn_count(scratch, count);
+    take_counts(scratch, count);
     scratch.device_counts = nullptr;
-    scratch.n_instances = count;
-    scratch.small_box_instances = scratch.host_count[1];
   }
-  if (earlier_overflow > 0) raise_overflow(earlier_overflow, clear_overflow_record(scratch, earlier_overflow, stream));
+  raise_earlier_overflow(scratch, stream);
   return outgrown;
 }
 
@@ -665,14 +675,10 @@ void cuda_finish_binning(const RendererConfig& config, const SceneArgs& scene, c
   if (device_count == nullptr) {
     // The one host synchronisation of a binning: the count's copy, not item_slots_kernel
     // behind it.
-    PULSAR_CUDA_CHECK(cudaEventSynchronize(scratch.count_ready));
-    count = checked_count(scratch.host_count[0]);
-    scratch.n_instances = count;
-    scratch.small_box_instances = scratch.host_count[1];
+    count = wait_for_count(scratch);
+    take_counts(scratch, count);
     scratch.list_room = count;
-    learn_count(scratch, count);
-    if (scratch.host_count[2] > 0)
-      raise_overflow(scratch.host_count[2], clear_overflow_record(scratch, scratch.host_count[2], stream));
+    raise_earlier_overflow(scratch, stream);
     // With no instances item_slots_kernel gave every item the slots [0, 0).
     if (count == 0) return;
   } else {
