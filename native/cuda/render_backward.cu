@@ -917,7 +917,13 @@ void cuda_render_backward(const RendererConfig& config, const SceneArgs& scene, 
   // The window's rows behind the maps the forward left at the arena's start
   // (InstanceArena); growing the arena keeps the maps.
   const InstanceArena layout = InstanceArena::of(std::size_t(n), config, scene);
-  const RowWindows windows = RowWindows::of(layout, row_bytes, scratch.backward_row_budget);
+  // The windows split the slots as a binning sized by its count would whenever the host
+  // knows the count (lists built in a larger room, the count read back after): the sphere
+  // sums add the windows in order, so other windows would round differently. A capture's
+  // count stays on the device: its windows split the room.
+  const std::int64_t listed = scratch.n_instances >= 0 ? std::min(scratch.n_instances, n) : n;
+  const RowWindows windows = RowWindows::of(InstanceArena::of(std::size_t(listed), config, scene), row_bytes,
+                                            scratch.backward_row_budget);
   const std::size_t row_space = std::size_t(std::max<std::int64_t>(windows.size, 1) * row_bytes);
   unsigned char* arena = scratch.instance_arena.reserve_keeping<unsigned char>(
       layout.rows() + row_space, layout.maps_bytes(), stream, "instance gradient rows");
@@ -939,7 +945,7 @@ void cuda_render_backward(const RendererConfig& config, const SceneArgs& scene, 
   const bool sphere_grads = grads.positions || grads.radii || grads.opacities || grads.features;
   for (std::int64_t w = 0; w < windows.count; ++w) {
     to.window.lo = w * windows.size;
-    to.window.hi = std::min(n, to.window.lo + windows.size);
+    to.window.hi = std::min(listed, to.window.lo + windows.size);
     to.window.first = w == 0;
     to.window.whole = windows.count == 1;
     // Rows of entries no pixel reached are zeroed by the kernel (zero_unreached_rows).

@@ -106,3 +106,21 @@ def test_a_grown_batch_of_cameras_gives_a_fresh_renderers_results():
     _step(renderer, [pos, col, rad, opa, cam])  # one camera: the room of one view
     both = [pos, col, rad * 3.0, opa, torch.stack([cam, side])]
     _assert_same(_step(renderer, both), _fresh(both), "two views, radii x 3")
+
+
+def test_a_backward_in_many_windows_sums_as_a_binning_sized_by_its_count():
+    """A backward whose gradient rows take several windows splits the slots by the count
+    read back, not by the room: a scene binned with padding (its room that of larger
+    scenes before it) gets a fresh renderer's gradients bit for bit."""
+    base = _scene(6, 300, torch.float32)
+    budget = 4096  # bytes of gradient rows per window: a few dozen rows, many windows
+
+    def renderer() -> Renderer:
+        r = _renderer()
+        r._backward_row_budget = budget
+        return r
+
+    seen = renderer()
+    for scale in (1.0, 0.8, 0.3):  # 0.3: within the room of 1 and 0.8, with padding
+        scene = _scaled(base, scale)
+        _assert_same(_step(seen, scene), _step(renderer(), scene), f"radii x {scale}")
