@@ -283,15 +283,29 @@ __global__ void __launch_bounds__(kThreads)
   if (inside) px.finish(out, config, ctx.channels);
 }
 
+// Blocks of render_forward_two_kernel that an sm_90 multiprocessor's shared memory holds
+// (228 KiB, of which 1 KiB is reserved per block; the staged batch and its coverage words
+// per block), at most eight. The register bound asks for no more blocks than that: a
+// tighter one only caps the registers (at eight blocks, 64) and spills, for no more
+// blocks. Other architectures hold fewer blocks, for which the bound's registers suffice.
+template <typename T, int C_STATIC>
+constexpr int two_pixel_blocks_per_sm() {
+  constexpr std::size_t kSmBytes = 228 * 1024, kReservedPerBlock = 1024;
+  constexpr std::size_t block_bytes =
+      sizeof(BatchEntry<T, C_STATIC>) * kThreads + sizeof(unsigned) * (kThreads / 32) * kThreads + kReservedPerBlock;
+  return int(std::min<std::size_t>(8, kSmBytes / block_bytes));
+}
+static_assert(two_pixel_blocks_per_sm<float, 3>() == 7, "seven float blocks per sm_90 multiprocessor");
+
 // The common call's forward where a tile's spheres are mostly large (most boxes cover a
 // warp's pixels whole): two pixels per thread, (x, y) and (x, y + 4) of the same 8x8
 // block per warp, in lockstep only, so that a visited entry's walk and its record's loads
 // serve both pixels. Without forward info, depth moments or a hit cap
 // (render_forward_kernel has those); each pixel's arithmetic is PixelBlend's, as there,
-// so the image is the same bit for bit. Eight blocks per SM (64 registers; without the
-// bound the compiler takes 80, and six blocks fit).
+// so the image is the same bit for bit. As many blocks per SM as its shared memory holds,
+// at most eight (two_pixel_blocks_per_sm: float seven, at up to 72 registers).
 template <typename T, int C_STATIC, bool ORTHO>
-__global__ void __launch_bounds__(kThreads / 2, 8)
+__global__ void __launch_bounds__(kThreads / 2, (two_pixel_blocks_per_sm<T, C_STATIC>()))
     render_forward_two_kernel(RendererConfig config, SceneArgs scene, RenderOptions options, ForwardOutputs out,
                               const GpuSphere<T>* spheres, const std::int32_t* entry_sphere, const int2* tile_ranges,
                               LaunchGate gate) {
