@@ -74,7 +74,7 @@ __device__ void record_camera_words(std::uint32_t* camera_words, int b, bool vis
 constexpr int kThreads = 256;
 // The setup kernel in float at four blocks per SM (64 registers, a few bytes spilled),
 // where unbounded it takes 72 and three fit: the sphere setup of a million items runs
-// about a tenth faster. Double keeps its registers (1: no bound).
+// about a tenth faster. Double is bounded by the block size alone (1).
 template <typename T>
 constexpr int kSetupBlocksPerSm = sizeof(T) == 4 ? 4 : 1;
 

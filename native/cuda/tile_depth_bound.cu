@@ -190,7 +190,7 @@ __device__ inline bool cover_pass_needed(const std::uint32_t* camera_words, int 
 constexpr int kThreads = 256;
 // The cover kernel in float at four blocks per SM (64 registers, a few bytes spilled),
 // where unbounded it takes 68 and three fit: the opaque scenes' four cover passes run
-// about a tenth faster. Double keeps its registers (1: no bound).
+// about a tenth faster. Double is bounded by the block size alone (1).
 template <typename T>
 constexpr int kCoverBlocksPerSm = sizeof(T) == 4 ? 4 : 1;
 
