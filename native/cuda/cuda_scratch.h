@@ -251,6 +251,9 @@ struct CudaScratch {
   // Instances the binning's lists have room for (InstanceArena's n): the count read back
   // by a synchronised binning, the capacity of an unsynchronised one.
   std::int64_t list_room = 0;
+  // The instances the lists hold as far as the host knows: the count read back (at most
+  // list_room: a count that outgrew its room is binned again), else the room.
+  std::int64_t listed_instances() const { return n_instances >= 0 ? n_instances : list_room; }
   // Instance capacity (docs/design.md, "Capture"): fixed_capacity > 0 sizes every binning
   // (none synchronises); under stream capture, learnt_capacity, grown from the counts read
   // back; otherwise the room eager_room gives from those counts (0: the binning reads its

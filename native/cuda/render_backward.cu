@@ -921,7 +921,7 @@ void cuda_render_backward(const RendererConfig& config, const SceneArgs& scene, 
   // knows the count (lists built in a larger room, the count read back after): the sphere
   // sums add the windows in order, so other windows would round differently. A capture's
   // count stays on the device: its windows split the room.
-  const std::int64_t listed = scratch.n_instances >= 0 ? std::min(scratch.n_instances, n) : n;
+  const std::int64_t listed = scratch.listed_instances();
   const RowWindows windows =
       RowWindows::of(InstanceArena::of(std::size_t(listed), config, scene), row_bytes, scratch.backward_row_budget);
   const std::size_t row_space = std::size_t(std::max<std::int64_t>(windows.size, 1) * row_bytes);

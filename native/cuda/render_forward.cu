@@ -80,11 +80,13 @@ template <typename F>
 struct OddWords<F, false> {
   F fields;
 };
+// Shared memory of a block's coverage words (`coverage[kThreads / 32][kThreads]` in both
+// kernels), which share the static 48 KiB with the batch.
+constexpr std::size_t kCoverageBytes = sizeof(unsigned) * (kThreads / 32) * kThreads;
 template <typename T, int C_STATIC>
 constexpr bool pads_batch_entry() {
   constexpr std::size_t words = sizeof(BatchFields<T, C_STATIC>) / 16;
-  constexpr std::size_t coverage_bytes = sizeof(unsigned) * (kThreads / 32) * kThreads;
-  return words % 2 == 0 && (words + 1) * 16 * kThreads + coverage_bytes <= kSharedBytesWithoutOptIn;
+  return words % 2 == 0 && (words + 1) * 16 * kThreads + kCoverageBytes <= kSharedBytesWithoutOptIn;
 }
 template <typename T, int C_STATIC>
 using BatchEntry = OddWords<BatchFields<T, C_STATIC>, pads_batch_entry<T, C_STATIC>()>;
@@ -291,8 +293,7 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T, int C_STATIC>
 constexpr int two_pixel_blocks_per_sm() {
   constexpr std::size_t kSmBytes = 228 * 1024, kReservedPerBlock = 1024;
-  constexpr std::size_t block_bytes =
-      sizeof(BatchEntry<T, C_STATIC>) * kThreads + sizeof(unsigned) * (kThreads / 32) * kThreads + kReservedPerBlock;
+  constexpr std::size_t block_bytes = sizeof(BatchEntry<T, C_STATIC>) * kThreads + kCoverageBytes + kReservedPerBlock;
   return int(std::min<std::size_t>(8, kSmBytes / block_bytes));
 }
 static_assert(two_pixel_blocks_per_sm<float, 3>() == 7, "seven float blocks per sm_90 multiprocessor");
