@@ -194,13 +194,13 @@ class Renderer(torch.nn.Module):
         does not read its count back (docs/design.md, "Capture"). None (the default): a
         call outside a CUDA-graph capture reads its count back (one host synchronisation)
         and lists exactly its instances (built in room earlier calls' counts call for,
-        and again should the count outgrow it); a captured call is sized by the
-        largest count seen so far and a quarter more, so a capture needs one call of the
-        same scene before it (the usual warm-up). An int (1..2^31-1) sizes every call by it, and no call waits
-        for the device. A call whose instances exceed its capacity returns NaN (image and
-        gradients), never a partial image, and the overflow is raised as a RuntimeError
-        naming this setting by the next call that reads its count back, or by
-        ``check_instance_capacity()``. No effect on the CPU."""
+        and again should the count outgrow it); a captured call is sized by the largest
+        count seen so far and a quarter more, so a capture needs one call of the same
+        scene before it (the usual warm-up). An int (1..2^31-1) sizes every call by it,
+        and no call waits for the device. A call whose instances exceed its capacity
+        returns NaN (image and gradients), never a partial image, and the overflow is
+        raised as a RuntimeError naming this setting by the next call that reads its
+        count back, or by ``check_instance_capacity()``. No effect on the CPU."""
         return self._instance_capacity
 
     @instance_capacity.setter

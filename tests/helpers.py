@@ -41,6 +41,14 @@ def build_cxx_check(tmp_path_factory, source: Path, include: Path, what: str) ->
     return exe
 
 
+def run_cxx_check(exe: Path, *args: object) -> str:
+    """The standard output of a harness built by ``build_cxx_check``, run with ``args``;
+    fails the test when it exits non-zero."""
+    done = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True)
+    assert done.returncode == 0, f"{exe.name} exited {done.returncode}:\n{done.stderr}"
+    return done.stdout
+
+
 def native_of(renderer):
     """The one native renderer a Renderer module has made so far (diagnostics: scratch)."""
     from pulsar_py import ops

@@ -157,12 +157,11 @@ void Renderer::bin(const SceneArgs& scene, const RenderOptions& options) {
 void Renderer::complete_binning(const SceneArgs& scene, const RenderOptions& options) {
   backend_->finish_binning(scene, options);
   if (!backend_->settle_binning(options)) return;
-  // The lists lacked room for this scene's instances: bin again, sized by the count read
-  // back. Binning is deterministic, so the second fits.
+  // The lists lacked room for this scene's instances: bin again. That binning reads its
+  // count back before it builds its lists (Backend::settle_binning), so they hold them
+  // all and there is nothing to settle.
   backend_->begin_binning(scene, options);
   backend_->finish_binning(scene, options);
-  if (backend_->settle_binning(options))
-    throw std::logic_error("pulsar: a binning outgrew the room its own instance count gave it");
 }
 
 void Renderer::forward(const SceneArgs& scene, const RenderOptions& options, const ForwardOutputs& outputs) {

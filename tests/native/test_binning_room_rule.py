@@ -9,11 +9,10 @@ that jumps bins twice once. The results of every path are the same bit for bit
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import build_cxx_check
+from helpers import build_cxx_check, run_cxx_check
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = Path(__file__).resolve().parent / "binning_room" / "check.cpp"
@@ -26,10 +25,9 @@ def check_exe(tmp_path_factory) -> Path:
 
 def run(exe: Path, counts: list[int]) -> list[tuple[int, str, int]]:
     """(room given, path, padding) per call of the count sequence."""
-    done = subprocess.run([str(exe), *map(str, counts)], capture_output=True, text=True)
-    assert done.returncode == 0, f"check exited {done.returncode}:\n{done.stderr}"
-    rows = [line.split() for line in done.stdout.splitlines()]
-    assert len(rows) == len(counts), done.stdout
+    out = run_cxx_check(exe, *counts)
+    rows = [line.split() for line in out.splitlines()]
+    assert len(rows) == len(counts), out
     return [(int(given), path, int(padding)) for given, path, padding in rows]
 
 

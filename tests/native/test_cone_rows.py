@@ -19,11 +19,10 @@ PULSAR_TEST_CONE_SPHERES sizes the run (spheres per seed, default 4000: about a 
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import build_cxx_check
+from helpers import build_cxx_check, run_cxx_check
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = Path(__file__).resolve().parent / "cone_rows" / "check.cpp"
@@ -37,12 +36,7 @@ def check_exe(tmp_path_factory) -> Path:
 
 
 def run_check(exe: Path, seed: int, shrink: float = 0.0) -> dict[str, dict[str, int]]:
-    done = subprocess.run(
-        [str(exe), "--seed", str(seed), "--spheres", str(SPHERES), "--shrink", str(shrink)],
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, f"check exited {done.returncode}:\n{done.stderr}"
+    out = run_cxx_check(exe, "--seed", seed, "--spheres", SPHERES, "--shrink", shrink)
     fields = (
         "spheres",
         "active",
@@ -54,10 +48,10 @@ def run_check(exe: Path, seed: int, shrink: float = 0.0) -> dict[str, dict[str, 
         "misses_outside_rect",
     )
     rows = {}
-    for line in done.stdout.splitlines():
+    for line in out.splitlines():
         dtype, *values = line.split()
         rows[dtype] = dict(zip(fields, map(int, values)))
-    assert set(rows) == {"float32", "float64"}, done.stdout
+    assert set(rows) == {"float32", "float64"}, out
     return rows
 
 
